@@ -1,0 +1,134 @@
+"""The error taxonomy.
+
+Failures of *user code* are never exceptions: they are :class:`~langchain_sandbox.results.ExecutionResult`
+values the model can read. The exceptions here are for the infrastructure around the code: a sandbox
+that is gone, a provider that is down, an input the package refuses. Each class says whether repeating
+the same operation may succeed (``retryable``); retries use that flag and nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SandboxError(Exception):
+    """Base class of every error this package raises.
+
+    Attributes:
+        retryable: ``True`` when the same operation may succeed if repeated (after a backoff).
+        provider: Name of the provider the error came from, when there is one.
+        details: Small JSON-safe diagnostics (status codes, ids). Never secrets.
+    """
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool | None = None,
+        provider: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if retryable is not None:
+            self.retryable = retryable
+        self.provider = provider
+        self.details = dict(details or {})
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidInputError(SandboxError, ValueError):
+    """The caller (or the model) passed something the package refuses to act on."""
+
+
+class InvalidPathError(InvalidInputError):
+    """A path escapes the workspace (``..``, an absolute path outside it, a symlink leading out)."""
+
+
+class InvalidPackageNameError(InvalidInputError):
+    """A package name that is an option, a URL, a path or shell syntax rather than a requirement."""
+
+
+class UnsafeArchiveError(InvalidInputError):
+    """A snapshot or archive that would write outside the workspace, or is malformed or too large."""
+
+
+class SandboxTimeoutError(SandboxError):
+    """An infrastructure operation (create, attach, upload...) ran past its deadline.
+
+    User code that runs too long is *not* this: it returns a result with ``timed_out=True``.
+    """
+
+    retryable = True
+
+
+class SandboxGoneError(SandboxError):
+    """The sandbox no longer exists (expired, killed, its worker died). Create or restore a new one."""
+
+
+class SessionClosedError(SandboxError):
+    """The session was closed by its owner; using it again is a programming error."""
+
+
+class ProviderUnavailableError(SandboxError):
+    """The provider could not be reached or answered 5xx. Usually transient."""
+
+    retryable = True
+
+
+class QuotaExceededError(SandboxError):
+    """The provider rate-limited the request or the account ran out of quota (HTTP 429)."""
+
+    retryable = True
+
+
+class AuthenticationError(SandboxError):
+    """The provider rejected the credentials (HTTP 401/403). Retrying cannot help."""
+
+
+class SnapshotNotFoundError(SandboxError):
+    """A snapshot (or one of its blobs) named by a record is missing from the snapshot store."""
+
+
+class IsolationUnavailableError(SandboxError):
+    """The local provider cannot isolate code on this machine; the message says how to fix it."""
+
+
+class MissingDependencyError(SandboxError, ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it."""
+
+    def __init__(self, package: str, extra: str, *, purpose: str) -> None:
+        super().__init__(
+            f"{purpose} needs the '{package}' package, which is not installed. "
+            f"Install it with: pip install 'langchain-sandbox[{extra}]'"
+        )
+        self.package = package
+        self.extra = extra
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether ``exc`` is worth retrying: only :class:`SandboxError` with ``retryable`` set."""
+    return isinstance(exc, SandboxError) and exc.retryable
+
+
+__all__ = [
+    "AuthenticationError",
+    "InvalidInputError",
+    "InvalidPackageNameError",
+    "InvalidPathError",
+    "IsolationUnavailableError",
+    "MissingDependencyError",
+    "ProviderUnavailableError",
+    "QuotaExceededError",
+    "SandboxError",
+    "SandboxGoneError",
+    "SandboxTimeoutError",
+    "SessionClosedError",
+    "SnapshotNotFoundError",
+    "UnsafeArchiveError",
+    "is_retryable",
+]

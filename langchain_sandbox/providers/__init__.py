@@ -1,0 +1,64 @@
+"""Sandbox backends behind one contract (:mod:`langchain_sandbox.providers.base`).
+
+``get_provider("local" | "e2b" | "runloop", **options)`` builds one by name. Provider SDKs are
+optional extras imported only when their provider is built, so importing this package never needs
+them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from langchain_sandbox.errors import InvalidInputError
+from langchain_sandbox.providers.base import (
+    Capabilities,
+    FileInfo,
+    Limits,
+    OutputCallback,
+    Provider,
+    Session,
+    SessionRecord,
+    SessionSpec,
+    VariablesDump,
+)
+
+_PROVIDERS = {
+    "local": ("langchain_sandbox.providers.local", "LocalProvider"),
+    "e2b": ("langchain_sandbox.providers.e2b", "E2BProvider"),
+    "runloop": ("langchain_sandbox.providers.runloop", "RunloopProvider"),
+}
+
+PROVIDER_NAMES = tuple(_PROVIDERS)
+
+
+def get_provider(name: str | Provider = "local", **options: Any) -> Provider:
+    """Return a provider: ``name`` is ``"local"``, ``"e2b"``, ``"runloop"`` or a ``Provider``."""
+    if isinstance(name, Provider):
+        if options:
+            raise InvalidInputError("Options apply only when the provider is given by name.")
+        return name
+    try:
+        module_name, class_name = _PROVIDERS[name]
+    except KeyError:
+        raise InvalidInputError(
+            f"Unknown provider {name!r}; choose one of {', '.join(PROVIDER_NAMES)}."
+        ) from None
+    provider_cls = getattr(importlib.import_module(module_name), class_name)
+    provider: Provider = provider_cls(**options)
+    return provider
+
+
+__all__ = [
+    "PROVIDER_NAMES",
+    "Capabilities",
+    "FileInfo",
+    "Limits",
+    "OutputCallback",
+    "Provider",
+    "Session",
+    "SessionRecord",
+    "SessionSpec",
+    "VariablesDump",
+    "get_provider",
+]

@@ -1,0 +1,286 @@
+"""The provider contract: a small async interface every backend implements.
+
+A :class:`Provider` makes and finds sandboxes; a :class:`Session` is one live sandbox. Everything
+above this layer (the runtime, the tools, the graph glue, the snapshots) talks to these two classes
+only, so a graph moves from the local provider to E2B or Runloop without a change. A behaviour that
+differs between providers is either a bug or a flag in :class:`Capabilities`; the conformance suite
+in ``tests/conformance/`` holds every provider to this file.
+
+Rules every implementation keeps:
+
+* Paths are POSIX and resolve inside :data:`~langchain_sandbox.workspace.WORKSPACE_ROOT`
+  (``/home/user``) through :func:`~langchain_sandbox.workspace.resolve_path`.
+* User-code failures are results; infrastructure failures raise
+  :class:`~langchain_sandbox.errors.SandboxError` subclasses with ``retryable`` set correctly.
+* Output is capped at the source (:class:`~langchain_sandbox.results.OutputCapture`), never
+  buffered whole on the host.
+* No secret of the host (API keys, the host's environment, its home) reaches the sandbox, a
+  :class:`SessionRecord`, a log or a result.
+* ``pause`` and ``close`` are idempotent.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
+
+from langchain_sandbox.results import DEFAULT_CAPTURE_BYTES, ExecutionResult
+
+OutputCallback = Callable[[Literal["stdout", "stderr"], str], None]
+"""Called with each chunk of output while code runs (for streaming to a UI). Must not block."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of a session. ``None`` leaves a limit to the provider's own default.
+
+    Attributes:
+        timeout: Default wall time of one ``run_code`` / ``run_command`` call, in seconds.
+        memory_mb: Memory of the whole session (all its processes).
+        max_processes: Processes and threads the session may have at once.
+        max_output_bytes: Bytes of each output stream kept per call (head and tail).
+        max_file_bytes: Largest file ``read_files`` returns.
+    """
+
+    timeout: float = 60.0
+    memory_mb: int | None = 1024
+    max_processes: int | None = 256
+    max_output_bytes: int = DEFAULT_CAPTURE_BYTES
+    max_file_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """What to create.
+
+    Attributes:
+        template: Provider image / template / blueprint name; ``None`` for the provider default.
+        env: Variables visible inside the sandbox. Only these: the host's environment never is.
+        limits: Resource limits.
+        network: Whether sandboxed code may reach the network.
+        packages: Requirements installed when the session is created.
+        metadata: Tags stored with the sandbox (``thread_id`` among them) so ``gc`` can find
+            orphans. JSON-safe strings only, never secrets.
+    """
+
+    template: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
+    network: bool = False
+    packages: tuple[str, ...] = ()
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a provider can do. Differences between providers live here and nowhere else.
+
+    Attributes:
+        stateful_python: Variables, imports and functions persist between ``run_code`` calls.
+        shell: ``run_command`` is available.
+        network_control: Network can be denied to sandboxed code (and enabled per session).
+        install_packages: ``install_packages`` works.
+        figures: matplotlib figures come back as PNG artifacts.
+        variables: ``dump_variables`` / ``load_variables`` work (picklable globals).
+        pause: ``pause`` keeps the sandbox, memory included, for a later ``attach``.
+        attach_across_processes: ``attach`` works from another process (remote sandboxes do; a
+            local sandbox lives and dies with the process that made it).
+        native_snapshots: The provider can snapshot a disk itself (used as a fast path).
+    """
+
+    stateful_python: bool = True
+    shell: bool = True
+    network_control: bool = True
+    install_packages: bool = True
+    figures: bool = True
+    variables: bool = True
+    pause: bool = False
+    attach_across_processes: bool = False
+    native_snapshots: bool = False
+
+
+class SessionRecord(TypedDict, total=False):
+    """JSON-safe description of a session: enough to find it again, no secrets, no live handles.
+
+    ``state`` is provider-specific (e.g. a Runloop disk snapshot id); it must be JSON-safe too.
+    """
+
+    provider: str
+    session_id: str
+    sandbox_id: str
+    created_at: float
+    metadata: dict[str, str]
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One entry of the workspace.
+
+    Attributes:
+        path: Workspace-relative POSIX path (``"data/a.csv"``).
+        size: Size in bytes (0 for directories).
+        mtime_ns: Modification time in nanoseconds, as precise as the provider reports it; used
+            to skip re-hashing unchanged files between snapshots.
+        mode: Permission bits (``0o644``).
+        kind: ``"file"``, ``"dir"`` or ``"symlink"`` (symlinks are listed, never followed).
+    """
+
+    path: str
+    size: int
+    mtime_ns: int
+    mode: int = 0o644
+    kind: Literal["file", "dir", "symlink"] = "file"
+
+    @property
+    def is_dir(self) -> bool:
+        return self.kind == "dir"
+
+
+@dataclass(frozen=True)
+class VariablesDump:
+    """The picklable part of a session's Python globals.
+
+    Attributes:
+        data: Opaque bytes for :meth:`Session.load_variables` (produced by
+            :mod:`langchain_sandbox.providers.kernel_state`).
+        saved: Names captured.
+        skipped: Names that could not be captured (unpicklable values); a restore tells the model.
+    """
+
+    data: bytes
+    saved: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+
+class Session(ABC):
+    """One live sandbox. Async, provider-neutral; see the module docstring for the rules."""
+
+    provider_name: str
+    session_id: str
+    spec: SessionSpec
+    capabilities: Capabilities
+
+    @property
+    @abstractmethod
+    def record(self) -> SessionRecord:
+        """The JSON-safe record to find this sandbox again (stored in graph state)."""
+
+    @abstractmethod
+    async def run_code(
+        self,
+        code: str,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        """Run Python in the session's persistent interpreter; the last bare expression's value is
+        returned as ``result.value``. Exceptions in the code are results, not raises."""
+
+    @abstractmethod
+    async def run_command(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        """Run a shell command (``bash -c``) in ``cwd`` (default: the workspace root)."""
+
+    @abstractmethod
+    async def write_files(self, files: Mapping[str, bytes]) -> None:
+        """Write files (creating parent directories). Paths resolve inside the workspace."""
+
+    @abstractmethod
+    async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
+        """Read files; keys are the paths as given. Missing files raise ``InvalidPathError``."""
+
+    @abstractmethod
+    async def list_files(self, path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
+        """List a directory of the workspace (every descendant when ``recursive``)."""
+
+    @abstractmethod
+    async def remove_files(self, paths: Sequence[str]) -> None:
+        """Remove files or directories (recursively). Missing paths are ignored."""
+
+    @abstractmethod
+    async def install_packages(
+        self, requirements: Sequence[str], *, timeout: float | None = None
+    ) -> ExecutionResult:
+        """Install validated requirements so later code in this session can import them.
+
+        Implementations must call :func:`~langchain_sandbox.requirements.validate_requirements`.
+        """
+
+    @abstractmethod
+    async def dump_variables(self) -> VariablesDump:
+        """Capture the picklable globals of the Python interpreter."""
+
+    @abstractmethod
+    async def load_variables(self, data: bytes) -> list[str]:
+        """Restore globals captured by :meth:`dump_variables`; returns the names that could not be
+        restored."""
+
+    @abstractmethod
+    async def is_alive(self) -> bool:
+        """Whether the sandbox still answers. Never raises."""
+
+    async def pause(self) -> None:
+        """Keep the sandbox for a later :meth:`Provider.attach`, releasing what can be released.
+
+        Providers without pause keep the sandbox running; idempotent.
+        """
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Destroy the sandbox and everything in it. Idempotent."""
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+class Provider(ABC):
+    """A backend that creates and finds sessions."""
+
+    name: str
+    capabilities: Capabilities
+
+    @abstractmethod
+    async def create(self, spec: SessionSpec | None = None) -> Session:
+        """Create a new session. Safe to retry: a failed create leaves nothing behind."""
+
+    @abstractmethod
+    async def attach(self, record: SessionRecord) -> Session | None:
+        """Reconnect to the live or paused sandbox a record names; ``None`` if it is gone."""
+
+    @abstractmethod
+    async def list_sessions(self, metadata: Mapping[str, str] | None = None) -> list[SessionRecord]:
+        """Sandboxes of this provider made by this package (matching ``metadata``), for ``gc``."""
+
+    @abstractmethod
+    async def destroy(self, record: SessionRecord) -> bool:
+        """Destroy the sandbox a record names; ``False`` if it was already gone."""
+
+    async def aclose(self) -> None:
+        """Release clients and connections the provider holds. Idempotent."""
+
+
+__all__ = [
+    "Capabilities",
+    "FileInfo",
+    "Limits",
+    "OutputCallback",
+    "Provider",
+    "Session",
+    "SessionRecord",
+    "SessionSpec",
+    "VariablesDump",
+]
