@@ -8,7 +8,7 @@ silently. Backoff is jittered and exponential, bounded by the caller's deadline.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tenacity import (
     AsyncRetrying,
