@@ -1,0 +1,61 @@
+"""The sandbox's record in graph state, and how parallel updates to it merge.
+
+Live handles never enter graph state; this small JSON record does. Any checkpointer stores it with
+every step, so resuming, forking or time-travelling to a checkpoint gives back the record of that
+checkpoint, and the runtime rehydrates the sandbox to match it (see ``runtime.py``).
+
+This module is plain Python (no LangGraph import) so that the runtime below the graph layer can
+produce records; ``langchain_sandbox.graph`` declares the channel with :func:`merge_sandbox_state`
+as its reducer.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from langchain_sandbox.providers.base import SessionRecord
+
+
+class SandboxState(TypedDict, total=False):
+    """The ``sandbox`` channel of a graph's state. JSON values only; never a secret.
+
+    Attributes:
+        session: The provider's record of the live sandbox (provider, ids, tags).
+        revision: How many sandbox-changing calls this thread has made. Assigned under the
+            thread's lock, so it is absolute and totally ordered within a thread.
+        head: Opaque token naming the sandbox state at ``revision`` (changes with every
+            sandbox-changing call; a live session whose head differs from the record's is stale).
+        snapshot: Reference of the workspace snapshot taken at ``snapshot_revision``, or ``None``.
+        snapshot_revision: The revision ``snapshot`` captures.
+        cwd: Working directory of the shell tool, workspace-relative.
+        exec_count: Number of executions; sent as a *delta* in updates, summed by the reducer.
+    """
+
+    session: SessionRecord | None
+    revision: int
+    head: str | None
+    snapshot: str | None
+    snapshot_revision: int
+    cwd: str
+    exec_count: int
+
+
+def merge_sandbox_state(left: SandboxState | None, right: SandboxState | None) -> SandboxState:
+    """Reducer of the ``sandbox`` channel.
+
+    Parallel tool calls of one step each return an update; calls of one thread are serialized by
+    the runtime's lock, so the update with the highest ``revision`` saw every other one and wins.
+    ``exec_count`` is a delta and is summed.
+    """
+    if not left:
+        return dict(right or {})  # type: ignore[return-value]
+    if not right:
+        return dict(left)  # type: ignore[return-value]
+    merged: SandboxState = dict(left)  # type: ignore[assignment]
+    if right.get("revision", 0) >= left.get("revision", 0):
+        merged.update({k: v for k, v in right.items() if k != "exec_count"})  # type: ignore[typeddict-item]
+    merged["exec_count"] = left.get("exec_count", 0) + right.get("exec_count", 0)
+    return merged
+
+
+__all__ = ["SandboxState", "merge_sandbox_state"]
