@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import linecache
 import pickle
+import re
 import types
 from typing import Any
 
@@ -25,14 +26,27 @@ FORMAT = 1
 
 
 def _source_of(value: Any) -> str | None:
-    if not isinstance(value, (types.FunctionType, type)):
-        return None
+    """Source of a user-defined function or class, from the cells registered in ``linecache``."""
     if getattr(value, "__module__", None) not in ("__main__", "__sandbox__", None):
         return None
-    try:
-        return inspect.getsource(value)
-    except (OSError, TypeError):
-        return None
+    if isinstance(value, types.FunctionType):
+        try:
+            return inspect.getsource(value)
+        except (OSError, TypeError):
+            return None
+    if isinstance(value, type):
+        # inspect.getsource(cls) looks in the module's file, which is not where a cell lives;
+        # a method's code object names the cell, so search that cell for the class statement.
+        for member in vars(value).values():
+            code = getattr(getattr(member, "__func__", member), "__code__", None)
+            if code is None:
+                continue
+            lines = linecache.getlines(code.co_filename)
+            header = re.compile(rf"class\s+{re.escape(value.__name__)}\b")
+            for index, line in enumerate(lines):
+                if header.match(line):
+                    return "".join(inspect.getblock(lines[index:]))
+    return None
 
 
 def dump_namespace(namespace: dict[str, Any]) -> tuple[bytes, list[str], list[str]]:
