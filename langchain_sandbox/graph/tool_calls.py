@@ -1,0 +1,179 @@
+"""How a sandbox tool call becomes a graph update, and why it runs once.
+
+Sandbox tools stay pure: they return a ``ToolMessage`` whose artifact carries the updated sandbox
+record (``artifact["sandbox"]``). :class:`SandboxToolCallWrapper` sits around the tool call (as a
+``ToolNode`` ``wrap_tool_call`` / ``awrap_tool_call``, or inside :class:`SandboxMiddleware`) and
+turns that artifact into ``Command(update={"sandbox": record, "messages": [message]})``, so the
+record lands in the ``sandbox`` channel and every checkpointer stores it with the step.
+
+It also runs each sandbox tool call as a LangGraph task. When anything in the same node interrupts
+(another tool calling ``interrupt()`` for approval, a wrapper outside this one), LangGraph re-runs
+the whole node on resume; the task's result was saved with the checkpoint's pending writes, so
+the sandbox call is replayed from there instead of being executed a second time, in this process
+or in another one.
+
+LangGraph identifies a task by the order in which a node starts its tasks. ``ToolNode`` runs the
+calls of one message on a thread pool, in no fixed order, so :class:`SandboxToolNode` publishes the
+message's call order (:func:`call_order`) and the wrapper starts tasks in that order. Under
+``create_agent`` every call is its own node run, so there is nothing to order.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, cast
+
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.func import task
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+
+ToolResult = ToolMessage | Command[Any]
+SyncHandler = Callable[[ToolCallRequest], ToolResult]
+AsyncHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
+
+_ORDER_WAIT_SECONDS = 120.0
+"""Hang guard: a call whose predecessors never start its task goes ahead after this long."""
+
+
+class _CallOrder:
+    """Lets parallel calls of one node start their tasks in the order of the AI message."""
+
+    def __init__(self, call_ids: Sequence[str]) -> None:
+        self._position = {call_id: i for i, call_id in enumerate(call_ids)}
+        self._next = 0
+        self._turn = threading.Condition()
+
+    @contextmanager
+    def turn(self, call_id: str) -> Iterator[None]:
+        position = self._position.get(call_id)
+        if position is None:
+            yield
+            return
+        with self._turn:
+            self._turn.wait_for(lambda: self._next >= position, timeout=_ORDER_WAIT_SECONDS)
+            try:
+                yield
+            finally:
+                self._next = max(self._next, position + 1)
+                self._turn.notify_all()
+
+
+_NODE_CALL_ORDER: ContextVar[_CallOrder | None] = ContextVar(
+    "langchain_sandbox_node_call_order", default=None
+)
+
+
+@contextmanager
+def call_order(call_ids: Sequence[str]) -> Iterator[None]:
+    """Within this block, sandbox calls of the current node start their tasks in ``call_ids`` order.
+
+    Context variables follow ``ToolNode``'s worker threads (they copy the context), so setting it
+    around the node's run reaches every call.
+    """
+    token = _NODE_CALL_ORDER.set(_CallOrder(call_ids))
+    try:
+        yield
+    finally:
+        _NODE_CALL_ORDER.reset(token)
+
+
+def is_sandbox_tool(tool: BaseTool | None) -> bool:
+    """Whether ``tool`` is one of this package's sandbox tools (the ones that report a record)."""
+    return tool is not None and type(tool).__module__.startswith("langchain_sandbox.tools")
+
+
+def to_graph_update(result: ToolResult, *, messages_key: str = "messages") -> ToolResult:
+    """``ToolMessage`` with a sandbox record in its artifact -> ``Command`` updating the channel.
+
+    Anything else (an error message, a Command a tool built itself) passes through unchanged.
+    """
+    if not isinstance(result, ToolMessage) or not isinstance(result.artifact, dict):
+        return result
+    record = result.artifact.get("sandbox")
+    if not isinstance(record, dict):
+        return result
+    return Command(update={"sandbox": record, messages_key: [result]})
+
+
+def _run_once_sync(execute: Callable[[], ToolResult]) -> ToolResult:
+    return execute()
+
+
+async def _run_once_async(execute: Callable[[], Awaitable[ToolResult]]) -> ToolResult:
+    return await execute()
+
+
+_TASK_NAME = "sandbox_tool_call"
+# One name for both, so a thread started with ``ainvoke`` and resumed with ``invoke`` replays.
+# ``task``'s overloads defeat mypy's inference, hence the casts to what it returns.
+_sync_task = cast(
+    "Callable[[Callable[[], ToolResult]], Future[ToolResult]]",
+    task(name=_TASK_NAME)(_run_once_sync),  # type: ignore[arg-type]
+)
+_async_task = cast(
+    "Callable[[Callable[[], Awaitable[ToolResult]]], Awaitable[ToolResult]]",
+    task(name=_TASK_NAME)(_run_once_async),  # type: ignore[arg-type]
+)
+
+
+def _in_graph() -> bool:
+    """Whether tasks can be started here (inside a running graph node)."""
+    from langgraph.config import get_config
+
+    try:
+        get_config()
+    except RuntimeError:
+        return False
+    return True
+
+
+class SandboxToolCallWrapper:
+    """``wrap_tool_call`` / ``awrap_tool_call`` for sandbox tools (see the module docstring).
+
+    Args:
+        messages_key: The state key of the conversation (``ToolNode``'s ``messages_key``).
+        run_once: Run sandbox calls as LangGraph tasks so a resume replays them instead of
+            running them again. Turn off only for graphs that never interrupt, to save the
+            pending write each call costs.
+    """
+
+    def __init__(self, *, messages_key: str = "messages", run_once: bool = True) -> None:
+        self.messages_key = messages_key
+        self.run_once = run_once
+
+    def wrap(self, request: ToolCallRequest, handler: SyncHandler) -> ToolResult:
+        """Sync wrapper: run the call (once) and return the channel update."""
+        if not (self.run_once and is_sandbox_tool(request.tool) and _in_graph()):
+            return to_graph_update(handler(request), messages_key=self.messages_key)
+        order = _NODE_CALL_ORDER.get()
+        call_id = request.tool_call["id"] or ""
+        with order.turn(call_id) if order else _no_order():
+            future = _sync_task(lambda: handler(request))
+        return to_graph_update(future.result(), messages_key=self.messages_key)
+
+    async def awrap(self, request: ToolCallRequest, handler: AsyncHandler) -> ToolResult:
+        """Async wrapper. ``ToolNode`` starts the calls of a message in order and the task is
+        started before the first ``await``, so the order is already fixed here."""
+        if not (self.run_once and is_sandbox_tool(request.tool) and _in_graph()):
+            return to_graph_update(await handler(request), messages_key=self.messages_key)
+        result = await _async_task(lambda: handler(request))
+        return to_graph_update(result, messages_key=self.messages_key)
+
+
+@contextmanager
+def _no_order() -> Iterator[None]:
+    yield
+
+
+__all__ = [
+    "SandboxToolCallWrapper",
+    "call_order",
+    "is_sandbox_tool",
+    "to_graph_update",
+]
