@@ -1,0 +1,143 @@
+"""Snapshot blobs in a LangGraph ``BaseStore``, so workers on several machines share them.
+
+Any ``BaseStore`` works (``InMemoryStore``, ``SqliteStore``, ``PostgresStore``, LangGraph
+Server's store); with a Postgres store, every worker that reaches the database can restore any
+thread's snapshot, which is what a multi-worker deployment needs. Only the store's async methods
+are used (``abatch``, ``asearch``), batched so a restore is one round trip for its blobs.
+
+``BaseStore`` values are JSON objects, so each blob is kept in two items under ``namespace``:
+
+* ``(*namespace, "data")`` / key -> ``{"b64": <base64 of the bytes>}``, fetched only to restore;
+* ``(*namespace, "index")`` / key -> ``{"size": n}``, small, used to answer ``missing`` and to list
+  blobs for ``gc`` without moving their contents.
+
+The data item is written before the index item, in separate batches, so an index entry always
+names a blob whose data is there. Vector indexing is disabled for both (``index=False``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+from langgraph.store.base import BaseStore, GetOp, Item, PutOp
+
+from langchain_sandbox.errors import SnapshotNotFoundError, UnsafeArchiveError
+from langchain_sandbox.snapshots.manifest import is_digest
+from langchain_sandbox.snapshots.store import BlobInfo, BlobStore, check_key
+
+DEFAULT_NAMESPACE = ("langchain_sandbox", "snapshot_blobs")
+_PAGE = 500
+
+
+class LangGraphStoreBlobStore(BlobStore):
+    """A :class:`BlobStore` over a LangGraph ``BaseStore``.
+
+    Args:
+        store: The LangGraph store (its async methods must work, e.g. ``AsyncPostgresStore`` or a
+            ``PostgresStore`` used from async code).
+        namespace: Namespace prefix of the blobs; give each deployment its own if they must not
+            share blobs.
+    """
+
+    def __init__(self, store: BaseStore, *, namespace: tuple[str, ...] = DEFAULT_NAMESPACE) -> None:
+        if not namespace or not all(isinstance(label, str) and label for label in namespace):
+            raise ValueError("namespace must be a non-empty tuple of non-empty strings")
+        self.store = store
+        self.namespace = tuple(namespace)
+        self._data_ns = (*self.namespace, "data")
+        self._index_ns = (*self.namespace, "index")
+
+    def __repr__(self) -> str:
+        return f"LangGraphStoreBlobStore({type(self.store).__name__}, namespace={self.namespace!r})"
+
+    async def get(self, key: str) -> bytes:
+        return (await self.get_many([key]))[key]
+
+    async def get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
+        unique = list(dict.fromkeys(check_key(key) for key in keys))
+        if not unique:
+            return {}
+        items = await self.store.abatch(
+            [GetOp(self._data_ns, key, refresh_ttl=False) for key in unique]
+        )
+        blobs: dict[str, bytes] = {}
+        for key, item in zip(unique, items, strict=True):
+            if not isinstance(item, Item):
+                raise SnapshotNotFoundError(
+                    f"Snapshot blob {key} is missing from the store namespace {self.namespace}."
+                )
+            blobs[key] = self._decode(key, item.value)
+        return blobs
+
+    @staticmethod
+    def _decode(key: str, value: dict[str, Any]) -> bytes:
+        encoded = value.get("b64")
+        if not isinstance(encoded, str):
+            raise UnsafeArchiveError(f"Snapshot blob {key} in the store has no 'b64' field.")
+        try:
+            return base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise UnsafeArchiveError(f"Snapshot blob {key} in the store is not base64.") from None
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self.put_many({key: data})
+
+    async def put_many(self, blobs: Mapping[str, bytes]) -> None:
+        checked = {check_key(key): data for key, data in blobs.items()}
+        if not checked:
+            return
+        await self.store.abatch(
+            [
+                PutOp(
+                    self._data_ns, key, {"b64": base64.b64encode(data).decode("ascii")}, index=False
+                )
+                for key, data in checked.items()
+            ]
+        )
+        await self.store.abatch(
+            [
+                PutOp(self._index_ns, key, {"size": len(data)}, index=False)
+                for key, data in checked.items()
+            ]
+        )
+
+    async def missing(self, keys: Iterable[str]) -> set[str]:
+        unique = list(dict.fromkeys(check_key(key) for key in keys))
+        if not unique:
+            return set()
+        items = await self.store.abatch(
+            [GetOp(self._index_ns, key, refresh_ttl=False) for key in unique]
+        )
+        return {key for key, item in zip(unique, items, strict=True) if not isinstance(item, Item)}
+
+    async def delete(self, keys: Iterable[str]) -> None:
+        unique = list(dict.fromkeys(check_key(key) for key in keys))
+        if not unique:
+            return
+        # Index first: a blob without an index entry is simply re-uploaded by the next capture.
+        await self.store.abatch([PutOp(self._index_ns, key, None) for key in unique])
+        await self.store.abatch([PutOp(self._data_ns, key, None) for key in unique])
+
+    async def iter_blobs(self) -> AsyncIterator[BlobInfo]:
+        offset = 0
+        while True:
+            page = await self.store.asearch(
+                self._index_ns, limit=_PAGE, offset=offset, refresh_ttl=False
+            )
+            for item in page:
+                size = item.value.get("size")
+                if (
+                    item.namespace == self._index_ns
+                    and is_digest(item.key)
+                    and isinstance(size, int)
+                ):
+                    yield BlobInfo(key=item.key, size=size, modified_at=item.updated_at.timestamp())
+            if len(page) < _PAGE:
+                return
+            offset += len(page)
+
+
+__all__ = ["DEFAULT_NAMESPACE", "LangGraphStoreBlobStore"]

@@ -1,0 +1,393 @@
+"""The snapshot manifest: what one revision of a workspace contains, and how it is checked.
+
+A manifest is canonical JSON (sorted keys, no spaces), so the same workspace gives the same bytes,
+and it is stored as a blob like any file: the sha256 of those bytes is the snapshot's *ref*.
+
+```json
+{"format": 1, "revision": 7, "created_at": 1764460000.5, "parent": "<ref> | null",
+ "files": {"data/a.csv": {"sha256": "...", "size": 120, "mode": 420, "mtime_ns": 1764...}},
+ "dirs": ["empty/dir"],
+ "omitted": {"link": "symlink (not captured)"},
+ "variables": {"sha256": "...", "size": 812, "saved": ["df", "x"], "skipped": ["conn"]} | null}
+```
+
+A manifest read back from a store is untrusted input: :func:`parse_manifest` refuses anything a
+restore could not apply safely (the path and size rules below) with
+:class:`~langchain_sandbox.errors.UnsafeArchiveError`, before a single byte reaches a session.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_sandbox.errors import UnsafeArchiveError
+
+FORMAT = 1
+"""Version of the manifest format this module writes and reads."""
+
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+_WINDOWS_DRIVE = re.compile(r"[A-Za-z]:")
+_MAX_PATH_CHARS = 4096
+_MAX_NAME_CHARS = 255
+_MAX_NOTE_CHARS = 500
+
+
+@dataclass(frozen=True)
+class SnapshotLimits:
+    """Bounds on what a snapshot may hold; checked when capturing and again when restoring.
+
+    Attributes:
+        max_files: Files plus directories in one snapshot.
+        max_file_bytes: Largest single file (and largest variables blob). Larger files are left
+            out of a capture with a notice; a manifest that lists one is refused on restore.
+        max_total_bytes: Sum of the file sizes of one snapshot.
+        max_manifest_bytes: Largest manifest accepted (refused before it is parsed).
+        batch_bytes: How many bytes of files one ``read_files`` / ``write_files`` call carries.
+        restore_memory_bytes: A restore that writes at most this many bytes fetches and verifies
+            every blob once, in memory, before writing; a larger one verifies in a first pass and
+            fetches again (verifying again) while writing, so memory stays bounded.
+    """
+
+    max_files: int = 100_000
+    max_file_bytes: int = 1024 * 1024 * 1024
+    max_total_bytes: int = 8 * 1024 * 1024 * 1024
+    max_manifest_bytes: int = 64 * 1024 * 1024
+    batch_bytes: int = 64 * 1024 * 1024
+    restore_memory_bytes: int = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One regular file of a snapshot: its content's blob and the metadata restored with it."""
+
+    sha256: str
+    size: int
+    mode: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class VariablesEntry:
+    """The Python globals captured with the workspace (see :class:`~..base.VariablesDump`)."""
+
+    sha256: str
+    size: int
+    saved: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One revision of a workspace. Build it, :meth:`encode` it, store the bytes; the hash is the ref.
+
+    Attributes:
+        revision: The sandbox revision this snapshot captures (the graph record's counter).
+        created_at: Host time of the capture, in seconds since the epoch.
+        parent: Ref of the snapshot this one was captured against, if any (informational: a
+            snapshot never needs its parent to be restored).
+        files: Workspace-relative POSIX path -> file entry.
+        dirs: Directories that hold no file (other directories follow from the file paths).
+        omitted: Paths that exist in the workspace but were not captured, with the reason.
+        variables: The variables blob, or ``None`` when the provider has no variables.
+    """
+
+    revision: int = 0
+    created_at: float = 0.0
+    parent: str | None = None
+    files: Mapping[str, FileEntry] = field(default_factory=dict)
+    dirs: tuple[str, ...] = ()
+    omitted: Mapping[str, str] = field(default_factory=dict)
+    variables: VariablesEntry | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        """Sum of the sizes of the files."""
+        return sum(entry.size for entry in self.files.values())
+
+    def blob_keys(self) -> set[str]:
+        """Every blob this snapshot needs besides the manifest itself (file contents, variables)."""
+        keys = {entry.sha256 for entry in self.files.values()}
+        if self.variables is not None:
+            keys.add(self.variables.sha256)
+        return keys
+
+    def encode(self) -> bytes:
+        """The canonical JSON bytes of this manifest (equal manifests give equal bytes)."""
+        document: dict[str, Any] = {
+            "format": FORMAT,
+            "revision": self.revision,
+            "created_at": self.created_at,
+            "parent": self.parent,
+            "files": {
+                path: {
+                    "sha256": entry.sha256,
+                    "size": entry.size,
+                    "mode": entry.mode,
+                    "mtime_ns": entry.mtime_ns,
+                }
+                for path, entry in self.files.items()
+            },
+            "dirs": sorted(self.dirs),
+            "omitted": dict(self.omitted),
+            "variables": None
+            if self.variables is None
+            else {
+                "sha256": self.variables.sha256,
+                "size": self.variables.size,
+                "saved": list(self.variables.saved),
+                "skipped": list(self.variables.skipped),
+            },
+        }
+        return json.dumps(
+            document, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+        ).encode("ascii")
+
+
+def check_relative_path(path: object, *, what: str = "path") -> str:
+    """Return ``path`` if it is a plain workspace-relative POSIX path, else raise.
+
+    The rules are lexical and strict, because the manifest is untrusted: no empty, ``.`` or ``..``
+    component (refused, never normalised away), no absolute path, no Windows drive, no backslash,
+    no NUL, no over-long name.
+
+    Raises:
+        UnsafeArchiveError: naming the path and the rule it breaks.
+    """
+    if not isinstance(path, str) or not path:
+        raise UnsafeArchiveError(f"Snapshot {what} {path!r} is not a non-empty string.")
+    reason: str | None = None
+    if "\x00" in path:
+        reason = "contains a NUL byte"
+    elif "\\" in path:
+        reason = "contains a backslash (snapshot paths are POSIX)"
+    elif path.startswith("/"):
+        reason = "is absolute"
+    elif _WINDOWS_DRIVE.match(path):
+        reason = "starts with a drive letter"
+    elif len(path) > _MAX_PATH_CHARS:
+        reason = f"is longer than {_MAX_PATH_CHARS} characters"
+    else:
+        for part in path.split("/"):
+            if part in ("", ".", ".."):
+                reason = f"has a {part or 'empty'!r} component"
+                break
+            if len(part) > _MAX_NAME_CHARS:
+                reason = f"has a name longer than {_MAX_NAME_CHARS} characters"
+                break
+    if reason is not None:
+        raise UnsafeArchiveError(f"Snapshot {what} {path!r} {reason}; refusing to restore it.")
+    return path
+
+
+def parse_manifest(data: bytes, limits: SnapshotLimits | None = None) -> Manifest:
+    """Decode and validate manifest bytes read from a store.
+
+    Everything a restore relies on is checked here, so a manifest that parses can be applied:
+    known format, exact fields and types, path rules (:func:`check_relative_path`), no duplicate
+    path (JSON keys included), no path below a file, counts and sizes within ``limits``.
+
+    Raises:
+        UnsafeArchiveError: the bytes are not a valid manifest; the message says why.
+    """
+    limits = limits or SnapshotLimits()
+    if len(data) > limits.max_manifest_bytes:
+        raise UnsafeArchiveError(
+            f"Snapshot manifest is {len(data)} bytes, over the limit of "
+            f"{limits.max_manifest_bytes} (SnapshotLimits.max_manifest_bytes)."
+        )
+    try:
+        document = json.loads(data, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_nan)
+    except (ValueError, RecursionError) as exc:
+        raise UnsafeArchiveError(f"Snapshot manifest is not valid JSON: {exc}") from None
+    doc = _exact_object(document, "manifest", required={"format"}, optional=_TOP_LEVEL_KEYS)
+    if doc["format"] != FORMAT or isinstance(doc["format"], bool):
+        raise UnsafeArchiveError(
+            f"Snapshot manifest has format {doc['format']!r}; this version reads format {FORMAT}."
+        )
+    _exact_object(doc, "manifest", required=_TOP_LEVEL_KEYS, optional=set())
+    files_doc = _exact_object(doc["files"], "files", required=set(), optional=None)
+    dirs_doc = doc["dirs"]
+    omitted_doc = _exact_object(doc["omitted"], "omitted", required=set(), optional=None)
+    if not isinstance(dirs_doc, list):
+        raise UnsafeArchiveError("Snapshot manifest field 'dirs' is not a list.")
+    count = len(files_doc) + len(dirs_doc)
+    if count > limits.max_files or len(omitted_doc) > limits.max_files:
+        raise UnsafeArchiveError(
+            f"Snapshot lists {count} files and directories, over the limit of "
+            f"{limits.max_files} (SnapshotLimits.max_files)."
+        )
+
+    files: dict[str, FileEntry] = {}
+    total = 0
+    for path, entry_doc in files_doc.items():
+        check_relative_path(path)
+        entry = _file_entry(path, entry_doc, limits)
+        total += entry.size
+        if total > limits.max_total_bytes:
+            raise UnsafeArchiveError(
+                f"Snapshot holds more than {limits.max_total_bytes} bytes of files "
+                "(SnapshotLimits.max_total_bytes)."
+            )
+        files[path] = entry
+    dirs: list[str] = []
+    for path in dirs_doc:
+        check_relative_path(path, what="directory")
+        if path in files:
+            raise UnsafeArchiveError(f"Snapshot path {path!r} is listed as a file and a directory.")
+        dirs.append(path)
+    if len(set(dirs)) != len(dirs):
+        raise UnsafeArchiveError("Snapshot lists a directory twice.")
+    for path in [*files, *dirs]:
+        parent = path.rpartition("/")[0]
+        while parent:
+            if parent in files:
+                raise UnsafeArchiveError(
+                    f"Snapshot path {path!r} lies below the file {parent!r}; refusing to restore it."
+                )
+            parent = parent.rpartition("/")[0]
+    omitted: dict[str, str] = {}
+    for path, note in omitted_doc.items():
+        check_relative_path(path)
+        if not isinstance(note, str) or len(note) > _MAX_NOTE_CHARS:
+            raise UnsafeArchiveError(f"Snapshot note for {path!r} is not a short string.")
+        omitted[path] = note
+
+    return Manifest(
+        revision=_integer(doc["revision"], "revision", minimum=0),
+        created_at=_number(doc["created_at"], "created_at"),
+        parent=None if doc["parent"] is None else _digest(doc["parent"], "parent"),
+        files=files,
+        dirs=tuple(dirs),
+        omitted=omitted,
+        variables=_variables_entry(doc["variables"], limits),
+    )
+
+
+def is_digest(value: object) -> bool:
+    """Whether ``value`` is a lowercase hex sha256 digest (the form of every blob key and ref)."""
+    return isinstance(value, str) and _HEX_DIGEST.fullmatch(value) is not None
+
+
+_TOP_LEVEL_KEYS = {
+    "format",
+    "revision",
+    "created_at",
+    "parent",
+    "files",
+    "dirs",
+    "omitted",
+    "variables",
+}
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def _no_nan(constant: str) -> Any:
+    raise ValueError(f"non-finite number {constant}")
+
+
+def _exact_object(
+    value: object, what: str, *, required: set[str], optional: set[str] | None
+) -> dict[str, Any]:
+    """``value`` as a dict with exactly the ``required`` keys plus some ``optional`` ones
+    (``optional=None``: any keys)."""
+    if not isinstance(value, dict):
+        raise UnsafeArchiveError(f"Snapshot manifest field {what!r} is not an object.")
+    missing = required - value.keys()
+    if missing:
+        raise UnsafeArchiveError(f"Snapshot {what} lacks {', '.join(sorted(missing))}.")
+    if optional is not None:
+        unknown = value.keys() - required - optional
+        if unknown:
+            raise UnsafeArchiveError(
+                f"Snapshot {what} has unknown fields {', '.join(sorted(unknown))}."
+            )
+    return value
+
+
+def _integer(
+    value: object, what: str, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise UnsafeArchiveError(f"Snapshot field {what!r} is not an integer.")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise UnsafeArchiveError(f"Snapshot field {what!r} is out of range: {value}.")
+    return value
+
+
+def _number(value: object, what: str) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise UnsafeArchiveError(f"Snapshot field {what!r} is not a number.")
+    return float(value)
+
+
+def _digest(value: object, what: str) -> str:
+    if not is_digest(value):
+        raise UnsafeArchiveError(f"Snapshot field {what!r} is not a sha256 hex digest.")
+    return str(value)
+
+
+def _file_entry(path: str, value: object, limits: SnapshotLimits) -> FileEntry:
+    doc = _exact_object(
+        value, f"entry {path!r}", required={"sha256", "size", "mode", "mtime_ns"}, optional=set()
+    )
+    size = _integer(doc["size"], f"{path}.size", minimum=0)
+    if size > limits.max_file_bytes:
+        raise UnsafeArchiveError(
+            f"Snapshot file {path!r} is {size} bytes, over the limit of {limits.max_file_bytes} "
+            "(SnapshotLimits.max_file_bytes)."
+        )
+    return FileEntry(
+        sha256=_digest(doc["sha256"], f"{path}.sha256"),
+        size=size,
+        mode=_integer(doc["mode"], f"{path}.mode", minimum=0, maximum=0o7777),
+        mtime_ns=_integer(doc["mtime_ns"], f"{path}.mtime_ns"),
+    )
+
+
+def _variables_entry(value: object, limits: SnapshotLimits) -> VariablesEntry | None:
+    if value is None:
+        return None
+    doc = _exact_object(
+        value, "variables", required={"sha256", "size", "saved", "skipped"}, optional=set()
+    )
+    size = _integer(doc["size"], "variables.size", minimum=0, maximum=limits.max_file_bytes)
+    names: dict[str, tuple[str, ...]] = {}
+    for key in ("saved", "skipped"):
+        listed = doc[key]
+        if (
+            not isinstance(listed, list)
+            or len(listed) > limits.max_files
+            or not all(isinstance(name, str) and name.isidentifier() for name in listed)
+        ):
+            raise UnsafeArchiveError(f"Snapshot variables.{key} is not a list of Python names.")
+        names[key] = tuple(listed)
+    return VariablesEntry(
+        sha256=_digest(doc["sha256"], "variables.sha256"),
+        size=size,
+        saved=names["saved"],
+        skipped=names["skipped"],
+    )
+
+
+__all__ = [
+    "FORMAT",
+    "FileEntry",
+    "Manifest",
+    "SnapshotLimits",
+    "VariablesEntry",
+    "check_relative_path",
+    "is_digest",
+    "parse_manifest",
+]

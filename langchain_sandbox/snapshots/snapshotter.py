@@ -1,0 +1,795 @@
+"""Capture, restore and garbage-collect workspace snapshots, on any provider.
+
+The :class:`Snapshotter` talks to a session only through the provider contract
+(``list_files``, ``read_files``, ``write_files``, ``remove_files``, ``dump_variables``,
+``load_variables``; ``run_command`` only to restore file modes), so one implementation serves the
+local, E2B and Runloop providers alike.
+
+API (stable; the runtime calls these):
+
+``capture(session, *, base=None, revision=0) -> SnapshotInfo``
+    Snapshot the workspace and the picklable variables. Files whose ``(size, mtime_ns)`` match the
+    ``base`` snapshot (or what this snapshotter last saw in the same session) are not read again;
+    only blobs the store lacks are written. Returns the ref to keep in the graph record.
+``restore(session, ref) -> RestoreReport``
+    Validate the snapshot (manifest and every blob it needs) *before* touching the session, then
+    make the workspace equal to it (write what differs, remove what is not in it, restore modes)
+    and load the variables. ``RestoreReport.notices`` are messages for the model.
+``collect_garbage(live_refs, *, dry_run=False, grace_seconds=3600) -> GcReport``
+    Delete every blob no live snapshot needs (manifests, file contents, variables), except blobs
+    younger than the grace period, which a capture running right now may still be referencing.
+
+Change detection trusts ``(size, mtime_ns)`` the way ``rsync`` and ``git`` do, with git's guard
+against "racy" entries: a file whose mtime is within :data:`RACY_WINDOW_NS` of the moment it was
+listed is read again next time, so a write landing in the same timestamp tick is not missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from langchain_sandbox.errors import (
+    InvalidInputError,
+    SnapshotNotFoundError,
+    UnsafeArchiveError,
+)
+from langchain_sandbox.providers.base import FileInfo, Session
+from langchain_sandbox.snapshots.local_store import LocalDirectoryBlobStore
+from langchain_sandbox.snapshots.manifest import (
+    FileEntry,
+    Manifest,
+    SnapshotLimits,
+    VariablesEntry,
+    check_relative_path,
+    is_digest,
+    parse_manifest,
+)
+from langchain_sandbox.snapshots.store import BlobStore, digest
+
+RACY_WINDOW_NS = 50_000_000
+"""A listed mtime this close to (or after) the listing's start is not trusted for change detection."""
+
+_DIR_PLACEHOLDER = ".langchain-sandbox-keep"
+_HASH_IN_THREAD_BYTES = 1024 * 1024
+_MAX_COMMAND_CHARS = 64 * 1024
+_MAX_NAMES_IN_NOTICE = 10
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """What :meth:`Snapshotter.capture` did.
+
+    Attributes:
+        ref: The snapshot's reference (sha256 of its manifest); store it in the graph record.
+        revision: The revision recorded in the manifest.
+        parent: The ``base`` the capture was made against, if any.
+        files: Files in the snapshot.
+        bytes_total: Sum of their sizes.
+        bytes_read: Bytes read from the session (only files that changed, or were not known).
+        bytes_written: Bytes of new blobs written to the store (the manifest included).
+        blobs_written: New blobs written to the store.
+        variables_saved: Names of the variables captured.
+        variables_skipped: Names that could not be captured (unpicklable).
+        omitted: Workspace paths left out, with the reason (symlinks, files over the size limit).
+        notices: The same facts as sentences, for a log or the model.
+    """
+
+    ref: str
+    revision: int
+    parent: str | None
+    files: int
+    bytes_total: int
+    bytes_read: int
+    bytes_written: int
+    blobs_written: int
+    variables_saved: tuple[str, ...] = ()
+    variables_skipped: tuple[str, ...] = ()
+    omitted: Mapping[str, str] = field(default_factory=dict)
+    notices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """What :meth:`Snapshotter.restore` did.
+
+    Attributes:
+        ref: The snapshot restored.
+        revision: Its revision.
+        files_written: Files written (those that differed or were missing).
+        bytes_written: Their total size.
+        files_unchanged: Files that already had the snapshot's content.
+        paths_removed: Workspace paths removed because the snapshot does not have them.
+        variables_restored: Names of the variables loaded back.
+        variables_lost: Names that could not be restored (skipped at capture or failed to load).
+        notices: Messages for the model ("restored the workspace to revision N; ...").
+    """
+
+    ref: str
+    revision: int
+    files_written: int
+    bytes_written: int
+    files_unchanged: int
+    paths_removed: int
+    variables_restored: tuple[str, ...] = ()
+    variables_lost: tuple[str, ...] = ()
+    notices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GcReport:
+    """What :meth:`Snapshotter.collect_garbage` deleted (or, with ``dry_run``, would delete).
+
+    Attributes:
+        dry_run: Nothing was deleted.
+        live_refs: Snapshot refs given as still referenced.
+        missing_refs: Live refs whose manifest is not in the store (their snapshots cannot be
+            restored; worth an alert).
+        reachable_blobs: Blobs the live snapshots need.
+        kept_recent: Unreferenced blobs kept because they are younger than the grace period.
+        deleted_blobs: Blobs deleted (or to delete).
+        deleted_bytes: Their total size.
+    """
+
+    dry_run: bool
+    live_refs: int
+    missing_refs: tuple[str, ...]
+    reachable_blobs: int
+    kept_recent: int
+    deleted_blobs: int
+    deleted_bytes: int
+
+
+@dataclass(frozen=True)
+class _Known:
+    """A file's content hash as of a listing taken at ``listed_at_ns`` (host clock)."""
+
+    size: int
+    mtime_ns: int
+    sha256: str
+    listed_at_ns: int
+
+    def matches(self, info: FileInfo) -> bool:
+        return (
+            info.size == self.size
+            and info.mtime_ns == self.mtime_ns
+            and self.mtime_ns < self.listed_at_ns - RACY_WINDOW_NS
+        )
+
+
+class Snapshotter:
+    """Content-addressed, incremental snapshots of a session's workspace and variables.
+
+    Args:
+        store: Where blobs go; default a :class:`LocalDirectoryBlobStore` at its default path.
+        limits: Bounds checked on capture and on restore.
+
+    One snapshotter may serve many sessions at once; it remembers, per live session object, the
+    hashes of the files it last captured or restored there, so the next capture reads only what
+    changed even when the previous snapshot came from another session. A caller must not run code
+    in a session while it is being captured or restored (the runtime holds the session's lock).
+    """
+
+    def __init__(
+        self, store: BlobStore | None = None, *, limits: SnapshotLimits | None = None
+    ) -> None:
+        self.store: BlobStore = store if store is not None else LocalDirectoryBlobStore()
+        self.limits = limits or SnapshotLimits()
+        self._known: weakref.WeakKeyDictionary[Session, dict[str, _Known]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def load_manifest(self, ref: str) -> Manifest:
+        """Fetch, verify and parse the manifest of ``ref``.
+
+        Raises:
+            InvalidInputError: ``ref`` is not a sha256 hex digest.
+            SnapshotNotFoundError: the store has no such snapshot.
+            UnsafeArchiveError: the manifest does not match its hash or is malformed.
+        """
+        if not is_digest(ref):
+            raise InvalidInputError(f"Snapshot ref {ref!r} is not a sha256 hex digest.")
+        data = await self.store.get(ref)
+        _verify(ref, data, None)
+        return parse_manifest(data, self.limits)
+
+    # ------------------------------------------------------------------ capture
+
+    async def capture(
+        self, session: Session, *, base: str | None = None, revision: int = 0
+    ) -> SnapshotInfo:
+        """Snapshot ``session``'s workspace (and variables) and return its ref.
+
+        Args:
+            session: The live session.
+            base: Ref of an earlier snapshot of this workspace, normally the one in the graph
+                record; files unchanged since it are not read again. A base missing from the
+                store only makes the capture slower.
+            revision: The sandbox revision this snapshot captures.
+
+        Raises:
+            InvalidInputError: the workspace exceeds the limits (too many files or bytes).
+        """
+        if base is not None and not is_digest(base):
+            raise InvalidInputError(f"Snapshot ref {base!r} is not a sha256 hex digest.")
+        listed_at_ns = time.time_ns()
+        listing = await session.list_files(".", recursive=True)
+        known = dict(self._known.get(session, {}))
+        if base is not None:
+            base_manifest = await self._load_optional(base)
+            if base_manifest is not None:
+                listed_ns = int(base_manifest.created_at * 1e9)
+                for path, entry in base_manifest.files.items():
+                    known.setdefault(
+                        path, _Known(entry.size, entry.mtime_ns, entry.sha256, listed_ns)
+                    )
+
+        max_file = min(self.limits.max_file_bytes, session.spec.limits.max_file_bytes)
+        selected, dirs, omitted = _select(listing, max_file)
+        self._check_capacity(selected, dirs, omitted)
+
+        hashes: dict[str, str] = {}
+        to_read: list[FileInfo] = []
+        for info in selected:
+            seen = known.get(info.path)
+            if seen is not None and seen.matches(info):
+                hashes[info.path] = seen.sha256
+            else:
+                to_read.append(info)
+        absent = await self.store.missing(set(hashes.values()))
+        if absent:
+            # A blob of an unchanged file is gone from the store (gc'd with an old snapshot): the
+            # file is read again so the new snapshot is complete.
+            to_read += [info for info in selected if hashes.get(info.path) in absent]
+            for info in to_read:
+                hashes.pop(info.path, None)
+
+        sizes = {info.path: info.size for info in selected}
+        bytes_read = bytes_written = blobs_written = 0
+        for batch in _batches(to_read, lambda info: info.size, self.limits.batch_bytes):
+            contents = await _read_batch(session, [info.path for info in batch], omitted)
+            bytes_read += sum(len(data) for data in contents.values())
+            for path, data in contents.items():
+                if len(data) > max_file:
+                    omitted[path] = f"{len(data)} bytes, over the {max_file}-byte file limit"
+                    continue
+                sizes[path] = len(data)
+            digests = await _digest_all({p: d for p, d in contents.items() if p not in omitted})
+            hashes.update(digests)
+            written = await self._put_new({digests[p]: contents[p] for p in digests})
+            bytes_written += written[0]
+            blobs_written += written[1]
+
+        by_path = {info.path: info for info in selected}
+        files = {
+            path: FileEntry(
+                sha256=hashes[path],
+                size=sizes[path],
+                mode=by_path[path].mode & 0o7777,
+                mtime_ns=by_path[path].mtime_ns,
+            )
+            for path in sorted(hashes)
+            if path not in omitted
+        }
+        variables, variables_blob, notices = await self._capture_variables(session, max_file)
+        if variables is not None:
+            written = await self._put_new({variables.sha256: variables_blob})
+            bytes_written += written[0]
+            blobs_written += written[1]
+        manifest = Manifest(
+            revision=revision,
+            created_at=listed_at_ns / 1e9,
+            parent=base,
+            files=files,
+            dirs=tuple(sorted(_empty_dirs(dirs, files, omitted))),
+            omitted=dict(sorted(omitted.items())),
+            variables=variables,
+        )
+        encoded = manifest.encode()
+        ref = digest(encoded)
+        written = await self._put_new({ref: encoded})
+        bytes_written += written[0]
+        blobs_written += written[1]
+        self._known[session] = {
+            path: _Known(by_path[path].size, by_path[path].mtime_ns, entry.sha256, listed_at_ns)
+            for path, entry in files.items()
+        }
+        if omitted:
+            notices.append(
+                f"{len(omitted)} workspace path(s) were not captured: {_describe(omitted)}."
+            )
+        return SnapshotInfo(
+            ref=ref,
+            revision=revision,
+            parent=base,
+            files=len(files),
+            bytes_total=manifest.total_bytes,
+            bytes_read=bytes_read,
+            bytes_written=bytes_written,
+            blobs_written=blobs_written,
+            variables_saved=variables.saved if variables else (),
+            variables_skipped=variables.skipped if variables else (),
+            omitted=manifest.omitted,
+            notices=tuple(notices),
+        )
+
+    async def _load_optional(self, ref: str) -> Manifest | None:
+        try:
+            return await self.load_manifest(ref)
+        except SnapshotNotFoundError:
+            return None
+
+    def _check_capacity(
+        self, selected: Sequence[FileInfo], dirs: set[str], omitted: Mapping[str, str]
+    ) -> None:
+        count = len(selected) + len(dirs)
+        total = sum(info.size for info in selected)
+        if count > self.limits.max_files or len(omitted) > self.limits.max_files:
+            raise InvalidInputError(
+                f"The workspace has {count} files and directories; a snapshot holds at most "
+                f"{self.limits.max_files} (SnapshotLimits.max_files). Delete files you do not need."
+            )
+        if total > self.limits.max_total_bytes:
+            raise InvalidInputError(
+                f"The workspace holds {total} bytes; a snapshot holds at most "
+                f"{self.limits.max_total_bytes} (SnapshotLimits.max_total_bytes). "
+                "Delete files you do not need."
+            )
+
+    async def _capture_variables(
+        self, session: Session, max_bytes: int
+    ) -> tuple[VariablesEntry | None, bytes, list[str]]:
+        if not session.capabilities.variables:
+            return None, b"", []
+        dump = await session.dump_variables()
+        if len(dump.data) > max_bytes:
+            return (
+                None,
+                b"",
+                [
+                    f"Python variables were not captured: {len(dump.data)} bytes, over the "
+                    f"{max_bytes}-byte limit."
+                ],
+            )
+        entry = VariablesEntry(
+            sha256=digest(dump.data),
+            size=len(dump.data),
+            saved=tuple(sorted(dump.saved)),
+            skipped=tuple(sorted(dump.skipped)),
+        )
+        return entry, dump.data, []
+
+    async def _put_new(self, blobs: Mapping[str, bytes]) -> tuple[int, int]:
+        """Store the blobs the store lacks; return (bytes, count) written."""
+        if not blobs:
+            return 0, 0
+        absent = await self.store.missing(blobs)
+        new = {key: blobs[key] for key in absent}
+        if new:
+            await self.store.put_many(new)
+        return sum(len(data) for data in new.values()), len(new)
+
+    # ------------------------------------------------------------------ restore
+
+    async def restore(self, session: Session, ref: str) -> RestoreReport:
+        """Make ``session``'s workspace and variables equal to snapshot ``ref``.
+
+        Nothing is written until the manifest has been validated and every blob the restore needs
+        has been found in the store (and, up to ``limits.restore_memory_bytes``, fetched and
+        verified against its hash). Paths go through the session's own ``write_files`` and
+        ``remove_files``, which resolve them inside the workspace.
+
+        Raises:
+            InvalidInputError: ``ref`` is not a sha256 hex digest.
+            SnapshotNotFoundError: the snapshot or one of its blobs is not in the store.
+            UnsafeArchiveError: the manifest is malformed, breaks a path rule or a limit, or a
+                blob does not match its hash. The session is left untouched (a blob found corrupt
+                only during the second pass of a restore larger than the memory budget is the one
+                exception, possible only if the store changes during the restore).
+        """
+        manifest = await self.load_manifest(ref)
+        listing = await session.list_files(".", recursive=True)
+        known = self._known.get(session, {})
+        manifest_listed_ns = int(manifest.created_at * 1e9)
+
+        def unchanged(info: FileInfo, entry: FileEntry) -> bool:
+            seen = known.get(info.path)
+            if seen is not None and seen.sha256 == entry.sha256 and seen.matches(info):
+                return True
+            return _Known(entry.size, entry.mtime_ns, entry.sha256, manifest_listed_ns).matches(
+                info
+            )
+
+        removals, writes, make_dirs = _plan_restore(manifest, listing, unchanged)
+        needed = {manifest.files[path].sha256: manifest.files[path].size for path in writes}
+        if manifest.variables is not None:
+            needed[manifest.variables.sha256] = manifest.variables.size
+        absent = await self.store.missing(needed)
+        if absent:
+            raise SnapshotNotFoundError(
+                f"Snapshot {ref} cannot be restored: {len(absent)} of its blobs are missing from "
+                f"the store ({', '.join(sorted(absent)[:3])}...)."
+            )
+        in_memory = sum(needed.values()) <= self.limits.restore_memory_bytes
+        blobs: dict[str, bytes] = {}
+        for batch in _batches(list(needed.items()), _second, self.limits.batch_bytes):
+            fetched = await self._fetch_verified(dict(batch))
+            if in_memory:
+                blobs.update(fetched)
+
+        if removals:
+            await session.remove_files(removals)
+        bytes_written = 0
+        for batch in _batches(
+            [(path, manifest.files[path].size) for path in writes], _second, self.limits.batch_bytes
+        ):
+            wanted = {manifest.files[path].sha256: size for path, size in batch}
+            contents = blobs if in_memory else await self._fetch_verified(wanted)
+            await session.write_files(
+                {path: contents[manifest.files[path].sha256] for path, _ in batch}
+            )
+            bytes_written += sum(size for _, size in batch)
+        if make_dirs:
+            placeholders = [f"{path}/{_DIR_PLACEHOLDER}" for path in make_dirs]
+            await session.write_files(dict.fromkeys(placeholders, b""))
+            await session.remove_files(placeholders)
+
+        notices = [
+            f"Restored the workspace to revision {manifest.revision} "
+            f"({len(manifest.files)} files, {_human_bytes(manifest.total_bytes)})."
+        ]
+        restored_at_ns = time.time_ns()
+        after = {info.path: info for info in await session.list_files(".", recursive=True)}
+        notices += await _restore_modes(session, manifest, after)
+        self._known[session] = {
+            path: _Known(info.size, info.mtime_ns, entry.sha256, restored_at_ns)
+            for path, entry in manifest.files.items()
+            if (info := after.get(path)) is not None and info.size == entry.size
+        }
+        if manifest.omitted:
+            notices.append(
+                f"{len(manifest.omitted)} path(s) were not part of the snapshot and are not "
+                f"restored: {_describe(manifest.omitted)}."
+            )
+        restored, lost = await self._restore_variables(session, manifest, blobs, notices)
+        return RestoreReport(
+            ref=ref,
+            revision=manifest.revision,
+            files_written=len(writes),
+            bytes_written=bytes_written,
+            files_unchanged=len(manifest.files) - len(writes),
+            paths_removed=len(removals),
+            variables_restored=restored,
+            variables_lost=lost,
+            notices=tuple(notices),
+        )
+
+    async def _fetch_verified(self, sizes: Mapping[str, int]) -> dict[str, bytes]:
+        blobs = await self.store.get_many(sizes)
+        for key, data in blobs.items():
+            _verify(key, data, sizes[key])
+        return blobs
+
+    async def _restore_variables(
+        self,
+        session: Session,
+        manifest: Manifest,
+        blobs: Mapping[str, bytes],
+        notices: list[str],
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        variables = manifest.variables
+        if variables is None:
+            return (), ()
+        if not session.capabilities.variables:
+            notices.append(
+                "Python variables were not restored: this sandbox provider cannot load them."
+            )
+            return (), variables.saved + variables.skipped
+        data = blobs.get(variables.sha256)
+        if data is None:
+            data = (await self._fetch_verified({variables.sha256: variables.size}))[
+                variables.sha256
+            ]
+        failed = await session.load_variables(data)
+        lost = tuple(sorted({*variables.skipped, *failed}))
+        restored = tuple(name for name in variables.saved if name not in set(failed))
+        if lost:
+            notices.append(
+                f"Variables {', '.join(lost)} could not be restored (they could not be pickled "
+                "or failed to load); re-create them before using them."
+            )
+        return restored, lost
+
+    # ----------------------------------------------------------------------- gc
+
+    async def collect_garbage(
+        self,
+        live_refs: Iterable[str],
+        *,
+        dry_run: bool = False,
+        grace_seconds: float = 3600.0,
+    ) -> GcReport:
+        """Delete the blobs that no live snapshot needs.
+
+        Args:
+            live_refs: Refs of every snapshot still referenced (by any checkpoint of any thread).
+                A snapshot's parent is not kept for it: it is not needed to restore it.
+            dry_run: Only report what would be deleted.
+            grace_seconds: Blobs written more recently are kept, and manifests among them count
+                as live, so a capture that has not reached a checkpoint yet loses nothing. Make it
+                longer than the longest gap between a capture and its checkpoint.
+        """
+        roots = list(dict.fromkeys(live_refs))
+        for ref in roots:
+            if not is_digest(ref):
+                raise InvalidInputError(f"Snapshot ref {ref!r} is not a sha256 hex digest.")
+        blobs = [info async for info in self.store.iter_blobs()]
+        cutoff = time.time() - grace_seconds
+        recent = {info.key for info in blobs if info.modified_at >= cutoff}
+        recent_manifests = [
+            info.key
+            for info in blobs
+            if info.key in recent and info.size <= self.limits.max_manifest_bytes
+        ]
+        reachable: set[str] = set()
+        missing: list[str] = []
+        for ref in roots:
+            try:
+                manifest = await self.load_manifest(ref)
+            except SnapshotNotFoundError:
+                missing.append(ref)
+                continue
+            except UnsafeArchiveError:
+                # Keep what is there of a damaged live snapshot; deleting it helps no one.
+                reachable.add(ref)
+                continue
+            reachable.add(ref)
+            reachable |= manifest.blob_keys()
+        for key in recent_manifests:
+            recent_manifest = await self._recent_manifest(key)
+            if recent_manifest is not None:
+                reachable.add(key)
+                reachable |= recent_manifest.blob_keys()
+        garbage = [info for info in blobs if info.key not in reachable and info.key not in recent]
+        if not dry_run and garbage:
+            await self.store.delete(info.key for info in garbage)
+        return GcReport(
+            dry_run=dry_run,
+            live_refs=len(roots),
+            missing_refs=tuple(missing),
+            reachable_blobs=sum(1 for info in blobs if info.key in reachable),
+            kept_recent=sum(1 for info in blobs if info.key in recent - reachable),
+            deleted_blobs=len(garbage),
+            deleted_bytes=sum(info.size for info in garbage),
+        )
+
+    async def _recent_manifest(self, key: str) -> Manifest | None:
+        """The manifest stored under ``key``, or ``None`` if that blob is not a manifest."""
+        try:
+            data = await self.store.get(key)
+        except SnapshotNotFoundError:
+            return None
+        # Canonical manifests start with their first sorted key; file blobs almost never do.
+        if not data.startswith(b'{"created_at":') or digest(data) != key:
+            return None
+        try:
+            return parse_manifest(data, self.limits)
+        except UnsafeArchiveError:
+            return None
+
+
+def _verify(key: str, data: bytes, size: int | None) -> None:
+    if (size is not None and len(data) != size) or digest(data) != key:
+        raise UnsafeArchiveError(
+            f"Snapshot blob {key} does not match its hash; the snapshot store is corrupt or was "
+            "tampered with. Nothing was restored from it."
+        )
+
+
+def _select(
+    listing: Sequence[FileInfo], max_file: int
+) -> tuple[list[FileInfo], set[str], dict[str, str]]:
+    """Split a listing into the files to capture, the directories, and the paths left out."""
+    selected: list[FileInfo] = []
+    dirs: set[str] = set()
+    omitted: dict[str, str] = {}
+    for info in listing:
+        try:
+            check_relative_path(info.path)
+        except UnsafeArchiveError:
+            omitted[_printable(info.path)] = "name cannot be restored portably"
+            continue
+        if info.kind == "symlink":
+            omitted[info.path] = "symlink"
+        elif info.kind == "dir":
+            dirs.add(info.path)
+        elif info.size > max_file:
+            omitted[info.path] = f"{info.size} bytes, over the {max_file}-byte file limit"
+        else:
+            selected.append(info)
+    return selected, dirs, omitted
+
+
+def _printable(path: str) -> str:
+    """A stand-in key for a path that breaks the rules (it must still pass them in the manifest)."""
+    return "unportable-name-" + digest(path.encode("utf-8", "surrogateescape"))[:16]
+
+
+def _empty_dirs(
+    dirs: set[str], files: Mapping[str, FileEntry], omitted: Mapping[str, str]
+) -> set[str]:
+    """The directories a restore must create explicitly: those no captured path lies below."""
+    implied: set[str] = set()
+    for path in [*files, *dirs]:
+        parent = path.rpartition("/")[0]
+        while parent and parent not in implied:
+            implied.add(parent)
+            parent = parent.rpartition("/")[0]
+    return {path for path in dirs if path not in implied and path not in omitted}
+
+
+def _second(pair: tuple[str, int]) -> int:
+    return pair[1]
+
+
+def _batches(items: Sequence[T], size_of: Callable[[T], int], max_bytes: int) -> Iterator[list[T]]:
+    """Consecutive groups of ``items`` of at most ``max_bytes`` each (a bigger item goes alone)."""
+    batch: list[T] = []
+    total = 0
+    for item in items:
+        size = size_of(item)
+        if batch and total + size > max_bytes:
+            yield batch
+            batch, total = [], 0
+        batch.append(item)
+        total += size
+    if batch:
+        yield batch
+
+
+async def _read_batch(
+    session: Session, paths: list[str], omitted: dict[str, str]
+) -> dict[str, bytes]:
+    """Read ``paths``; a file that vanished or cannot be read any more is noted in ``omitted``."""
+    try:
+        return await session.read_files(paths)
+    except InvalidInputError:
+        if len(paths) == 1:
+            omitted[paths[0]] = "vanished or became unreadable during the capture"
+            return {}
+    contents: dict[str, bytes] = {}
+    for path in paths:
+        contents.update(await _read_batch(session, [path], omitted))
+    return contents
+
+
+async def _digest_all(contents: Mapping[str, bytes]) -> dict[str, str]:
+    """sha256 of each value; large batches are hashed in a thread (hashlib releases the GIL)."""
+    if sum(len(data) for data in contents.values()) < _HASH_IN_THREAD_BYTES:
+        return {path: digest(data) for path, data in contents.items()}
+    return await asyncio.to_thread(lambda: {path: digest(data) for path, data in contents.items()})
+
+
+def _plan_restore(
+    manifest: Manifest,
+    listing: Sequence[FileInfo],
+    unchanged: Callable[[FileInfo, FileEntry], bool],
+) -> tuple[list[str], list[str], list[str]]:
+    """What to remove, which files to write and which empty directories to create.
+
+    Everything in the workspace that the snapshot does not have is removed, and so is anything of
+    the wrong kind (a directory where the snapshot has a file, a file where it has a directory,
+    any symlink), so no write can land on or through something the sandbox left there.
+    """
+    wanted_dirs = set(manifest.dirs)
+    for path in [*manifest.files, *manifest.dirs]:
+        parent = path.rpartition("/")[0]
+        while parent and parent not in wanted_dirs:
+            wanted_dirs.add(parent)
+            parent = parent.rpartition("/")[0]
+    current = {info.path: info for info in listing}
+    doomed: set[str] = set()
+    for path, info in current.items():
+        keep = (info.kind == "dir" and path in wanted_dirs) or (
+            info.kind == "file" and path in manifest.files
+        )
+        if not keep:
+            doomed.add(path)
+    removals = sorted(path for path in doomed if not _has_ancestor_in(path, doomed))
+    writes = [
+        path
+        for path, entry in manifest.files.items()
+        if path in doomed
+        or (existing := current.get(path)) is None
+        or _has_ancestor_in(path, doomed)
+        or not unchanged(existing, entry)
+    ]
+    make_dirs = [
+        path
+        for path in sorted(manifest.dirs)
+        if path in doomed or path not in current or _has_ancestor_in(path, doomed)
+    ]
+    return removals, writes, make_dirs
+
+
+def _has_ancestor_in(path: str, paths: set[str]) -> bool:
+    parent = path.rpartition("/")[0]
+    while parent:
+        if parent in paths:
+            return True
+        parent = parent.rpartition("/")[0]
+    return False
+
+
+def safe_mode(mode: int) -> int:
+    """The mode a restored file gets: no setuid/setgid/sticky, no group or other write, exec
+    bits only if the owner had exec, and always readable and writable by the owner."""
+    mode &= 0o755
+    if not mode & 0o100:
+        mode &= ~0o111
+    return mode | 0o600
+
+
+async def _restore_modes(
+    session: Session, manifest: Manifest, after: Mapping[str, FileInfo]
+) -> list[str]:
+    """chmod the files whose mode differs from the snapshot's (run inside the sandbox, with the
+    sandbox's own rights, so it can do nothing the sandboxed code could not)."""
+    by_mode: dict[int, list[str]] = {}
+    for path, entry in manifest.files.items():
+        info = after.get(path)
+        wanted = safe_mode(entry.mode)
+        if info is not None and info.mode & 0o7777 != wanted:
+            by_mode.setdefault(wanted, []).append(path)
+    if not by_mode:
+        return []
+    count = sum(len(paths) for paths in by_mode.values())
+    if not session.capabilities.shell:
+        return [f"File modes of {count} file(s) were not restored: this provider has no shell."]
+    failed = 0
+    for mode, paths in sorted(by_mode.items()):
+        for chunk in _command_chunks(paths):
+            command = f"chmod {mode:o} -- {' '.join(shlex.quote(p) for p in chunk)}"
+            result = await session.run_command(command, timeout=60.0)
+            if result.exit_code != 0:
+                failed += len(chunk)
+    if failed:
+        return [f"File modes of {failed} file(s) could not be restored."]
+    return []
+
+
+def _command_chunks(paths: list[str]) -> Iterator[list[str]]:
+    """Groups of paths whose quoted form fits in one command line."""
+    return _batches(paths, lambda path: len(shlex.quote(path)) + 1, _MAX_COMMAND_CHARS)
+
+
+def _describe(paths: Mapping[str, str]) -> str:
+    shown = [f"{path} ({reason})" for path, reason in list(paths.items())[:_MAX_NAMES_IN_NOTICE]]
+    more = len(paths) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def _human_bytes(count: int) -> str:
+    size = float(count)
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+__all__ = [
+    "RACY_WINDOW_NS",
+    "GcReport",
+    "RestoreReport",
+    "SnapshotInfo",
+    "Snapshotter",
+    "safe_mode",
+]

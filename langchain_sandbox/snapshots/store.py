@@ -1,0 +1,97 @@
+"""Where snapshot blobs live: the small async key -> bytes interface every store implements.
+
+Keys are sha256 hex digests of the bytes they name (content addressing), so a key can never be a
+path, a put of an existing key is a no-op, and a reader can verify what it got. Stores do not
+verify contents themselves; the :class:`~langchain_sandbox.snapshots.snapshotter.Snapshotter`
+hashes what it writes and checks what it reads.
+
+Two stores ship with the package: :class:`~.local_store.LocalDirectoryBlobStore` (the default, one
+file per blob) and :class:`~.langgraph_store.LangGraphStoreBlobStore` (any LangGraph ``BaseStore``,
+e.g. a Postgres store shared by workers on several machines). Subclass :class:`BlobStore` for
+another backend: only the abstract methods are required; the batch methods have default
+implementations a backend may override with real batching.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
+
+from langchain_sandbox.errors import InvalidInputError
+from langchain_sandbox.snapshots.manifest import is_digest
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    """A blob as listed by :meth:`BlobStore.iter_blobs`.
+
+    Attributes:
+        key: The sha256 hex digest naming the blob.
+        size: Its length in bytes.
+        modified_at: When it was last written, in seconds since the epoch (``gc`` keeps blobs
+            younger than its grace period, so it never deletes what a running capture just wrote).
+    """
+
+    key: str
+    size: int
+    modified_at: float
+
+
+def digest(data: bytes) -> str:
+    """The key of ``data``: its sha256 as lowercase hex."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_key(key: object) -> str:
+    """Return ``key`` if it is a sha256 hex digest; raise ``InvalidInputError`` otherwise.
+
+    Every store calls this before using a key, so a key can never smuggle a path or a
+    namespace separator into a backend.
+    """
+    if not is_digest(key):
+        raise InvalidInputError(f"Blob key {key!r} is not a lowercase sha256 hex digest.")
+    return str(key)
+
+
+class BlobStore(ABC):
+    """Async content-addressed blob storage for snapshots."""
+
+    @abstractmethod
+    async def get(self, key: str) -> bytes:
+        """The bytes of ``key``.
+
+        Raises:
+            SnapshotNotFoundError: the store has no such blob.
+        """
+
+    @abstractmethod
+    async def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key`` (its digest). Atomic: a reader never sees a partial blob."""
+
+    @abstractmethod
+    async def missing(self, keys: Iterable[str]) -> set[str]:
+        """The subset of ``keys`` the store does not hold."""
+
+    @abstractmethod
+    async def delete(self, keys: Iterable[str]) -> None:
+        """Delete blobs; keys that are not there are ignored."""
+
+    @abstractmethod
+    def iter_blobs(self) -> AsyncIterator[BlobInfo]:
+        """Every blob in the store (for garbage collection), in no particular order."""
+
+    async def get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
+        """The bytes of several blobs; raises ``SnapshotNotFoundError`` if any is missing."""
+        unique = list(dict.fromkeys(keys))
+        values = await asyncio.gather(*(self.get(key) for key in unique))
+        return dict(zip(unique, values, strict=True))
+
+    async def put_many(self, blobs: Mapping[str, bytes]) -> None:
+        """Store several blobs (each atomically)."""
+        await asyncio.gather(*(self.put(key, data) for key, data in blobs.items()))
+
+
+__all__ = ["BlobInfo", "BlobStore", "check_key", "digest"]
