@@ -1,0 +1,344 @@
+"""What runs code behind the E2B emulator: one "machine" per emulated sandbox.
+
+A machine is a host directory seen as ``/home/user`` (through a bubblewrap mount namespace, so
+absolute paths in user code mean what they mean on E2B), a persistent Python worker per
+code-interpreter context (variables survive between cells, like E2B's Jupyter kernel) and
+``bash -c`` for commands. This is test infrastructure, not a security boundary: it only gives the
+emulator real, path-faithful execution. The environment is scrubbed to an allow-list plus what the
+caller passes, so the host's secrets never reach emulated code.
+
+Everything here is async and runs on the emulator's event-loop thread; cancelling a call stops
+what it runs (a cell is interrupted with SIGINT, then killed; a command's process group is killed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain_sandbox.workspace import WORKSPACE_ROOT
+
+OutputSink = Callable[[str, str], None]
+"""Receives ``(stream, text)`` for each chunk of output; ``stream`` is ``stdout`` or ``stderr``."""
+
+_INTERRUPT_GRACE = 3.0
+_BASE_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": WORKSPACE_ROOT,
+    "LANG": "C.UTF-8",
+    "PYTHONUNBUFFERED": "1",
+    "MPLBACKEND": "Agg",
+    # Keep tool caches out of the workspace, which tests (and snapshots) look at.
+    "MPLCONFIGDIR": "/tmp/.matplotlib",
+    "XDG_CACHE_HOME": "/tmp/.cache",
+}
+
+# The worker speaks JSON lines: one request per line on stdin, events on its original stdout.
+# Cells are registered in linecache so functions and classes defined in them have source
+# (kernel_state relies on it, as it does on IPython's cell cache).
+_WORKER = r"""
+import ast, base64, io, json, linecache, os, sys, traceback
+_pipe = sys.stdout
+def _emit(obj):
+    _pipe.write(json.dumps(obj) + "\n"); _pipe.flush()
+class _Stream(io.TextIOBase):
+    def __init__(self, name):
+        self._name = name
+    def writable(self):
+        return True
+    def write(self, text):
+        if text:
+            _emit({"type": self._name, "text": text})
+        return len(text)
+sys.stdout, sys.stderr = _Stream("stdout"), _Stream("stderr")
+_emit({"type": "ready", "pid": os.getpid()})
+_ns = {"__name__": "__main__", "__builtins__": __builtins__}
+_count = 0
+def _figures():
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    for num in plt.get_fignums():
+        buf = io.BytesIO()
+        plt.figure(num).savefig(buf, format="png")
+        _emit({"type": "display", "png": base64.b64encode(buf.getvalue()).decode()})
+    plt.close("all")
+for _line in sys.stdin:
+    _req = json.loads(_line)
+    _count += 1
+    _saved_env = dict(os.environ)
+    os.environ.update(_req.get("env") or {})
+    _name = "<cell-%d>" % _count
+    try:
+        _code = _req["code"]
+        linecache.cache[_name] = (len(_code), None, _code.splitlines(True), _name)
+        _tree = ast.parse(_code, _name)
+        _last = None
+        if _tree.body and isinstance(_tree.body[-1], ast.Expr):
+            _last = ast.Expression(_tree.body.pop().value)
+        exec(compile(_tree, _name, "exec"), _ns)
+        if _last is not None:
+            _value = eval(compile(_last, _name, "eval"), _ns)
+            if _value is not None:
+                _emit({"type": "value", "text": repr(_value)})
+        _figures()
+    except BaseException as _exc:
+        _tb = _exc.__traceback__
+        while _tb is not None and _tb.tb_frame.f_code.co_filename == "<string>":
+            _tb = _tb.tb_next
+        _emit({"type": "error", "name": type(_exc).__name__, "value": str(_exc),
+               "traceback": "".join(traceback.format_exception(type(_exc), _exc, _tb))})
+    finally:
+        os.environ.clear()
+        os.environ.update(_saved_env)
+        _emit({"type": "end"})
+"""
+
+
+@dataclass
+class CellOutcome:
+    """What a cell produced besides its streamed output."""
+
+    value: str | None = None
+    pngs: list[str] = field(default_factory=list)
+    error: dict[str, str] | None = None
+    count: int = 0
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One filesystem entry as envd describes it."""
+
+    name: str
+    path: str
+    kind: str
+    size: int
+    mode: int
+    mtime_ns: int
+    symlink_target: str | None = None
+
+
+class Machine:
+    """The execution backend of one emulated sandbox."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, *, network: bool = True) -> None:
+        self._network = network
+        self._root = Path(tempfile.mkdtemp(prefix="e2b-emulated-"))
+        self.workspace = self._root / "home-user"
+        self.workspace.mkdir()
+        self._env = {**_BASE_ENV, **dict(env or {})}
+        self._workers: dict[str, _Worker] = {}
+        self._closed = False
+
+    def host_path(self, path: str) -> Path:
+        """Map an absolute sandbox path to the host; only the workspace exists in the emulator."""
+        if path == WORKSPACE_ROOT:
+            return self.workspace
+        if not path.startswith(WORKSPACE_ROOT + "/"):
+            raise FileNotFoundError(path)
+        parts = [p for p in path[len(WORKSPACE_ROOT) + 1 :].split("/") if p not in ("", ".")]
+        if ".." in parts:
+            raise FileNotFoundError(path)
+        return self.workspace.joinpath(*parts)
+
+    def sandbox_path(self, host: Path) -> str:
+        rel = host.relative_to(self.workspace).as_posix()
+        return WORKSPACE_ROOT if rel == "." else f"{WORKSPACE_ROOT}/{rel}"
+
+    def entry(self, host: Path) -> Entry:
+        st = host.lstat()
+        if host.is_symlink():
+            kind, target = "symlink", os.readlink(host)
+        else:
+            kind, target = ("dir" if host.is_dir() else "file"), None
+        return Entry(
+            name=host.name or "user",
+            path=self.sandbox_path(host),
+            kind=kind,
+            size=0 if kind == "dir" else st.st_size,
+            mode=st.st_mode & 0o7777,
+            mtime_ns=st.st_mtime_ns,
+            symlink_target=target,
+        )
+
+    def list_dir(self, path: str, depth: int) -> list[Entry]:
+        base = self.host_path(path)
+        if not base.is_dir():
+            raise FileNotFoundError(path)
+        entries: list[Entry] = []
+        pending = [(base, 1)]
+        while pending:
+            directory, level = pending.pop()
+            for child in sorted(directory.iterdir()):
+                entries.append(self.entry(child))
+                if level < depth and child.is_dir() and not child.is_symlink():
+                    pending.append((child, level + 1))
+        return entries
+
+    def _bwrap(self, argv: list[str], cwd: str) -> list[str]:
+        bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
+        return [
+            bwrap,
+            "--ro-bind", "/", "/",
+            "--dev", "/dev",
+            "--proc", "/proc",
+            "--tmpfs", "/tmp",
+            "--tmpfs", "/home",
+            "--bind", str(self.workspace), WORKSPACE_ROOT,
+            *(() if self._network else ("--unshare-net",)),
+            "--chdir", cwd,
+            "--die-with-parent",
+            "--",
+            *argv,
+        ]  # fmt: skip
+
+    async def spawn(self, argv: list[str], env: Mapping[str, str], cwd: str) -> Any:
+        return await asyncio.create_subprocess_exec(
+            *self._bwrap(argv, cwd),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**self._env, **dict(env)},
+            start_new_session=True,
+        )
+
+    async def run_command(
+        self, command: str, env: Mapping[str, str], cwd: str, sink: OutputSink
+    ) -> int:
+        """Run ``bash -c command``; cancelling kills its whole process group."""
+        self.host_path(cwd)
+        proc = await self.spawn(["/bin/bash", "-c", command], env, cwd)
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            await asyncio.gather(
+                _pump(proc.stdout, lambda text: sink("stdout", text)),
+                _pump(proc.stderr, lambda text: sink("stderr", text)),
+            )
+            return int(await proc.wait())
+        finally:
+            _kill_group(proc.pid)
+            with contextlib.suppress(ProcessLookupError):
+                await proc.wait()
+
+    async def run_cell(
+        self, code: str, env: Mapping[str, str], sink: OutputSink, context: str = "default"
+    ) -> CellOutcome:
+        """Run a cell in the context's persistent worker; cancelling interrupts it."""
+        worker = self._workers.get(context)
+        if worker is None or worker.proc.returncode is not None:
+            proc = await self.spawn([sys.executable, "-u", "-c", _WORKER], {}, WORKSPACE_ROOT)
+            worker = await _Worker.start(proc)
+            self._workers[context] = worker
+        return await worker.run(code, env, sink)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for worker in self._workers.values():
+            await worker.stop()
+        self._workers.clear()
+        shutil.rmtree(self._root, ignore_errors=True)
+
+
+class _Worker:
+    def __init__(self, proc: Any, pid: int) -> None:
+        self.proc = proc
+        self._pid = pid
+        self._count = 0
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def start(cls, proc: Any) -> _Worker:
+        """Wait for the worker's first line, which names its pid (bubblewrap forks it)."""
+        line = await proc.stdout.readline()
+        if not line:
+            stderr = (await proc.stderr.read()).decode(errors="replace")
+            raise RuntimeError(f"the emulated kernel did not start: {stderr.strip()}")
+        return cls(proc, int(json.loads(line)["pid"]))
+
+    async def run(self, code: str, env: Mapping[str, str], sink: OutputSink) -> CellOutcome:
+        async with self._lock:
+            self._count += 1
+            outcome = CellOutcome(count=self._count)
+            self.proc.stdin.write((json.dumps({"code": code, "env": dict(env)}) + "\n").encode())
+            await self.proc.stdin.drain()
+            try:
+                await self._collect(outcome, sink)
+            except asyncio.CancelledError:
+                await self._interrupt()
+                raise
+            return outcome
+
+    async def _collect(self, outcome: CellOutcome, sink: OutputSink) -> None:
+        while True:
+            line = await self.proc.stdout.readline()
+            if not line:
+                outcome.error = {
+                    "name": "KernelDied",
+                    "value": "the Python worker exited",
+                    "traceback": "",
+                }
+                return
+            event = json.loads(line)
+            kind = event["type"]
+            if kind == "end":
+                return
+            if kind in ("stdout", "stderr"):
+                sink(kind, event["text"])
+            elif kind == "value":
+                outcome.value = event["text"]
+            elif kind == "display":
+                outcome.pngs.append(event["png"])
+            elif kind == "error":
+                outcome.error = {k: event[k] for k in ("name", "value", "traceback")}
+
+    async def _interrupt(self) -> None:
+        """SIGINT first so variables survive; kill the worker if the cell ignores it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self._pid, signal.SIGINT)
+        try:
+            async with asyncio.timeout(_INTERRUPT_GRACE):
+                await self._collect(CellOutcome(), lambda _s, _t: None)
+        except TimeoutError:
+            await self.stop()
+
+    async def stop(self) -> None:
+        _kill_group(self.proc.pid)
+        with contextlib.suppress(ProcessLookupError):
+            await self.proc.wait()
+
+
+async def _pump(stream: Any, write: Callable[[str], None]) -> None:
+    decoder = _Utf8()
+    while chunk := await stream.read(65536):
+        if text := decoder.feed(chunk):
+            write(text)
+    if text := decoder.feed(b"", final=True):
+        write(text)
+
+
+class _Utf8:
+    def __init__(self) -> None:
+        import codecs
+
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, data: bytes, final: bool = False) -> str:
+        return str(self._decoder.decode(data, final))
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)

@@ -1,0 +1,933 @@
+"""A local emulator of E2B: control plane, envd and the code interpreter, on one loopback port.
+
+Point the real ``e2b`` / ``e2b-code-interpreter`` SDKs at it with their own settings
+(``E2B_API_URL`` and ``E2B_SANDBOX_URL``, or ``api_url=`` / ``sandbox_url=``) and they run
+unchanged, async or sync: sandboxes are created, code runs for real (a persistent Python worker
+per sandbox, ``bash -c`` for commands, a private ``/home/user``), files move, sandboxes pause with
+their memory, resume, expire and die. Use it to test agents offline::
+
+    from langchain_sandbox.testing.e2b_emulator import E2BEmulator
+
+    with E2BEmulator() as emulator:
+        os.environ.update(emulator.env())
+        sandbox = await AsyncSandbox.create()      # talks to 127.0.0.1 only
+
+What it serves (routed like the real edge: requests carrying ``E2b-Sandbox-Id`` go to that
+sandbox, the rest to the control plane):
+
+* control plane: ``POST /v2/sandboxes`` (honours ``Idempotency-Key``), ``GET /v2/sandboxes``
+  (metadata/state filters, ``x-next-token`` paging), ``POST /v2/sandboxes/{id}/connect``,
+  ``GET|DELETE /sandboxes/{id}``, ``POST /sandboxes/{id}/timeout``, ``POST /sandboxes/{id}/pause``;
+* envd: ``GET|POST /files``, ``GET /health``, Connect ``process.Process/{Start,SendSignal}``,
+  ``filesystem.Filesystem/{ListDir,Stat,Remove,MakeDir,Move}``;
+* code interpreter: ``POST /execute`` (NDJSON stream), ``GET|POST /contexts``.
+
+Tests read :attr:`E2BEmulator.requests` (every request, with its route and status) and use the
+fault switches: :meth:`E2BEmulator.inject` (a status such as 429/503, a dropped connection, a
+delay), :meth:`E2BEmulator.expire` (the sandbox is gone, as after its timeout). Only the
+workspace ``/home/user`` exists for the file API; other paths are "not found".
+
+The emulator runs one event-loop thread for the machines and one thread per connection; stopping
+it kills every sandbox, closes every connection and joins its threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import datetime as dt
+import gzip
+import itertools
+import json
+import posixpath
+import queue
+import re
+import secrets
+import select
+import shlex
+import shutil
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, parse_qsl, unquote, urlsplit
+
+from langchain_sandbox.testing._e2b_machine import CellOutcome, Machine
+from langchain_sandbox.testing._e2b_wire import (
+    END_STREAM,
+    entry_json,
+    envelope,
+    parse_envelope,
+    parse_multipart,
+    read_body,
+)
+from langchain_sandbox.workspace import WORKSPACE_ROOT
+
+T = TypeVar("T")
+
+ENVD_VERSION = "0.6.7"
+DEFAULT_SANDBOX_TIMEOUT = 300
+_POLL = 0.05
+_REDACTED_HEADERS = ("x-api-key", "x-access-token", "e2b-traffic-access-token", "authorization")
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the emulator received. Credential headers are redacted.
+
+    Attributes:
+        route: What it was, e.g. ``"POST /v2/sandboxes"``, ``"envd Start"``, ``"jupyter execute"``.
+        status: The status answered (0 when the connection was dropped on purpose).
+    """
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    sandbox_id: str | None
+    route: str
+    status: int = 0
+    at: float = 0.0
+
+
+@dataclass
+class Fault:
+    """A switch that makes matching requests fail; see :meth:`E2BEmulator.inject`."""
+
+    route: re.Pattern[str]
+    status: int | None = None
+    drop: bool = False
+    delay: float = 0.0
+    times: int | None = 1
+    should_retry: bool | None = False
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Sandbox:
+    sandbox_id: str
+    template: str
+    metadata: dict[str, str]
+    machine: Machine
+    access_token: str
+    allow_internet_access: bool | None
+    auto_pause: bool
+    started_at: dt.datetime
+    end_at: float
+    state: str = "running"
+    processes: dict[int, Future[int]] = field(default_factory=dict)
+    contexts: dict[str, str] = field(default_factory=lambda: {"default": WORKSPACE_ROOT})
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None):
+        super().__init__(body.get("message", ""))
+        self.status = status
+        self.body = body
+        self.headers = headers or {}
+
+
+def _api_error(status: int, message: str) -> _HttpError:
+    return _HttpError(status, {"code": status, "message": message})
+
+
+def _connect_error(status: int, code: str, message: str) -> _HttpError:
+    return _HttpError(status, {"code": code, "message": message})
+
+
+class E2BEmulator:
+    """The emulator; start it with ``with`` (or :meth:`start` / :meth:`stop`).
+
+    Args:
+        api_key: When set, control-plane requests must carry it as ``X-API-KEY`` (else 401).
+        host: Interface to bind; loopback only by design.
+    """
+
+    def __init__(self, *, api_key: str | None = None, host: str = "127.0.0.1") -> None:
+        self.api_key = api_key
+        self._host = host
+        self._lock = threading.Lock()
+        self._sandboxes: dict[str, _Sandbox] = {}
+        self._idempotency: dict[str, str] = {}
+        self._requests: list[RecordedRequest] = []
+        self._faults: list[Fault] = []
+        self._pids = itertools.count(1000)
+        self._server: _Server | None = None
+        self._serve_thread: threading.Thread | None = None
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> E2BEmulator:
+        if self._server is not None:
+            return self
+        if shutil.which("bwrap") is None:
+            raise RuntimeError(
+                "the E2B emulator needs bubblewrap (bwrap) to give sandboxes /home/user"
+            )
+        self._loop_thread = threading.Thread(
+            target=self._loop.run_forever, name="e2b-emulator-loop", daemon=True
+        )
+        self._loop_thread.start()
+        self._server = _Server((self._host, 0), _Handler, self)
+        self._serve_thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="e2b-emulator-http",
+            daemon=True,
+        )
+        self._serve_thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Kill every sandbox, close every connection and join the emulator's threads."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        with self._lock:
+            sandboxes = list(self._sandboxes.values())
+            self._sandboxes.clear()
+        for sandbox in sandboxes:
+            self._discard(sandbox)
+        server.close_connections()
+        server.server_close()
+        if self._serve_thread is not None:
+            self._serve_thread.join(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._loop_thread is not None:
+            self._loop_thread.join(timeout=10)
+        self._loop.close()
+
+    def __enter__(self) -> E2BEmulator:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the emulator is not running")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def env(self) -> dict[str, str]:
+        """Environment variables that point the E2B SDK here (and only here)."""
+        env = {"E2B_API_URL": self.url, "E2B_SANDBOX_URL": self.url, "E2B_DEBUG": "false"}
+        if self.api_key:
+            env["E2B_API_KEY"] = self.api_key
+        return env
+
+    # -- what tests look at and switch -------------------------------------------------------
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def count(self, route: str, sandbox_id: str | None = None) -> int:
+        """Requests whose route matches the regular expression ``route``."""
+        pattern = re.compile(route)
+        return sum(
+            1
+            for r in self.requests
+            if pattern.search(r.route) and (sandbox_id is None or r.sandbox_id == sandbox_id)
+        )
+
+    def clear_requests(self) -> None:
+        with self._lock:
+            self._requests.clear()
+
+    def inject(
+        self,
+        route: str,
+        *,
+        status: int | None = None,
+        drop: bool = False,
+        delay: float = 0.0,
+        times: int | None = 1,
+        should_retry: bool | None = False,
+        headers: dict[str, str] | None = None,
+    ) -> Fault:
+        """Make the next ``times`` requests whose route matches ``route`` (a regular expression
+        over :attr:`RecordedRequest.route`) fail: answer ``status``, or close the connection
+        without answering (``drop``), after waiting ``delay`` seconds (a delay alone just slows
+        the request). ``should_retry`` sets the ``Should-Retry`` header the SDK obeys (``None``
+        omits it, leaving the SDK's own 429/502/503/504 retries on). ``times=None``: forever.
+        """
+        fault = Fault(
+            route=re.compile(route),
+            status=status,
+            drop=drop,
+            delay=delay,
+            times=times,
+            should_retry=should_retry,
+            headers=dict(headers or {}),
+        )
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def expire(self, sandbox_id: str) -> None:
+        """Make a sandbox gone, as when its timeout passes or E2B kills it."""
+        with self._lock:
+            sandbox = self._sandboxes.pop(sandbox_id, None)
+        if sandbox is not None:
+            self._discard(sandbox)
+
+    def sandbox_ids(self, state: str | None = None) -> list[str]:
+        self._sweep()
+        with self._lock:
+            return [s.sandbox_id for s in self._sandboxes.values() if state in (None, s.state)]
+
+    def lease_remaining(self, sandbox_id: str) -> float:
+        """Seconds left before the sandbox's timeout ends it."""
+        with self._lock:
+            return self._sandboxes[sandbox_id].end_at - time.time()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _submit(self, coro: Awaitable[T]) -> Future[T]:
+        async def wrap() -> T:
+            return await coro
+
+        return asyncio.run_coroutine_threadsafe(wrap(), self._loop)
+
+    def _discard(self, sandbox: _Sandbox) -> None:
+        for process in list(sandbox.processes.values()):
+            process.cancel()
+        with contextlib.suppress(Exception):
+            self._submit(sandbox.machine.close()).result(timeout=30)
+
+    def _sweep(self) -> None:
+        """Apply sandbox timeouts: auto-pause or kill what ran past its end."""
+        now = time.time()
+        gone: list[_Sandbox] = []
+        with self._lock:
+            for sandbox in list(self._sandboxes.values()):
+                if sandbox.state == "running" and sandbox.end_at <= now:
+                    if sandbox.auto_pause:
+                        sandbox.state = "paused"
+                    else:
+                        gone.append(self._sandboxes.pop(sandbox.sandbox_id))
+        for sandbox in gone:
+            self._discard(sandbox)
+
+    def _record(self, request: RecordedRequest) -> int:
+        with self._lock:
+            self._requests.append(request)
+            return len(self._requests) - 1
+
+    def _set_status(self, index: int, status: int) -> None:
+        with self._lock:
+            old = self._requests[index]
+            self._requests[index] = RecordedRequest(**{**old.__dict__, "status": status})
+
+    def _take_fault(self, route: str) -> Fault | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.route.search(route):
+                    if fault.times is not None:
+                        fault.times -= 1
+                        if fault.times <= 0:
+                            self._faults.remove(fault)
+                    return fault
+        return None
+
+    def _sandbox(self, sandbox_id: str) -> _Sandbox:
+        self._sweep()
+        with self._lock:
+            sandbox = self._sandboxes.get(sandbox_id)
+        if sandbox is None:
+            raise _api_error(404, f"sandbox {sandbox_id} not found")
+        return sandbox
+
+    def _reachable(self, sandbox_id: str, token: str | None) -> _Sandbox:
+        """The running sandbox an envd / Jupyter request names; the edge answers 502 otherwise."""
+        self._sweep()
+        with self._lock:
+            sandbox = self._sandboxes.get(sandbox_id)
+        if sandbox is None or sandbox.state != "running":
+            raise _api_error(502, f"The sandbox {sandbox_id} was not found")
+        if token != sandbox.access_token:
+            raise _api_error(401, "invalid access token")
+        return sandbox
+
+    # -- control plane -----------------------------------------------------------------------
+
+    def _create_body(self, sandbox: _Sandbox) -> dict[str, Any]:
+        return {
+            "templateID": sandbox.template,
+            "sandboxID": sandbox.sandbox_id,
+            "clientID": "emulator",
+            "envdVersion": ENVD_VERSION,
+            "envdAccessToken": sandbox.access_token,
+            "domain": None,
+        }
+
+    def _detail(self, sandbox: _Sandbox) -> dict[str, Any]:
+        return {
+            "templateID": sandbox.template,
+            "sandboxID": sandbox.sandbox_id,
+            "clientID": "emulator",
+            "startedAt": sandbox.started_at.isoformat().replace("+00:00", "Z"),
+            "endAt": dt.datetime.fromtimestamp(sandbox.end_at, dt.UTC)
+            .isoformat()
+            .replace("+00:00", "Z"),
+            "envdVersion": ENVD_VERSION,
+            "cpuCount": 2,
+            "memoryMB": 1024,
+            "diskSizeMB": 4096,
+            "state": sandbox.state,
+            "metadata": sandbox.metadata,
+            **(
+                {"allowInternetAccess": sandbox.allow_internet_access}
+                if sandbox.allow_internet_access is not None
+                else {}
+            ),
+        }
+
+    def _create(self, body: dict[str, Any], idempotency_key: str | None) -> dict[str, Any]:
+        if idempotency_key:
+            with self._lock:
+                existing = self._idempotency.get(idempotency_key)
+                sandbox = self._sandboxes.get(existing) if existing else None
+            if sandbox is not None:
+                return self._create_body(sandbox)
+        timeout = int(body.get("timeout") or DEFAULT_SANDBOX_TIMEOUT)
+        allow = body.get("allow_internet_access")
+        env = {str(k): str(v) for k, v in (body.get("envVars") or {}).items()}
+        sandbox = _Sandbox(
+            sandbox_id="i" + secrets.token_hex(10),
+            template=str(body.get("templateID") or "base"),
+            metadata={str(k): str(v) for k, v in (body.get("metadata") or {}).items()},
+            machine=Machine(env, network=allow is not False),
+            access_token=secrets.token_urlsafe(24),
+            allow_internet_access=allow,
+            auto_pause=bool(body.get("autoPause")),
+            started_at=dt.datetime.now(dt.UTC),
+            end_at=time.time() + timeout,
+        )
+        with self._lock:
+            self._sandboxes[sandbox.sandbox_id] = sandbox
+            if idempotency_key:
+                self._idempotency[idempotency_key] = sandbox.sandbox_id
+        return self._create_body(sandbox)
+
+    def _list(self, query: dict[str, list[str]]) -> tuple[list[dict[str, Any]], str | None]:
+        self._sweep()
+        wanted_meta = {unquote(k): unquote(v) for k, v in parse_qsl(query.get("metadata", [""])[0])}
+        states = set((query.get("state", ["running,paused"])[0]).split(","))
+        with self._lock:
+            matching = [
+                s
+                for s in self._sandboxes.values()
+                if s.state in states and all(s.metadata.get(k) == v for k, v in wanted_meta.items())
+            ]
+        matching.sort(key=lambda s: s.started_at)
+        start = int(query.get("nextToken", ["0"])[0] or 0)
+        limit = int(query.get("limit", ["100"])[0] or 100)
+        page = matching[start : start + limit]
+        next_token = str(start + limit) if start + limit < len(matching) else None
+        return [self._detail(s) for s in page], next_token
+
+    def handle_api(self, handler: _Handler, method: str, path: str, body: bytes) -> None:
+        if self.api_key is not None and handler.headers.get("X-API-KEY") != self.api_key:
+            raise _api_error(401, "Invalid API key")
+        query = parse_qs(urlsplit(handler.path).query)
+        data = json.loads(body) if body.strip() else {}
+        if method == "POST" and path == "/v2/sandboxes":
+            handler.send_json(201, self._create(data, handler.headers.get("Idempotency-Key")))
+            return
+        if method == "GET" and path == "/v2/sandboxes":
+            items, next_token = self._list(query)
+            handler.send_json(200, items, {"x-next-token": next_token} if next_token else None)
+            return
+        match = re.fullmatch(r"/(?:v2/)?sandboxes/([^/]+)(?:/(\w+))?", path)
+        if match is None:
+            raise _api_error(404, f"no route {method} {path}")
+        sandbox = self._sandbox(match.group(1))
+        action = match.group(2)
+        if method == "POST" and action == "connect":
+            timeout = int(data.get("timeout") or DEFAULT_SANDBOX_TIMEOUT)
+            resumed = sandbox.state == "paused"
+            with self._lock:
+                sandbox.state = "running"
+                end = time.time() + timeout
+                sandbox.end_at = end if resumed else max(sandbox.end_at, end)
+            handler.send_json(201 if resumed else 200, self._create_body(sandbox))
+        elif method == "POST" and action == "timeout":
+            with self._lock:
+                sandbox.end_at = time.time() + int(data["timeout"])
+            handler.send_empty(204)
+        elif method == "POST" and action == "pause":
+            with self._lock:
+                already = sandbox.state == "paused"
+                sandbox.state = "paused"
+            if already:
+                raise _api_error(409, f"sandbox {sandbox.sandbox_id} is already paused")
+            handler.send_empty(204)
+        elif method == "GET" and action is None:
+            handler.send_json(200, self._detail(sandbox))
+        elif method == "DELETE" and action is None:
+            self.expire(sandbox.sandbox_id)
+            handler.send_empty(204)
+        else:
+            raise _api_error(404, f"no route {method} {path}")
+
+    # -- envd and the code interpreter ---------------------------------------------------------
+
+    def handle_sandbox(self, handler: _Handler, method: str, path: str, body: bytes) -> None:
+        sandbox_id = handler.headers.get("E2b-Sandbox-Id", "")
+        sandbox = self._reachable(sandbox_id, handler.headers.get("X-Access-Token"))
+        machine = sandbox.machine
+        query = parse_qs(urlsplit(handler.path).query)
+        if path == "/health":
+            handler.send_empty(204)
+        elif path == "/files" and method == "GET":
+            self._read_file(handler, machine, query.get("path", [""])[0])
+        elif path == "/files" and method == "POST":
+            self._write_files(handler, machine, query.get("path", [None])[0], body)
+        elif path == "/process.Process/Start":
+            self._start_process(handler, sandbox, parse_envelope(body))
+        elif path == "/process.Process/SendSignal":
+            pid = int((json.loads(body or b"{}").get("process") or {}).get("pid", 0))
+            process = sandbox.processes.get(pid)
+            if process is None:
+                raise _connect_error(404, "not_found", f"process with pid {pid} not found")
+            process.cancel()
+            handler.send_json(200, {})
+        elif path.startswith("/filesystem.Filesystem/"):
+            handler.send_json(200, self._filesystem(machine, path.rsplit("/", 1)[1], body))
+        elif path == "/execute" and method == "POST":
+            self._execute(handler, sandbox, json.loads(body))
+        elif path == "/contexts" and method == "POST":
+            data = json.loads(body or b"{}")
+            if data.get("language") not in (None, "python"):
+                raise _api_error(400, "the emulator runs Python only")
+            context_id = uuid.uuid4().hex
+            sandbox.contexts[context_id] = data.get("cwd") or WORKSPACE_ROOT
+            handler.send_json(
+                200, {"id": context_id, "language": "python", "cwd": sandbox.contexts[context_id]}
+            )
+        elif path == "/contexts" and method == "GET":
+            handler.send_json(
+                200,
+                [{"id": k, "language": "python", "cwd": v} for k, v in sandbox.contexts.items()],
+            )
+        else:
+            raise _api_error(404, f"no route {method} {path}")
+
+    def _read_file(self, handler: _Handler, machine: Machine, path: str) -> None:
+        try:
+            host = machine.host_path(path)
+            if host.is_dir():
+                raise _api_error(400, f"path '{path}' is a directory")
+            data = host.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            raise _api_error(404, f"file '{path}' not found") from None
+        handler.send_bytes(200, data, "application/octet-stream")
+
+    def _write_files(
+        self, handler: _Handler, machine: Machine, path: str | None, body: bytes
+    ) -> None:
+        content_type = handler.headers.get("Content-Type", "")
+        if content_type.startswith("multipart/form-data"):
+            parts = parse_multipart(body, content_type)
+            files = [(path if path and len(parts) == 1 else name, data) for name, data in parts]
+        else:
+            if handler.headers.get("Content-Encoding") == "gzip":
+                body = gzip.decompress(body)
+            files = [(path or "", body)]
+        written = []
+        for target, data in files:
+            target = target if target.startswith("/") else posixpath.join(WORKSPACE_ROOT, target)
+            try:
+                host = machine.host_path(target)
+                host.parent.mkdir(parents=True, exist_ok=True)
+                host.write_bytes(data)
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                raise _api_error(400, f"cannot write '{target}'") from None
+            written.append({"name": posixpath.basename(target), "type": "file", "path": target})
+        handler.send_json(200, written)
+
+    def _filesystem(self, machine: Machine, method: str, body: bytes) -> dict[str, Any]:
+        data = json.loads(body or b"{}")
+        try:
+            if method == "ListDir":
+                depth = int(data.get("depth") or 1)
+                entries = machine.list_dir(data.get("path", ""), depth)
+                return {"entries": [entry_json(e) for e in entries]}
+            if method == "Stat":
+                return {"entry": entry_json(machine.entry(_existing(machine, data["path"])))}
+            if method == "Remove":
+                host = _existing(machine, data["path"])
+                if host.is_dir() and not host.is_symlink():
+                    shutil.rmtree(host)
+                else:
+                    host.unlink()
+                return {}
+            if method == "MakeDir":
+                host = machine.host_path(data["path"])
+                if host.exists():
+                    raise _connect_error(409, "already_exists", f"'{data['path']}' exists")
+                host.mkdir(parents=True)
+                return {"entry": entry_json(machine.entry(host))}
+            if method == "Move":
+                source = _existing(machine, data["source"])
+                destination = machine.host_path(data["destination"])
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                source.rename(destination)
+                return {"entry": entry_json(machine.entry(destination))}
+        except (FileNotFoundError, NotADirectoryError):
+            raise _connect_error(404, "not_found", "path not found") from None
+        raise _connect_error(404, "unimplemented", f"filesystem.Filesystem/{method}")
+
+    def _start_process(self, handler: _Handler, sandbox: _Sandbox, request: dict[str, Any]) -> None:
+        process = request.get("process") or {}
+        argv = [process.get("cmd", "/bin/bash"), *process.get("args", [])]
+        # commands.run always sends bash -l -c <cmd>; anything else runs as given.
+        is_bash = argv[0] in ("/bin/bash", "bash") and argv[1:3] == ["-l", "-c"] and len(argv) == 4
+        command = argv[3] if is_bash else shlex.join(argv)
+        cwd = process.get("cwd") or WORKSPACE_ROOT
+        try:
+            sandbox.machine.host_path(cwd)
+        except FileNotFoundError:
+            raise _connect_error(400, "invalid_argument", f"cwd '{cwd}' not found") from None
+        timeout_ms = int(handler.headers.get("connect-timeout-ms") or 0)
+        deadline = time.monotonic() + timeout_ms / 1000 if timeout_ms else None
+        output: queue.Queue[tuple[str, str]] = queue.Queue()
+        future = self._submit(
+            sandbox.machine.run_command(
+                command, process.get("envs") or {}, cwd, lambda s, t: output.put((s, t))
+            )
+        )
+        pid = next(self._pids)
+        sandbox.processes[pid] = future
+        future.add_done_callback(lambda _f: sandbox.processes.pop(pid, None))
+        handler.start_stream(200, "application/connect+json")
+        # A client that disconnects leaves the process running, as envd does; it can still be
+        # killed with SendSignal or by its deadline.
+        writing = handler.write_chunk(envelope({"event": {"start": {"pid": pid}}}))
+        for stream, text in _drain(output, future, deadline):
+            if writing:
+                event = {"data": {stream: base64.b64encode(text.encode()).decode()}}
+                writing = handler.write_chunk(envelope({"event": event}))
+        trailer: dict[str, Any] = {}
+        if not future.done():
+            future.cancel()
+            end: dict[str, Any] = {"exitCode": -1, "status": "signal: killed"}
+            trailer = {
+                "error": {"code": "deadline_exceeded", "message": "context deadline exceeded"}
+            }
+        elif future.cancelled():
+            end = {"exitCode": -1, "status": "signal: killed"}
+        elif future.exception() is not None:
+            end = {"exitCode": -1, "status": "error", "error": str(future.exception())}
+        else:
+            code = future.result()
+            end = {"exited": True, "status": f"exit status {code}"}
+            if code:  # proto3 JSON omits zero values
+                end["exitCode"] = code
+        if writing:
+            handler.write_chunk(envelope({"event": {"end": end}}))
+            handler.write_chunk(envelope(trailer, END_STREAM))
+            handler.end_stream()
+
+    def _execute(self, handler: _Handler, sandbox: _Sandbox, request: dict[str, Any]) -> None:
+        context = request.get("context_id") or "default"
+        if context not in sandbox.contexts:
+            raise _api_error(404, f"context {context} not found")
+        if request.get("language") not in (None, "python"):
+            raise _api_error(400, "the emulator runs Python only")
+        output: queue.Queue[tuple[str, str]] = queue.Queue()
+        future = self._submit(
+            sandbox.machine.run_cell(
+                request.get("code", ""),
+                request.get("env_vars") or {},
+                lambda s, t: output.put((s, t)),
+                context,
+            )
+        )
+        handler.start_stream(200, "application/x-ndjson")
+        for stream, text in _drain(output, future, None, handler.client_gone):
+            stamp = dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
+            if not handler.write_line({"type": stream, "text": text, "timestamp": stamp}):
+                future.cancel()
+                return
+        if not future.done():  # the client went away: the execution is interrupted
+            future.cancel()
+            return
+        if future.cancelled() or sandbox.sandbox_id not in self.sandbox_ids("running"):
+            # Killed or expired mid-execution: the edge drops the connection.
+            handler.abort()
+            return
+        outcome: CellOutcome = future.result()
+        handler.write_line({"type": "number_of_executions", "execution_count": outcome.count})
+        for png in outcome.pngs:
+            handler.write_line(_result(text="<Figure>", png=png, is_main_result=False))
+        if outcome.value is not None:
+            handler.write_line(_result(text=outcome.value, is_main_result=True))
+        if outcome.error is not None:
+            handler.write_line({"type": "error", **outcome.error})
+        handler.write_line({"type": "end_of_execution"})
+        handler.end_stream()
+
+
+def _result(**fields: Any) -> dict[str, Any]:
+    blank = dict.fromkeys(
+        (
+            "html",
+            "markdown",
+            "svg",
+            "png",
+            "jpeg",
+            "pdf",
+            "latex",
+            "json",
+            "javascript",
+            "data",
+            "chart",
+        )
+    )
+    return {"type": "result", **blank, "extra": {}, **fields}
+
+
+def _existing(machine: Machine, path: str) -> Any:
+    host = machine.host_path(path)
+    if not host.exists() and not host.is_symlink():
+        raise FileNotFoundError(path)
+    return host
+
+
+def _drain(
+    output: queue.Queue[tuple[str, str]],
+    future: Future[Any],
+    deadline: float | None,
+    gone: Callable[[], bool] | None = None,
+) -> Iterator[tuple[str, str]]:
+    """Yield output until the run ends, its deadline passes or the client goes away."""
+    while True:
+        try:
+            yield output.get(timeout=_POLL)
+            continue
+        except queue.Empty:
+            pass
+        if future.done():
+            while not output.empty():
+                yield output.get_nowait()
+            return
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        if gone is not None and gone():
+            return
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[_Handler], emulator: E2BEmulator):
+        self.emulator = emulator
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        self._connection_threads: list[threading.Thread] = []
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        thread = threading.Thread(
+            target=self.process_request_thread,
+            args=(request, client_address),
+            name="e2b-emulator-conn",
+            daemon=True,
+        )
+        self._connection_threads = [t for t in self._connection_threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        for thread in self._connection_threads:
+            thread.join(timeout=10)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Requests go to :attr:`E2BEmulator.requests`, not to stderr."""
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def _route(self, path: str) -> tuple[str, str | None]:
+        sandbox_id = self.headers.get("E2b-Sandbox-Id")
+        if sandbox_id is None:
+            return f"{self.command} {path}", None
+        if path.startswith(("/process.", "/filesystem.")):
+            return f"envd {path.rsplit('/', 1)[1]}", sandbox_id
+        if path in ("/execute", "/contexts") or path.startswith("/contexts/"):
+            return f"jupyter {path.strip('/').split('/')[0]}", sandbox_id
+        return f"envd {self.command} {path}", sandbox_id
+
+    def _dispatch(self) -> None:
+        emulator = self.server.emulator
+        path = urlsplit(self.path).path
+        route, sandbox_id = self._route(path)
+        headers = {
+            k.lower(): ("<redacted>" if k.lower() in _REDACTED_HEADERS else v)
+            for k, v in self.headers.items()
+        }
+        index = emulator._record(
+            RecordedRequest(
+                method=self.command,
+                path=path,
+                query=parse_qs(urlsplit(self.path).query),
+                headers=headers,
+                sandbox_id=sandbox_id,
+                route=route,
+                at=time.time(),
+            )
+        )
+        self._status = 0
+        try:
+            body = read_body(self.rfile, self.headers)
+            fault = emulator._take_fault(route)
+            if fault is not None:
+                if fault.delay:
+                    time.sleep(fault.delay)
+                if fault.drop:
+                    self.abort()
+                    return
+                if fault.status is not None:
+                    extra = dict(fault.headers)
+                    if fault.should_retry is not None:
+                        extra["Should-Retry"] = "true" if fault.should_retry else "false"
+                    raise _HttpError(
+                        fault.status, {"code": fault.status, "message": "injected fault"}, extra
+                    )
+            if sandbox_id is None:
+                emulator.handle_api(self, self.command, path, body)
+            else:
+                emulator.handle_sandbox(self, self.command, path, body)
+        except _HttpError as error:
+            self.send_json(error.status, error.body, error.headers)
+        except (ValueError, KeyError) as error:
+            self.send_json(400, {"code": 400, "message": f"bad request: {error}"})
+        except OSError:
+            self.close_connection = True
+        finally:
+            emulator._set_status(index, self._status)
+
+    # -- responses -------------------------------------------------------------------------
+
+    def _head(self, status: int, headers: dict[str, str]) -> None:
+        self._status = status
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+
+    def send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        self.send_bytes(status, json.dumps(body).encode(), "application/json", headers)
+
+    def send_bytes(
+        self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
+        self._head(
+            status,
+            {"Content-Type": content_type, "Content-Length": str(len(data)), **(headers or {})},
+        )
+        self.wfile.write(data)
+
+    def send_empty(self, status: int) -> None:
+        self._head(status, {"Content-Length": "0"})
+
+    def start_stream(self, status: int, content_type: str) -> None:
+        self._head(status, {"Content-Type": content_type, "Transfer-Encoding": "chunked"})
+
+    def write_chunk(self, data: bytes) -> bool:
+        """Send one chunk; ``False`` when the client has gone."""
+        try:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+            return True
+        except OSError:
+            self.close_connection = True
+            return False
+
+    def write_line(self, message: dict[str, Any]) -> bool:
+        return self.write_chunk(json.dumps(message).encode() + b"\n")
+
+    def end_stream(self) -> None:
+        self.write_chunk(b"")
+
+    def abort(self) -> None:
+        """Close the connection mid-response, as a proxy does when the sandbox behind it dies."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def client_gone(self) -> bool:
+        """Whether the client closed its side (it would send nothing else mid-response)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+
+@contextlib.asynccontextmanager
+async def emulated_e2b_provider(**options: Any) -> AsyncIterator[Any]:
+    """Yield an :class:`~langchain_sandbox.providers.e2b.E2BProvider` bound to a fresh emulator.
+
+    The provider gets the emulator's URLs and a throwaway API key as constructor arguments, so
+    neither the process environment nor the SDK is touched. ``options`` go to the provider.
+    """
+    from langchain_sandbox.providers.e2b import E2BProvider
+
+    api_key = "e2b_" + secrets.token_hex(20)
+    emulator = E2BEmulator(api_key=api_key)
+    await asyncio.to_thread(emulator.start)
+    provider = E2BProvider(
+        api_key=api_key, api_url=emulator.url, sandbox_url=emulator.url, **options
+    )
+    try:
+        yield provider
+    finally:
+        await provider.aclose()
+        await asyncio.to_thread(emulator.stop)
+
+
+__all__ = ["E2BEmulator", "Fault", "RecordedRequest", "emulated_e2b_provider"]
