@@ -1,0 +1,291 @@
+"""What every sandbox tool shares: finding its runtime, its thread and its record, and the sync and
+async plumbing around one async implementation per tool.
+
+A tool call resolves, in order:
+
+* the **runtime**: the tool's own (``SandboxExecTool(runtime=...)``, or one built from
+  ``provider=...``); the run's context (``ToolRuntime.context`` or LangGraph's ``get_runtime()``:
+  a :class:`SandboxRuntime`, an object with a ``sandbox_runtime`` attribute or a dict with that
+  key); ``config["configurable"]["sandbox_runtime"]``; the process-wide default runtime on the
+  local provider;
+* the **thread**: ``config["configurable"]["thread_id"]``, else ``"default"``;
+* the **record**: the graph state's ``sandbox`` key, read from the ``ToolRuntime`` that ``ToolNode``
+  injects into the ``runtime`` argument (``None`` outside a graph: the runtime keeps the state).
+
+Tools return ``(content, artifact)``: the content is what the model reads; the artifact is
+``{"result": <JSON result>, "sandbox": <updated record>}`` for programs and for the graph glue, which
+turns ``artifact["sandbox"]`` into a state update. Infrastructure failures become a
+``ToolException`` the model reads (``handle_tool_error=True``), never a crash of the agent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal
+
+from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackManagerForToolRun
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, ToolException
+from pydantic import BaseModel, Field, PrivateAttr
+from pydantic.json_schema import SkipJsonSchema
+
+from langchain_sandbox.errors import SandboxError
+from langchain_sandbox.providers.base import OutputCallback
+from langchain_sandbox.results import DEFAULT_RENDER_CHARS, ExecutionResult
+from langchain_sandbox.runtime import (
+    DEFAULT_THREAD_ID,
+    Outcome,
+    SandboxRuntime,
+    get_default_runtime,
+)
+from langchain_sandbox.state import SandboxState
+
+RUNTIME_KEY = "sandbox_runtime"
+"""The context attribute / dict key and the ``configurable`` key a runtime is looked up under."""
+
+OUTPUT_EVENT = "sandbox_output"
+"""``type`` of the custom stream events carrying output while code runs."""
+
+Content = str | list[str | dict[str, Any]]
+
+
+class SandboxToolArgs(BaseModel):
+    """Arguments every sandbox tool accepts besides its own.
+
+    ``runtime`` is not for the model (it is left out of the JSON schema): ``ToolNode`` fills it
+    with its ``ToolRuntime`` (state, context, stream writer, tool call id). It must carry this
+    name, which is how ``ToolNode`` finds it on a ``BaseTool`` with an explicit schema.
+    """
+
+    runtime: Annotated[Any, SkipJsonSchema()] = None
+
+
+@dataclass(frozen=True)
+class SandboxCall:
+    """Everything a tool needs to make one call, resolved from its arguments and the run."""
+
+    runtime: SandboxRuntime
+    thread_id: str
+    record: SandboxState | None
+    call_id: str | None
+    on_output: OutputCallback | None
+
+
+@dataclass(frozen=True)
+class ToolReply:
+    """What a tool hands back: content for the model, a JSON result and the updated record."""
+
+    content: Content
+    result: dict[str, Any]
+    record: SandboxState
+
+    @property
+    def artifact(self) -> dict[str, Any]:
+        return {"result": self.result, "sandbox": dict(self.record)}
+
+
+def _context_runtime(context: Any) -> SandboxRuntime | None:
+    if isinstance(context, SandboxRuntime):
+        return context
+    if isinstance(context, Mapping):
+        found = context.get(RUNTIME_KEY)
+    else:
+        found = getattr(context, RUNTIME_KEY, None)
+    return found if isinstance(found, SandboxRuntime) else None
+
+
+def _graph_context() -> Any:
+    """The context of the LangGraph run around this call, if there is one."""
+    from langgraph.runtime import get_runtime
+
+    try:
+        graph_runtime = get_runtime()
+    except RuntimeError:
+        return None
+    return getattr(graph_runtime, "context", None)
+
+
+def resolve_runtime(
+    explicit: SandboxRuntime | None, tool_runtime: Any, config: RunnableConfig | None
+) -> SandboxRuntime:
+    """Find the runtime for a call (see the module docstring for the order)."""
+    if explicit is not None:
+        return explicit
+    for context in (getattr(tool_runtime, "context", None), _graph_context()):
+        found = _context_runtime(context)
+        if found is not None:
+            return found
+    configured = (config or {}).get("configurable", {}).get(RUNTIME_KEY)
+    if isinstance(configured, SandboxRuntime):
+        return configured
+    return get_default_runtime()
+
+
+def resolve_thread_id(config: RunnableConfig | None) -> str:
+    """The conversation thread of a call: ``configurable.thread_id``, else ``"default"``."""
+    thread_id = (config or {}).get("configurable", {}).get("thread_id")
+    return str(thread_id) if thread_id not in (None, "") else DEFAULT_THREAD_ID
+
+
+def graph_record(tool_runtime: Any) -> SandboxState | None:
+    """The ``sandbox`` record of the graph state a ``ToolRuntime`` carries, if any."""
+    state = getattr(tool_runtime, "state", None)
+    if state is None:
+        return None
+    record = state.get("sandbox") if isinstance(state, Mapping) else getattr(state, "sandbox", None)
+    return record if isinstance(record, dict) and record else None  # type: ignore[return-value]
+
+
+def _output_forwarder(
+    tool_runtime: Any, thread_id: str, call_id: str | None
+) -> OutputCallback | None:
+    """A callback handing output chunks to LangGraph's stream writer (``stream_mode="custom"``).
+
+    It runs on the runtime's loop thread; LangGraph's writers are thread-safe (sync streams
+    queue, async streams hop with ``call_soon_threadsafe``).
+    """
+    writer = getattr(tool_runtime, "stream_writer", None)
+    if writer is None:
+        from langgraph.config import get_stream_writer
+
+        try:
+            writer = get_stream_writer()
+        except (RuntimeError, KeyError, AttributeError):
+            return None
+    if writer is None:
+        return None
+
+    def _forward(stream: Literal["stdout", "stderr"], text: str) -> None:
+        # A broken consumer must not break the run that feeds it.
+        with contextlib.suppress(Exception):
+            writer(
+                {
+                    "type": OUTPUT_EVENT,
+                    "stream": stream,
+                    "text": text,
+                    "thread_id": thread_id,
+                    "tool_call_id": call_id,
+                }
+            )
+
+    return _forward
+
+
+def execution_reply(outcome: Outcome[ExecutionResult], *, max_chars: int) -> ToolReply:
+    """The reply for a run of code or a command: compact text, images as image blocks."""
+    result = outcome.value
+    content: Content
+    if any(a.is_image for a in result.artifacts):
+        content = list(result.to_content_blocks(max_chars=max_chars))
+    else:
+        content = result.render(max_chars=max_chars)
+    return ToolReply(content, result.model_dump(mode="json"), outcome.record)
+
+
+def notice_lines(notices: list[str]) -> str:
+    """Infrastructure notices as the lines a model reads first (same form as results use)."""
+    return "".join(f"[notice] {n}\n" for n in notices)
+
+
+class SandboxTool(BaseTool):
+    """Base class of the sandbox tools: resolution and the sync/async plumbing.
+
+    A subclass sets ``name``, ``description`` and ``args_schema`` (a subclass of
+    :class:`SandboxToolArgs`) and implements :meth:`_acall`; the blocking path runs that same
+    coroutine on the runtime's event loop, so each tool has one implementation.
+
+    Args:
+        runtime: The :class:`SandboxRuntime` to use; otherwise one is found per call.
+        provider: Build a runtime of its own on this provider (``"local"``, ``"e2b"``,
+            ``"runloop"``) instead of finding one.
+        provider_options: Options for that provider.
+        max_output_chars: Characters of each output stream the model reads (head and tail kept).
+    """
+
+    response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
+    handle_tool_error: bool | str | Any = True
+    runtime: SandboxRuntime | None = Field(default=None, exclude=True)
+    provider: str | None = None
+    provider_options: dict[str, Any] | None = Field(default=None, exclude=True)
+    max_output_chars: int = DEFAULT_RENDER_CHARS
+
+    streams_output: ClassVar[bool] = False
+    """Whether the tool forwards output to LangGraph's stream writer while it runs."""
+
+    _owned_runtime: SandboxRuntime | None = PrivateAttr(default=None)
+
+    def _explicit_runtime(self) -> SandboxRuntime | None:
+        if self.runtime is not None:
+            return self.runtime
+        if self.provider is None:
+            return None
+        if self._owned_runtime is None or self._owned_runtime.closed:
+            self._owned_runtime = SandboxRuntime(
+                self.provider, provider_options=self.provider_options
+            )
+        return self._owned_runtime
+
+    def _prepare(self, config: RunnableConfig, tool_runtime: Any) -> SandboxCall:
+        thread_id = resolve_thread_id(config)
+        call_id = getattr(tool_runtime, "tool_call_id", None)
+        return SandboxCall(
+            runtime=resolve_runtime(self._explicit_runtime(), tool_runtime, config),
+            thread_id=thread_id,
+            record=graph_record(tool_runtime),
+            call_id=call_id,
+            on_output=_output_forwarder(tool_runtime, thread_id, call_id)
+            if self.streams_output
+            else None,
+        )
+
+    @abstractmethod
+    async def _acall(self, call: SandboxCall, args: dict[str, Any]) -> ToolReply:
+        """Do the tool's work for one call; ``args`` are the validated arguments."""
+
+    async def _guarded(self, call: SandboxCall, args: dict[str, Any]) -> ToolReply:
+        try:
+            return await self._acall(call, args)
+        except SandboxError as exc:
+            raise ToolException(f"{self.name} failed: {exc}") from exc
+
+    def _run(
+        self,
+        *,
+        config: RunnableConfig,
+        runtime: Any = None,
+        run_manager: CallbackManagerForToolRun | None = None,
+        **args: Any,
+    ) -> tuple[Content, dict[str, Any]]:
+        call = self._prepare(config, runtime)
+        reply = call.runtime.run_sync(self._guarded(call, args))
+        return reply.content, reply.artifact
+
+    async def _arun(
+        self,
+        *,
+        config: RunnableConfig,
+        runtime: Any = None,
+        run_manager: AsyncCallbackManagerForToolRun | None = None,
+        **args: Any,
+    ) -> tuple[Content, dict[str, Any]]:
+        call = self._prepare(config, runtime)
+        reply = await self._guarded(call, args)
+        return reply.content, reply.artifact
+
+
+__all__ = [
+    "OUTPUT_EVENT",
+    "RUNTIME_KEY",
+    "SandboxCall",
+    "SandboxTool",
+    "SandboxToolArgs",
+    "ToolReply",
+    "execution_reply",
+    "graph_record",
+    "notice_lines",
+    "resolve_runtime",
+    "resolve_thread_id",
+]

@@ -1,0 +1,71 @@
+"""SandboxToolkit: every sandbox tool, over one runtime."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.tools import BaseTool, BaseToolkit
+from pydantic import ConfigDict, Field, PrivateAttr
+
+from langchain_sandbox.runtime import SandboxRuntime
+from langchain_sandbox.tools.exec import SandboxExecTool
+from langchain_sandbox.tools.files import (
+    SandboxListFilesTool,
+    SandboxReadFileTool,
+    SandboxWriteFileTool,
+)
+from langchain_sandbox.tools.packages import SandboxInstallPackagesTool
+from langchain_sandbox.tools.shell import SandboxShellTool
+
+
+class SandboxToolkit(BaseToolkit):
+    """The sandbox tools (Python, shell, files, packages) sharing one runtime.
+
+    Args:
+        runtime: The runtime every tool uses. Without it, the tools find one per call (the run's
+            context, ``configurable``, or the process-wide default), unless ``provider`` is set.
+        provider: Build one runtime on this provider for all the tools.
+        provider_options: Options for that provider.
+        include: Names of the tools to include (all of them by default).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    runtime: SandboxRuntime | None = None
+    provider: str | None = None
+    provider_options: dict[str, Any] | None = None
+    include: list[str] | None = Field(default=None)
+
+    _built_runtime: SandboxRuntime | None = PrivateAttr(default=None)
+
+    def _shared_runtime(self) -> SandboxRuntime | None:
+        if self.runtime is not None:
+            return self.runtime
+        if self.provider is None:
+            return None
+        if self._built_runtime is None or self._built_runtime.closed:
+            self._built_runtime = SandboxRuntime(
+                self.provider, provider_options=self.provider_options
+            )
+        return self._built_runtime
+
+    def get_tools(self) -> list[BaseTool]:
+        """The tools, all bound to the same runtime (or all resolving it the same way)."""
+        runtime = self._shared_runtime()
+        tools: list[BaseTool] = [
+            SandboxExecTool(runtime=runtime),
+            SandboxShellTool(runtime=runtime),
+            SandboxWriteFileTool(runtime=runtime),
+            SandboxReadFileTool(runtime=runtime),
+            SandboxListFilesTool(runtime=runtime),
+            SandboxInstallPackagesTool(runtime=runtime),
+        ]
+        if self.include is None:
+            return tools
+        unknown = set(self.include) - {t.name for t in tools}
+        if unknown:
+            raise ValueError(f"Unknown sandbox tools: {', '.join(sorted(unknown))}.")
+        return [t for t in tools if t.name in self.include]
+
+
+__all__ = ["SandboxToolkit"]
