@@ -124,7 +124,9 @@ def test_hostile_paths_are_refused(path: str, reason: str) -> None:
             "out of range",
         ),
         (
-            _bytes(_doc(variables={"sha256": SHA, "size": 1, "saved": ["os.system"], "skipped": []})),
+            _bytes(
+                _doc(variables={"sha256": SHA, "size": 1, "saved": ["os.system"], "skipped": []})
+            ),
             "Python names",
         ),
         (b'{"format": 1, "format": 1}', "duplicate key"),
@@ -139,7 +141,9 @@ def test_malformed_manifests_are_refused(data: bytes, message: str) -> None:
 
 def test_duplicate_file_path_in_json_is_refused() -> None:
     entry = json.dumps({"sha256": SHA, "size": 5, "mode": 420, "mtime_ns": 7})
-    data = _bytes(_doc(files={})).replace(b'"files": {}', f'"files": {{"a": {entry}, "a": {entry}}}'.encode())
+    data = _bytes(_doc(files={})).replace(
+        b'"files": {}', f'"files": {{"a": {entry}, "a": {entry}}}'.encode()
+    )
     with pytest.raises(UnsafeArchiveError, match="duplicate key 'a'"):
         parse_manifest(data)
 
@@ -164,7 +168,7 @@ def test_size_limits_are_enforced_before_anything_is_restored() -> None:
 
 
 def test_a_manifest_listing_a_million_files_is_refused() -> None:
-    entry = '{"sha256":"%s","size":1,"mode":420,"mtime_ns":0}' % SHA
+    entry = json.dumps({"sha256": SHA, "size": 1, "mode": 420, "mtime_ns": 0})
     files = ",".join(f'"f{i}":{entry}' for i in range(1_000_000))
     data = (
         '{"format":1,"revision":0,"created_at":0,"parent":null,"dirs":[],"omitted":{},'
