@@ -15,6 +15,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from langchain_sandbox.errors import SessionClosedError
+
 T = TypeVar("T")
 
 
@@ -53,7 +55,7 @@ class LoopThread:
         """Schedule ``coro`` on the loop; the returned future's ``cancel`` cancels the task."""
         if not self.alive:
             coro.close()
-            raise RuntimeError("The sandbox runtime's event loop is stopped.")
+            raise SessionClosedError("The sandbox runtime is closed; its event loop is stopped.")
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
