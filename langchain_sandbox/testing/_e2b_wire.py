@@ -10,10 +10,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import stat
 import struct
-from typing import Any, BinaryIO
+from typing import Any
 
 from langchain_sandbox.testing._e2b_machine import Entry
 
@@ -25,7 +26,7 @@ _FILE_TYPES = {
 }
 
 
-def read_body(stream: BinaryIO, headers: Any, limit: int = 1 << 30) -> bytes:
+def read_body(stream: io.BufferedIOBase, headers: Any, limit: int = 1 << 30) -> bytes:
     """Read a request body framed by ``Content-Length`` or chunked transfer encoding."""
     if "chunked" in (headers.get("Transfer-Encoding") or "").lower():
         body = bytearray()

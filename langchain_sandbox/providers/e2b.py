@@ -1,0 +1,738 @@
+"""The E2B provider: sessions on E2B cloud sandboxes through ``e2b-code-interpreter``.
+
+* Python runs in the sandbox's Jupyter kernel (``AsyncSandbox.run_code``): variables persist, the
+  last expression's value comes back, matplotlib figures come back as PNG artifacts.
+* Commands run through envd (``sandbox.commands``); a non-zero exit is a result.
+* Files move through envd's file API (``sandbox.files``), always inside ``/home/user``.
+* The sandbox's lease (E2B's sandbox timeout) is tracked locally and extended only when it is about
+  to run out, so a warm ``run_code`` costs exactly one HTTP request.
+* ``pause()`` keeps the sandbox, memory included; :meth:`E2BProvider.attach` resumes it, from any
+  process. ``close()`` kills it. Sandboxes carry metadata tags so ``gc`` can find orphans.
+
+Retries: the SDK's own control-plane retries are switched off (``retries=0``) so that one policy,
+:func:`~langchain_sandbox.retries.retry_async`, decides, bounded by a deadline; it retries only
+operations that are safe to repeat. Running code or a command is never retried: the SDK sends
+``/execute`` and ``process.Process/Start`` once (its only transport retry is for connections that
+could not be established, before anything was sent).
+
+The SDK is an optional extra (``pip install 'langchain-sandbox[e2b]'``), imported when a provider
+is built. Credentials come from ``api_key=`` or the SDK's ``E2B_API_KEY``; they are never part of a
+record, a result, a log line or a repr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import inspect
+import json
+import logging
+import math
+import re
+import shlex
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
+
+from langchain_sandbox.errors import (
+    AuthenticationError,
+    InvalidInputError,
+    InvalidPathError,
+    MissingDependencyError,
+    ProviderUnavailableError,
+    QuotaExceededError,
+    SandboxError,
+    SandboxGoneError,
+    SandboxTimeoutError,
+    SessionClosedError,
+)
+from langchain_sandbox.providers import kernel_state
+from langchain_sandbox.providers.base import (
+    Capabilities,
+    FileInfo,
+    Limits,
+    OutputCallback,
+    Provider,
+    Session,
+    SessionRecord,
+    SessionSpec,
+    VariablesDump,
+)
+from langchain_sandbox.requirements import validate_requirements
+from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult, OutputCapture
+from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE, retry_async
+from langchain_sandbox.workspace import WORKSPACE_ROOT, relative_path, resolve_path
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+PROVIDER_NAME = "e2b"
+TAG_KEY = "langchain_sandbox"
+"""Metadata key set to ``"1"`` on every sandbox this package creates (``gc`` filters on it)."""
+SESSION_KEY = "langchain_sandbox_session"
+"""Metadata key holding the session id, so a listed sandbox maps back to its session."""
+
+CAPABILITIES = Capabilities(
+    stateful_python=True,
+    shell=True,
+    network_control=True,
+    install_packages=True,
+    figures=True,
+    variables=True,
+    pause=True,
+    attach_across_processes=True,
+    native_snapshots=False,
+)
+
+_BACKSTOP = 30.0  # the SDK's own deadline sits behind ours, only to never hang
+_LIST_DEPTH = 64  # "recursive" listing depth; envd needs a number
+_MARKER = "__langchain_sandbox_kernel_state__"
+_KERNEL_STATE_SOURCE = inspect.getsource(kernel_state)
+
+
+def _load_sdk() -> Any:
+    try:
+        import e2b_code_interpreter
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "e2b-code-interpreter", "e2b", purpose="The E2B provider"
+        ) from exc
+    return e2b_code_interpreter
+
+
+def _status_of(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        return status
+    # The code interpreter and the control plane put the status first: "503 Service ...", "429: ..."
+    match = re.match(r"\s*(\d{3})\b", str(exc))
+    return int(match.group(1)) if match else None
+
+
+def _translate(
+    exc: BaseException, what: str, *, secret: str | None, path: str | None = None
+) -> SandboxError:
+    """Map an SDK or transport exception to the package's taxonomy. The one place that does."""
+    if isinstance(exc, SandboxError):
+        return exc
+    import e2b
+    import httpx
+
+    message = str(exc) or type(exc).__name__
+    if secret:
+        message = message.replace(secret, "<redacted>")
+    text = f"E2B: {what} failed: {message}"
+    details = {"sdk_error": type(exc).__name__}
+    status = _status_of(exc)
+    if status is not None:
+        details["status"] = str(status)
+
+    def make(cls: type[SandboxError], retryable: bool | None = None) -> SandboxError:
+        return cls(text, retryable=retryable, provider=PROVIDER_NAME, details=details)
+
+    if path is not None and isinstance(exc, e2b.FileNotFoundException):
+        return InvalidPathError(f"{path!r} does not exist in the sandbox.", provider=PROVIDER_NAME)
+    if path is not None and isinstance(exc, e2b.InvalidArgumentException):
+        return InvalidPathError(f"{path!r} cannot be used here: {message}", provider=PROVIDER_NAME)
+    if isinstance(exc, e2b.AuthenticationException) or status in (401, 403):
+        return make(AuthenticationError)
+    if isinstance(exc, e2b.RateLimitException) or status == 429:
+        return make(QuotaExceededError)
+    if isinstance(exc, (e2b.NotFoundException, e2b.SandboxNotRunningException)) or status == 404:
+        return make(SandboxGoneError)
+    if "was not found" in message or "was killed" in message:
+        return make(SandboxGoneError)
+    if isinstance(exc, e2b.SandboxUnreachableException) or (status is not None and status >= 500):
+        return make(ProviderUnavailableError)
+    if isinstance(exc, e2b.TimeoutException | httpx.TimeoutException | TimeoutError):
+        return make(SandboxTimeoutError)
+    if isinstance(exc, httpx.TransportError | ConnectionError | OSError):
+        return make(ProviderUnavailableError)
+    if isinstance(exc, e2b.InvalidArgumentException | e2b.TemplateException):
+        return make(InvalidInputError)
+    return make(SandboxError, retryable=False)
+
+
+class E2BSession(Session):
+    """One E2B sandbox. Build it with :meth:`E2BProvider.create` or :meth:`E2BProvider.attach`."""
+
+    provider_name = PROVIDER_NAME
+    capabilities = CAPABILITIES
+
+    def __init__(
+        self,
+        provider: E2BProvider,
+        sandbox: Any,
+        spec: SessionSpec,
+        *,
+        session_id: str,
+        created_at: float,
+    ) -> None:
+        self._provider = provider
+        self._sandbox = sandbox
+        self.spec = spec
+        self.session_id = session_id
+        self._created_at = created_at
+        self._lease_end = time.monotonic() + provider.lease_seconds
+        self._lease_lock = asyncio.Lock()
+        self._paused = False
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"E2BSession(session_id={self.session_id!r}, sandbox_id={self.sandbox_id!r})"
+
+    @property
+    def sandbox_id(self) -> str:
+        return str(self._sandbox.sandbox_id)
+
+    @property
+    def record(self) -> SessionRecord:
+        limits = self.spec.limits
+        return SessionRecord(
+            provider=PROVIDER_NAME,
+            session_id=self.session_id,
+            sandbox_id=self.sandbox_id,
+            created_at=self._created_at,
+            metadata=dict(self.spec.metadata),
+            state={
+                "template": self.spec.template,
+                "network": self.spec.network,
+                "paused": self._paused,
+                "limits": {
+                    "timeout": limits.timeout,
+                    "max_output_bytes": limits.max_output_bytes,
+                    "max_file_bytes": limits.max_file_bytes,
+                },
+            },
+        )
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    async def _ready(self, needed: float = 0.0) -> None:
+        """Check the session is usable, resume it if paused, and keep its lease long enough."""
+        if self._closed:
+            raise SessionClosedError(f"E2B session {self.session_id} is closed.")
+        if self._paused:
+            await self._provider._retry(
+                lambda: self._sandbox.connect(timeout=self._provider.lease_seconds),
+                "resume the sandbox",
+            )
+            self._paused = False
+            self._lease_end = time.monotonic() + self._provider.lease_seconds
+        await self._keep_lease(needed)
+
+    async def _keep_lease(self, needed: float) -> None:
+        """Extend E2B's sandbox timeout only when what is left would not cover the next call."""
+        provider = self._provider
+        want = max(provider.lease_refresh_below, needed + provider.lease_refresh_below)
+        if self._lease_end - time.monotonic() >= want:
+            return
+        async with self._lease_lock:
+            if self._lease_end - time.monotonic() >= want:
+                return
+            seconds = max(provider.lease_seconds, math.ceil(want))
+            await provider._retry(lambda: self._sandbox.set_timeout(seconds), "extend the lease")
+            self._lease_end = time.monotonic() + seconds
+
+    async def _failure(self, exc: BaseException, what: str) -> SandboxError:
+        """Translate a failure of a call that is not retried; tell "gone" from "unreachable"."""
+        error = _translate(exc, what, secret=self._provider._api_key)
+        if isinstance(error, ProviderUnavailableError | SandboxTimeoutError):
+            try:
+                running = await self._sandbox.is_running(request_timeout=10)
+            except Exception:
+                running = True
+            if not running:
+                return SandboxGoneError(
+                    f"E2B sandbox {self.sandbox_id} is gone ({what}).", provider=PROVIDER_NAME
+                )
+        return error
+
+    def _timeout(self, timeout: float | None) -> float:
+        limit = self.spec.limits.timeout if timeout is None else timeout
+        if limit <= 0:
+            raise InvalidInputError("timeout must be a positive number of seconds.")
+        return float(limit)
+
+    def _captures(
+        self, on_output: OutputCallback | None
+    ) -> tuple[OutputCapture, OutputCapture, Callable[[Any], None], Callable[[Any], None]]:
+        out = OutputCapture(self.spec.limits.max_output_bytes)
+        err = OutputCapture(self.spec.limits.max_output_bytes)
+
+        def sink(
+            capture: OutputCapture, stream: Literal["stdout", "stderr"]
+        ) -> Callable[[Any], None]:
+            def write(chunk: Any) -> None:
+                text = chunk if isinstance(chunk, str) else str(getattr(chunk, "line", chunk))
+                capture.write(text.encode())
+                if on_output is not None:
+                    on_output(stream, text)
+
+            return write
+
+        return out, err, sink(out, "stdout"), sink(err, "stderr")
+
+    # -- code and commands -------------------------------------------------------------------
+
+    async def run_code(
+        self,
+        code: str,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        limit = self._timeout(timeout)
+        await self._ready(limit)
+        out, err, on_stdout, on_stderr = self._captures(on_output)
+        started = time.monotonic()
+        execution: Any = None
+        timed_out = False
+        try:
+            async with asyncio.timeout(limit) as deadline:
+                execution = await self._sandbox.run_code(
+                    code,
+                    envs=dict(env) if env else None,
+                    on_stdout=on_stdout,
+                    on_stderr=on_stderr,
+                    timeout=limit + _BACKSTOP,
+                )
+        except TimeoutError as exc:
+            if not deadline.expired():
+                raise await self._failure(exc, "run code") from exc
+            # Closing the stream is what makes the code interpreter interrupt the cell.
+            timed_out = True
+        except Exception as exc:
+            raise await self._failure(exc, "run code") from exc
+        result = ExecutionResult(
+            kind="code",
+            stdout=out.text(),
+            stderr=err.text(),
+            duration_ms=(time.monotonic() - started) * 1000,
+            truncated=out.truncated or err.truncated,
+            omitted_bytes=out.omitted + err.omitted,
+        )
+        if timed_out:
+            return result.model_copy(update={"timed_out": True, "exit_code": None})
+        return result.model_copy(update=_execution_fields(execution))
+
+    async def run_command(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        import e2b
+
+        limit = self._timeout(timeout)
+        directory = resolve_path(cwd or ".")
+        await self._ready(limit)
+        out, err, on_stdout, on_stderr = self._captures(on_output)
+        started = time.monotonic()
+        try:
+            handle = await self._sandbox.commands.run(
+                command,
+                background=True,
+                envs=dict(env) if env else None,
+                cwd=directory,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+                timeout=limit + _BACKSTOP,
+                retain_output=False,
+            )
+        except Exception as exc:
+            raise await self._failure(exc, "start the command") from exc
+        exit_code: int | None
+        timed_out = False
+        try:
+            async with asyncio.timeout(limit) as deadline:
+                exit_code = (await handle.wait()).exit_code
+        except e2b.CommandExitException as exc:
+            exit_code = exc.exit_code
+        except TimeoutError as exc:
+            if not deadline.expired():
+                raise await self._failure(exc, "run the command") from exc
+            timed_out, exit_code = True, None
+            await self._kill(handle)
+        except Exception as exc:
+            raise await self._failure(exc, "run the command") from exc
+        return ExecutionResult(
+            kind="command",
+            stdout=out.text(),
+            stderr=err.text(),
+            exit_code=exit_code,
+            timed_out=timed_out,
+            duration_ms=(time.monotonic() - started) * 1000,
+            truncated=out.truncated or err.truncated,
+            omitted_bytes=out.omitted + err.omitted,
+        )
+
+    async def _kill(self, handle: Any) -> None:
+        """Stop a command that ran past its timeout; the session stays usable either way."""
+        try:
+            await handle.kill()
+        except Exception as exc:
+            logger.debug("E2B: killing a timed-out command failed: %s", type(exc).__name__)
+        await handle.disconnect()
+
+    async def install_packages(
+        self, requirements: Sequence[str], *, timeout: float | None = None
+    ) -> ExecutionResult:
+        names = validate_requirements(requirements)
+        command = "pip install --quiet --disable-pip-version-check " + shlex.join(names)
+        result = await self.run_command(
+            command, timeout=timeout or max(self.spec.limits.timeout, 300)
+        )
+        if result.ok:
+            return result.with_notices(f"Installed: {', '.join(names)}.")
+        return result
+
+    # -- files -----------------------------------------------------------------------------
+
+    async def write_files(self, files: Mapping[str, bytes]) -> None:
+        entries = [{"path": resolve_path(p), "data": bytes(d)} for p, d in files.items()]
+        if not entries:
+            return
+        await self._ready()
+        await self._provider._retry(lambda: self._sandbox.files.write_files(entries), "write files")
+
+    async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
+        resolved = {p: resolve_path(p) for p in paths}
+        await self._ready()
+        return {p: await self._read_one(p, absolute) for p, absolute in resolved.items()}
+
+    async def _read_one(self, given: str, absolute: str) -> bytes:
+        limit = self.spec.limits.max_file_bytes
+
+        async def read() -> bytes:
+            data = bytearray()
+            async with await self._sandbox.files.read(absolute, format="stream") as stream:
+                async for chunk in stream:
+                    data += chunk
+                    if len(data) > limit:
+                        raise InvalidInputError(
+                            f"{given!r} is larger than the {limit}-byte limit for reading files."
+                        )
+            return bytes(data)
+
+        return await self._provider._retry(read, f"read {given!r}", path=given)
+
+    async def list_files(self, path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
+        absolute = resolve_path(path)
+        await self._ready()
+        entries = await self._provider._retry(
+            lambda: self._sandbox.files.list(absolute, depth=_LIST_DEPTH if recursive else 1),
+            f"list {path!r}",
+            path=path,
+        )
+        return sorted((_file_info(e) for e in entries), key=lambda info: info.path)
+
+    async def remove_files(self, paths: Sequence[str]) -> None:
+        import e2b
+
+        resolved = [resolve_path(p) for p in paths]
+        if WORKSPACE_ROOT in resolved:
+            raise InvalidPathError("The workspace root itself cannot be removed.")
+        await self._ready()
+        for absolute in resolved:
+
+            async def remove(target: str = absolute) -> None:
+                try:
+                    await self._sandbox.files.remove(target)
+                except e2b.FileNotFoundException:
+                    return
+
+            await self._provider._retry(remove, f"remove {absolute!r}")
+
+    # -- variables ---------------------------------------------------------------------------
+
+    async def _kernel_call(self, body: str, what: str) -> Any:
+        """Run kernel_state inside the kernel (no output cap: the payload is ours) and parse it."""
+        code = (
+            "def _langchain_sandbox_call():\n"
+            "    import base64, json\n"
+            "    ks = {}\n"
+            f"    exec(compile({_KERNEL_STATE_SOURCE!r}, '<kernel_state>', 'exec'), ks)\n"
+            f"{body}"
+            "_langchain_sandbox_call()\n"
+            "del _langchain_sandbox_call\n"
+        )
+        limit = self.spec.limits.timeout
+        await self._ready(limit)
+        try:
+            execution = await self._sandbox.run_code(code, timeout=limit)
+        except Exception as exc:
+            raise await self._failure(exc, what) from exc
+        if execution.error is not None:
+            raise SandboxError(
+                f"E2B: {what} failed in the kernel: {execution.error.name}: {execution.error.value}",
+                provider=PROVIDER_NAME,
+            )
+        for line in "".join(execution.logs.stdout).splitlines():
+            if line.startswith(_MARKER):
+                return json.loads(line[len(_MARKER) :])
+        raise SandboxError(f"E2B: {what} returned nothing.", provider=PROVIDER_NAME)
+
+    async def dump_variables(self) -> VariablesDump:
+        payload = await self._kernel_call(
+            "    blob, saved, skipped = ks['dump_namespace'](globals())\n"
+            f"    print({_MARKER!r} + json.dumps({{'data': base64.b64encode(blob).decode(),"
+            " 'saved': saved, 'skipped': skipped}))\n",
+            "dump variables",
+        )
+        return VariablesDump(
+            data=base64.b64decode(payload["data"]),
+            saved=tuple(payload["saved"]),
+            skipped=tuple(payload["skipped"]),
+        )
+
+    async def load_variables(self, data: bytes) -> list[str]:
+        blob = base64.b64encode(data).decode()
+        failed = await self._kernel_call(
+            f"    failed = ks['load_namespace'](globals(), base64.b64decode({blob!r}))\n"
+            f"    print({_MARKER!r} + json.dumps(failed))\n",
+            "load variables",
+        )
+        return [str(name) for name in failed]
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def is_alive(self) -> bool:
+        if self._closed:
+            return False
+        try:
+            if self._paused:
+                info = await self._sandbox.get_info()
+                return str(getattr(info.state, "value", info.state)) in ("running", "paused")
+            return bool(await self._sandbox.is_running(request_timeout=10))
+        except Exception:
+            return False
+
+    async def pause(self) -> None:
+        if self._closed:
+            raise SessionClosedError(f"E2B session {self.session_id} is closed.")
+        if self._paused:
+            return
+        await self._provider._retry(self._sandbox.pause, "pause the sandbox")
+        self._paused = True
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        with contextlib.suppress(SandboxGoneError):  # already gone is what close wants
+            await self._provider._retry(self._sandbox.kill, "kill the sandbox")
+        self._closed = True
+
+
+def _execution_fields(execution: Any) -> dict[str, Any]:
+    """Result fields from the SDK's ``Execution``: the last value, figures, the exception."""
+    value: str | None = None
+    artifacts: list[Artifact] = []
+    for result in execution.results:
+        if result.is_main_result and result.text is not None:
+            value = result.text
+        if result.png:
+            name = f"figure-{len(artifacts) + 1}.png"
+            artifacts.append(Artifact(name=name, mime_type="image/png", data=result.png))
+    error = execution.error
+    return {
+        "value": value,
+        "artifacts": artifacts,
+        "error": (
+            ExecutionError(name=error.name, value=error.value, traceback=error.traceback or "")
+            if error is not None
+            else None
+        ),
+        "exit_code": 1 if error is not None else 0,
+    }
+
+
+def _file_info(entry: Any) -> FileInfo:
+    kind: Literal["file", "dir", "symlink"] = getattr(entry.type, "value", "file")
+    return FileInfo(
+        path=relative_path(entry.path),
+        size=0 if kind == "dir" else int(entry.size),
+        mtime_ns=int(entry.modified_time.timestamp() * 1_000_000_000),
+        mode=int(entry.mode) & 0o7777,
+        kind=kind,
+    )
+
+
+class E2BProvider(Provider):
+    """Sessions on E2B sandboxes.
+
+    Args:
+        api_key: E2B API key; defaults to the SDK's ``E2B_API_KEY``. Never stored in records.
+        template: Sandbox template; defaults to the code-interpreter template.
+        domain: E2B domain (self-hosted deployments); defaults to the SDK's ``E2B_DOMAIN``.
+        api_url, sandbox_url: Explicit endpoints (the emulator, a proxy); default to the SDK's
+            ``E2B_API_URL`` / ``E2B_SANDBOX_URL``, else the E2B cloud.
+        lease_seconds: Sandbox timeout set on create, resume and each extension. An idle sandbox
+            stops costing money at most this long after its last use.
+        lease_refresh_below: Extend the lease only when less than this many seconds are left
+            (beyond what the next call needs).
+        on_timeout: What E2B does when the lease runs out: ``"kill"``, or ``"pause"`` (the
+            sandbox and its memory are kept, and :meth:`attach` resumes it).
+        request_timeout: Per-request timeout of control-plane and file calls, seconds.
+        retry_attempts, retry_deadline: Bounds of the retries of safe operations.
+    """
+
+    name = PROVIDER_NAME
+    capabilities = CAPABILITIES
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        template: str | None = None,
+        domain: str | None = None,
+        api_url: str | None = None,
+        sandbox_url: str | None = None,
+        lease_seconds: int = 300,
+        lease_refresh_below: float = 60.0,
+        on_timeout: Literal["kill", "pause"] = "kill",
+        request_timeout: float = 30.0,
+        retry_attempts: int = DEFAULT_ATTEMPTS,
+        retry_deadline: float = DEFAULT_DEADLINE,
+    ) -> None:
+        if lease_seconds <= 0 or lease_refresh_below < 0:
+            raise InvalidInputError("lease_seconds must be positive and lease_refresh_below >= 0.")
+        sdk = _load_sdk()
+        self._api_key = api_key
+        self.template = template
+        self.lease_seconds = int(lease_seconds)
+        self.lease_refresh_below = float(lease_refresh_below)
+        self.on_timeout = on_timeout
+        self._api_url = api_url
+        self._retry_attempts = retry_attempts
+        self._retry_deadline = retry_deadline
+        params: dict[str, Any] = {
+            "api_key": api_key,
+            "domain": domain,
+            "api_url": api_url,
+            "sandbox_url": sandbox_url,
+            "request_timeout": request_timeout,
+            "retries": 0,
+        }
+        self._sandbox_cls = sdk.E2B(
+            **{k: v for k, v in params.items() if v is not None}
+        ).AsyncSandbox
+
+    def __repr__(self) -> str:
+        return f"E2BProvider(template={self.template!r}, api_url={self._api_url!r})"
+
+    async def _retry(
+        self, operation: Callable[[], Awaitable[T]], what: str, *, path: str | None = None
+    ) -> T:
+        """Run a safe-to-repeat operation, retrying retryable failures within the deadline."""
+
+        async def attempt() -> T:
+            try:
+                return await operation()
+            except Exception as exc:
+                raise _translate(exc, what, secret=self._api_key, path=path) from exc
+
+        return await retry_async(
+            attempt, attempts=self._retry_attempts, deadline=self._retry_deadline
+        )
+
+    async def create(self, spec: SessionSpec | None = None) -> Session:
+        spec = spec or SessionSpec()
+        for key, value in spec.metadata.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise InvalidInputError("Sandbox metadata must map strings to strings.")
+        session_id = uuid.uuid4().hex
+        metadata = {**spec.metadata, TAG_KEY: "1", SESSION_KEY: session_id}
+        # Retries of a create reuse one idempotency key, so E2B never makes a second sandbox.
+        idempotency_key = str(uuid.uuid4())
+        sandbox = await self._retry(
+            lambda: self._sandbox_cls.create(
+                template=spec.template or self.template,
+                timeout=self.lease_seconds,
+                metadata=metadata,
+                envs=dict(spec.env),
+                allow_internet_access=spec.network,
+                lifecycle={"on_timeout": self.on_timeout},
+                idempotency_key=idempotency_key,
+            ),
+            "create a sandbox",
+        )
+        logger.debug("E2B: created sandbox %s for session %s", sandbox.sandbox_id, session_id)
+        session = E2BSession(self, sandbox, spec, session_id=session_id, created_at=time.time())
+        if spec.packages:
+            result = await session.install_packages(spec.packages)
+            if not result.ok:
+                await session.close()
+                raise SandboxError(
+                    f"E2B: installing {', '.join(spec.packages)} failed: {result.stderr[-2000:]}",
+                    provider=PROVIDER_NAME,
+                )
+        return session
+
+    async def attach(self, record: SessionRecord) -> Session | None:
+        if record.get("provider", PROVIDER_NAME) != PROVIDER_NAME or not record.get("sandbox_id"):
+            raise InvalidInputError("This record does not name an E2B sandbox.")
+        sandbox_id = record["sandbox_id"]
+        try:
+            sandbox = await self._retry(
+                lambda: self._sandbox_cls.connect(sandbox_id, timeout=self.lease_seconds),
+                "connect to the sandbox",
+            )
+        except SandboxGoneError:
+            return None
+        state = record.get("state") or {}
+        limits = Limits(**{**(state.get("limits") or {})})
+        spec = SessionSpec(
+            template=state.get("template"),
+            limits=limits,
+            network=bool(state.get("network", False)),
+            metadata=dict(record.get("metadata") or {}),
+        )
+        return E2BSession(
+            self,
+            sandbox,
+            spec,
+            session_id=record.get("session_id") or uuid.uuid4().hex,
+            created_at=float(record.get("created_at") or time.time()),
+        )
+
+    async def list_sessions(self, metadata: Mapping[str, str] | None = None) -> list[SessionRecord]:
+        from e2b import SandboxQuery
+
+        query = SandboxQuery(metadata={**dict(metadata or {}), TAG_KEY: "1"})
+        paginator = self._sandbox_cls.list(query=query)
+        records: list[SessionRecord] = []
+        while paginator.has_next:
+            for info in await self._retry(paginator.next_items, "list sandboxes"):
+                tags = dict(info.metadata or {})
+                session_id = tags.pop(SESSION_KEY, info.sandbox_id)
+                tags.pop(TAG_KEY, None)
+                state = str(getattr(info.state, "value", info.state))
+                records.append(
+                    SessionRecord(
+                        provider=PROVIDER_NAME,
+                        session_id=session_id,
+                        sandbox_id=info.sandbox_id,
+                        created_at=info.started_at.timestamp(),
+                        metadata=tags,
+                        state={"template": info.template_id, "paused": state == "paused"},
+                    )
+                )
+        return records
+
+    async def destroy(self, record: SessionRecord) -> bool:
+        sandbox_id = record.get("sandbox_id")
+        if not sandbox_id:
+            raise InvalidInputError("This record does not name a sandbox.")
+        killed = await self._retry(lambda: self._sandbox_cls.kill(sandbox_id), "kill the sandbox")
+        return bool(killed)
+
+
+__all__ = ["CAPABILITIES", "SESSION_KEY", "TAG_KEY", "E2BProvider", "E2BSession"]
