@@ -33,6 +33,9 @@ from langgraph.func import task
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from langchain_sandbox.runtime import SandboxRuntime
+from langchain_sandbox.tools.base import SandboxTool
+
 ToolResult = ToolMessage | Command[Any]
 SyncHandler = Callable[[ToolCallRequest], ToolResult]
 AsyncHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
@@ -85,7 +88,17 @@ def call_order(call_ids: Sequence[str]) -> Iterator[None]:
 
 def is_sandbox_tool(tool: BaseTool | None) -> bool:
     """Whether ``tool`` is one of this package's sandbox tools (the ones that report a record)."""
-    return tool is not None and type(tool).__module__.startswith("langchain_sandbox.tools")
+    return isinstance(tool, SandboxTool)
+
+
+def bind_runtime(tool: BaseTool, runtime: SandboxRuntime | None) -> BaseTool:
+    """``tool`` set to use ``runtime``, if it is a sandbox tool that has none of its own yet.
+
+    A copy, so a tool shared with other graphs keeps resolving its runtime per call.
+    """
+    if runtime is None or not isinstance(tool, SandboxTool) or tool.runtime is not None:
+        return tool
+    return tool.model_copy(update={"runtime": runtime})
 
 
 def to_graph_update(result: ToolResult, *, messages_key: str = "messages") -> ToolResult:
@@ -137,18 +150,37 @@ class SandboxToolCallWrapper:
     """``wrap_tool_call`` / ``awrap_tool_call`` for sandbox tools (see the module docstring).
 
     Args:
+        runtime: Sandbox tools that have no runtime of their own use this one.
         messages_key: The state key of the conversation (``ToolNode``'s ``messages_key``).
         run_once: Run sandbox calls as LangGraph tasks so a resume replays them instead of
             running them again. Turn off only for graphs that never interrupt, to save the
             pending write each call costs.
     """
 
-    def __init__(self, *, messages_key: str = "messages", run_once: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        runtime: SandboxRuntime | None = None,
+        messages_key: str = "messages",
+        run_once: bool = True,
+    ) -> None:
+        self.runtime = runtime
         self.messages_key = messages_key
         self.run_once = run_once
+        self._bound: dict[int, BaseTool] = {}
+
+    def _bind(self, request: ToolCallRequest) -> ToolCallRequest:
+        tool = request.tool
+        if tool is None or self.runtime is None or not is_sandbox_tool(tool):
+            return request
+        bound = self._bound.get(id(tool))
+        if bound is None:
+            bound = self._bound.setdefault(id(tool), bind_runtime(tool, self.runtime))
+        return request if bound is tool else request.override(tool=bound)
 
     def wrap(self, request: ToolCallRequest, handler: SyncHandler) -> ToolResult:
         """Sync wrapper: run the call (once) and return the channel update."""
+        request = self._bind(request)
         if not (self.run_once and is_sandbox_tool(request.tool) and _in_graph()):
             return to_graph_update(handler(request), messages_key=self.messages_key)
         order = _NODE_CALL_ORDER.get()
@@ -160,6 +192,7 @@ class SandboxToolCallWrapper:
     async def awrap(self, request: ToolCallRequest, handler: AsyncHandler) -> ToolResult:
         """Async wrapper. ``ToolNode`` starts the calls of a message in order and the task is
         started before the first ``await``, so the order is already fixed here."""
+        request = self._bind(request)
         if not (self.run_once and is_sandbox_tool(request.tool) and _in_graph()):
             return to_graph_update(await handler(request), messages_key=self.messages_key)
         result = await _async_task(lambda: handler(request))
@@ -173,6 +206,7 @@ def _no_order() -> Iterator[None]:
 
 __all__ = [
     "SandboxToolCallWrapper",
+    "bind_runtime",
     "call_order",
     "is_sandbox_tool",
     "to_graph_update",

@@ -1,0 +1,189 @@
+"""SandboxMiddleware: the sandbox lifecycle for ``create_agent`` agents.
+
+```python
+agent = create_agent(model, middleware=[SandboxMiddleware()], checkpointer=InMemorySaver())
+```
+
+``create_agent`` builds its own ``ToolNode``, so the middleware is the hook. It
+
+* adds the ``sandbox`` channel to the agent's state (:class:`SandboxAgentState`);
+* registers the sandbox tools (the whole :class:`~langchain_sandbox.tools.SandboxToolkit` by default);
+* ``before_agent``: creates the thread's sandbox, or attaches to it / restores it to the record in
+  the checkpoint (a new process, a resume, a fork), before the model first runs;
+* ``wrap_tool_call`` / ``awrap_tool_call``: turns each sandbox tool's record into a state update
+  and runs each sandbox call once (see :mod:`langchain_sandbox.graph.tool_calls`);
+* never destroys the sandbox at the end of a turn: ``after_agent`` runs at the end of *every*
+  turn, so a thread's sandbox lives until ``runtime.close_thread(thread_id)``, its idle TTL, or
+  ``langchain-sandbox gc``. Only with ``release_between_turns=True`` does it close the live
+  session at the end of a turn (its state stays in the snapshot the record names), for
+  deployments where several worker processes take turns on one thread.
+
+This module needs the ``langchain`` package (``pip install 'langchain-sandbox[agents]'``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NotRequired
+
+from langchain.agents.middleware import AgentMiddleware, AgentState
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.config import get_config
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from langchain_sandbox.graph.channel import SandboxChannel
+from langchain_sandbox.graph.tool_calls import SandboxToolCallWrapper, ToolResult, is_sandbox_tool
+from langchain_sandbox.providers.base import Session
+from langchain_sandbox.runtime import SandboxRuntime
+from langchain_sandbox.state import SandboxState
+from langchain_sandbox.tools.base import notice_lines, resolve_runtime, resolve_thread_id
+from langchain_sandbox.tools.toolkit import SandboxToolkit
+
+
+class SandboxAgentState(AgentState[Any]):
+    """``create_agent``'s state plus the ``sandbox`` channel (``create_agent(state_schema=...)``
+    if you wire the tools yourself; :class:`SandboxMiddleware` adds it on its own)."""
+
+    sandbox: NotRequired[SandboxChannel]
+
+
+async def _touch(session: Session) -> None:
+    """The operation ``before_agent`` runs: nothing, so the runtime only rehydrates."""
+
+
+class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
+    """Gives a ``create_agent`` agent a durable sandbox per thread (see the module docstring).
+
+    Args:
+        runtime: The :class:`SandboxRuntime` to use. Without it, each run finds one the way the
+            tools do: the run's context (``context=...`` with a ``sandbox_runtime``),
+            ``configurable["sandbox_runtime"]``, or the process-wide default on the local
+            provider.
+        tools: The sandbox tools to give the model (default: the whole toolkit). Pass ``[]`` to
+            register none and only manage the tools you pass to ``create_agent`` yourself.
+        run_once: Run each sandbox call as a LangGraph task so a resume never repeats it.
+        release_between_turns: Close the thread's live session at the end of each turn. Its
+            files and picklable variables are in the snapshot the checkpoint names, so the next
+            turn (in this process or another) restores them; running processes and unpicklable
+            variables do not survive. Use it when several workers share one checkpointer and
+            the provider cannot attach across processes (the local provider), so a thread never
+            has two live sandboxes.
+    """
+
+    state_schema = SandboxAgentState
+
+    def __init__(
+        self,
+        *,
+        runtime: SandboxRuntime | None = None,
+        tools: Sequence[BaseTool] | None = None,
+        run_once: bool = True,
+        release_between_turns: bool = False,
+    ) -> None:
+        super().__init__()
+        self.runtime = runtime
+        self.tools = (
+            list(tools) if tools is not None else SandboxToolkit(runtime=runtime).get_tools()
+        )
+        self.release_between_turns = release_between_turns
+        self._wrapper = SandboxToolCallWrapper(runtime=runtime, run_once=run_once)
+        # Notices of a rehydration done in ``before_agent`` (a restore, variables that could not
+        # be restored) go to the model with the thread's next sandbox result.
+        self._notices: dict[tuple[int, str], list[str]] = {}
+        self._notices_lock = threading.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _target(self, runtime: Runtime[Any]) -> tuple[SandboxRuntime, str]:
+        config = get_config()
+        return resolve_runtime(self.runtime, runtime, config), resolve_thread_id(config)
+
+    def _after_rehydrate(
+        self, sandbox: SandboxRuntime, thread_id: str, record: SandboxState, notices: list[str]
+    ) -> dict[str, Any]:
+        if notices:
+            with self._notices_lock:
+                self._notices.setdefault((id(sandbox), thread_id), []).extend(notices)
+        return {"sandbox": record}
+
+    def before_agent(self, state: SandboxAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
+        """Create the thread's sandbox, or bring it to the checkpoint's record."""
+        sandbox, thread_id = self._target(runtime)
+        outcome = sandbox.execute(
+            thread_id, _touch, record=state.get("sandbox"), mutates=False, repeatable=True
+        )
+        return self._after_rehydrate(sandbox, thread_id, outcome.record, outcome.notices)
+
+    async def abefore_agent(
+        self, state: SandboxAgentState, runtime: Runtime[Any]
+    ) -> dict[str, Any]:
+        """Async twin of :meth:`before_agent`."""
+        sandbox, thread_id = self._target(runtime)
+        outcome = await sandbox.aexecute(
+            thread_id, _touch, record=state.get("sandbox"), mutates=False, repeatable=True
+        )
+        return self._after_rehydrate(sandbox, thread_id, outcome.record, outcome.notices)
+
+    def after_agent(self, state: SandboxAgentState, runtime: Runtime[Any]) -> None:
+        """End of a turn: keep the sandbox (or release the live session, if asked to)."""
+        if self.release_between_turns:
+            sandbox, thread_id = self._target(runtime)
+            sandbox.close_thread(thread_id)
+
+    async def aafter_agent(self, state: SandboxAgentState, runtime: Runtime[Any]) -> None:
+        """Async twin of :meth:`after_agent`."""
+        if self.release_between_turns:
+            sandbox, thread_id = self._target(runtime)
+            await sandbox.aclose_thread(thread_id)
+
+    # -- tool calls --------------------------------------------------------------------------
+
+    def _with_notices(self, request: ToolCallRequest, result: ToolResult) -> ToolResult:
+        """Put notices left by ``before_agent`` in front of the thread's next sandbox result."""
+        if not (self._notices and isinstance(result, ToolMessage)):
+            return result
+        config = getattr(request.runtime, "config", None)
+        explicit = getattr(request.tool, "runtime", None)  # the wrapper already bound it
+        sandbox = resolve_runtime(explicit, request.runtime, config)
+        with self._notices_lock:
+            notices = self._notices.pop((id(sandbox), resolve_thread_id(config)), None)
+        if not notices:
+            return result
+        prefix = notice_lines(notices)
+        content = result.content
+        if isinstance(content, str):
+            content = prefix + content
+        else:
+            content = [{"type": "text", "text": prefix.rstrip("\n")}, *content]
+        return result.model_copy(update={"content": content})
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        """Run a sandbox tool call once and turn its record into a ``sandbox`` update."""
+        if not is_sandbox_tool(request.tool):
+            return handler(request)
+        return self._wrapper.wrap(request, lambda r: self._with_notices(r, handler(r)))
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        """Async twin of :meth:`wrap_tool_call` (``ainvoke`` / ``astream`` need it)."""
+        if not is_sandbox_tool(request.tool):
+            return await handler(request)
+
+        async def _handle(r: ToolCallRequest) -> ToolResult:
+            return self._with_notices(r, await handler(r))
+
+        return await self._wrapper.awrap(request, _handle)
+
+
+__all__ = ["SandboxAgentState", "SandboxMiddleware"]

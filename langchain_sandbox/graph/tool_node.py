@@ -1,0 +1,93 @@
+"""SandboxToolNode: a ``ToolNode`` for hand-built graphs that keeps the ``sandbox`` channel current.
+
+```python
+graph = StateGraph(SandboxGraphState)
+graph.add_node("tools", SandboxToolNode(SandboxToolkit().get_tools()))
+```
+
+It is a plain ``ToolNode`` (any tool may sit next to the sandbox tools; errors, injection and
+``Send`` inputs work as usual) with :class:`~langchain_sandbox.graph.tool_calls.SandboxToolCallWrapper`
+as its ``wrap_tool_call`` / ``awrap_tool_call``: each sandbox tool's record lands in the state's
+``sandbox`` key, and each sandbox call runs once even if the node is re-run after an interrupt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.messages import AnyMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.prebuilt import ToolNode
+from langgraph.runtime import Runtime
+from pydantic import BaseModel
+
+from langchain_sandbox.graph.tool_calls import (
+    SandboxToolCallWrapper,
+    bind_runtime,
+    call_order,
+    is_sandbox_tool,
+)
+from langchain_sandbox.runtime import SandboxRuntime
+
+
+class SandboxToolNode(ToolNode):
+    """A ``ToolNode`` whose sandbox tools update the graph's ``sandbox`` channel.
+
+    The graph's state must declare the channel (``SandboxGraphState``, or ``sandbox:
+    NotRequired[SandboxChannel]`` in your schema): LangGraph drops updates to undeclared keys.
+
+    Args:
+        tools: The tools; sandbox tools and any others.
+        runtime: The :class:`SandboxRuntime` sandbox tools without one of their own use. Without
+            it they find one per call: the run's context (``sandbox_runtime``),
+            ``configurable["sandbox_runtime"]``, or the process-wide default on the local provider.
+        run_once: Run each sandbox call as a LangGraph task, so a node re-run after an
+            ``interrupt()`` (another tool of the same message asking a human, say) replays the
+            call's result instead of running it again.
+        name, tags, handle_tool_errors, messages_key: As for ``ToolNode``.
+    """
+
+    def __init__(
+        self,
+        tools: Sequence[BaseTool | Callable[..., Any]],
+        *,
+        runtime: SandboxRuntime | None = None,
+        run_once: bool = True,
+        name: str = "tools",
+        tags: list[str] | None = None,
+        handle_tool_errors: Any = True,
+        messages_key: str = "messages",
+    ) -> None:
+        wrapper = SandboxToolCallWrapper(
+            runtime=runtime, messages_key=messages_key, run_once=run_once
+        )
+        super().__init__(
+            [bind_runtime(t, runtime) if isinstance(t, BaseTool) else t for t in tools],
+            name=name,
+            tags=tags,
+            handle_tool_errors=handle_tool_errors,
+            messages_key=messages_key,
+            wrap_tool_call=wrapper.wrap,
+            awrap_tool_call=wrapper.awrap,
+        )
+        self.sandbox_runtime = runtime
+
+    def _func(
+        self,
+        input: list[AnyMessage] | dict[str, Any] | BaseModel,
+        config: RunnableConfig,
+        runtime: Runtime[Any],
+    ) -> Any:
+        # The calls of one message run on a thread pool; their tasks must start in message
+        # order for a re-run of this node to find them again (see ``tool_calls``).
+        tool_calls, _ = self._parse_input(input)
+        sandbox_calls = [
+            c["id"] or "" for c in tool_calls if is_sandbox_tool(self.tools_by_name.get(c["name"]))
+        ]
+        with call_order(sandbox_calls):
+            return super()._func(input, config, runtime)
+
+
+__all__ = ["SandboxToolNode"]
