@@ -1,0 +1,272 @@
+"""The bubblewrap command line of a local sandbox: which namespaces, which mounts, which variables.
+
+The sandbox sees a tiny file system assembled from read-only binds of what Python needs (the
+system's ``/usr``, the interpreter's prefix, the site-packages directories that make installed
+libraries importable), a generated ``/etc`` with a ``user`` account, a private ``/tmp``, minimal
+``/proc`` and ``/dev``, and the session's own read-write workspace at ``/home/user``. Nothing else
+of the host is there: not its home directories, not ``/root``, not ``/etc/ssl/private``.
+
+A subtlety worth knowing: when the host process is root, bubblewrap maps the sandbox's uid 1000 to
+host uid 0, so sandboxed code has *owner* permissions on every root-owned file it can see (read-only
+mounts still forbid writes). That is why only public paths are bound, never whole trees that might
+hold a secret.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from langchain_sandbox.errors import IsolationUnavailableError
+from langchain_sandbox.workspace import WORKSPACE_ROOT
+
+SANDBOX_UID = 1000
+SANDBOX_GID = 1000
+SANDBOX_PYTHON_PREFIX = "/opt/python"
+SANDBOX_SITE_ROOT = "/opt/site-packages"
+SANDBOX_RUNTIME_DIR = "/opt/langchain-sandbox"
+SANDBOX_HOSTNAME = "sandbox"
+
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Files of /etc that programs read to start at all; none of them holds a secret.
+_ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf")
+# Only for sessions with network: name resolution and the public CA bundle.
+_NETWORK_ETC = (
+    "/etc/resolv.conf",
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
+    "/etc/ca-certificates",
+    "/etc/pki/tls/certs",
+    "/etc/pki/ca-trust",
+)
+
+_DESCRIBE_PYTHON = (
+    "import json, os, site, sys;"
+    "print(json.dumps({'executable': os.path.realpath(sys.executable),"
+    " 'prefix': sys.base_prefix,"
+    " 'site': [p for p in site.getsitepackages() if os.path.isdir(p)],"
+    " 'version': '%d.%d' % sys.version_info[:2]}))"
+)
+
+
+@dataclass(frozen=True)
+class PythonInstall:
+    """An interpreter on the host and where its parts appear inside the sandbox.
+
+    Attributes:
+        executable: Real host path of the interpreter binary.
+        prefix: Host path of its installation prefix (``sys.base_prefix``).
+        site_packages: Host site-packages directories to make importable (a venv's included).
+        version: ``"3.11"``.
+    """
+
+    executable: str
+    prefix: str
+    site_packages: tuple[str, ...]
+    version: str
+
+    @property
+    def _prefix_is_system(self) -> bool:
+        return _is_under(self.prefix, _SYSTEM_DIRS)
+
+    def sandbox_executable(self) -> str:
+        """Path of the interpreter inside the sandbox."""
+        if self._prefix_is_system or not _is_under(self.executable, (self.prefix,)):
+            return self.executable
+        return SANDBOX_PYTHON_PREFIX + self.executable[len(self.prefix.rstrip("/")) :]
+
+    def binds(self) -> list[tuple[str, str]]:
+        """``(host, sandbox)`` read-only binds that make this interpreter and its libraries work."""
+        binds: list[tuple[str, str]] = []
+        if not self._prefix_is_system:
+            binds.append((self.prefix, SANDBOX_PYTHON_PREFIX))
+        for index, directory in enumerate(self.site_packages):
+            if not _is_under(directory, (*_SYSTEM_DIRS, self.prefix)):
+                binds.append((directory, f"{SANDBOX_SITE_ROOT}/{index}"))
+        return binds
+
+    def sandbox_site_packages(self) -> list[str]:
+        """The site-packages directories as the sandbox sees them, for ``sys.path``."""
+        mapped: list[str] = []
+        for index, directory in enumerate(self.site_packages):
+            if _is_under(directory, _SYSTEM_DIRS) or (
+                self._prefix_is_system and _is_under(directory, (self.prefix,))
+            ):
+                mapped.append(directory)
+            elif _is_under(directory, (self.prefix,)):
+                mapped.append(SANDBOX_PYTHON_PREFIX + directory[len(self.prefix.rstrip("/")) :])
+            else:
+                mapped.append(f"{SANDBOX_SITE_ROOT}/{index}")
+        return mapped
+
+
+def describe_python(executable: str) -> PythonInstall:
+    """Ask ``executable`` where it lives (one short subprocess; the provider caches the answer).
+
+    Raises:
+        IsolationUnavailableError: the interpreter cannot be run.
+    """
+    try:
+        completed = subprocess.run(
+            [executable, "-I", "-c", _DESCRIBE_PYTHON],
+            capture_output=True,
+            timeout=60,
+            check=True,
+            env={"PATH": os.defpath},
+        )
+        info = json.loads(completed.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        raise IsolationUnavailableError(
+            f"Cannot run the sandbox's Python interpreter {executable!r}: {exc}. "
+            "Pass python='/path/to/python3' to LocalProvider.",
+            provider="local",
+        ) from exc
+    return PythonInstall(
+        executable=str(info["executable"]),
+        prefix=str(info["prefix"]),
+        site_packages=tuple(str(p) for p in info["site"]),
+        version=str(info["version"]),
+    )
+
+
+def find_bubblewrap(path: str | None = None) -> str:
+    """The bubblewrap binary to use, or raise saying how to install it."""
+    found = path if path is not None else shutil.which("bwrap")
+    if found and os.path.isfile(found) and os.access(found, os.X_OK):
+        return found
+    where = f" at {path!r}" if path else " on PATH"
+    raise IsolationUnavailableError(
+        f"bubblewrap (bwrap) was not found{where}, so code cannot be isolated here. "
+        "Install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), "
+        "or, only if you accept running code unisolated, pass isolation='none'.",
+        provider="local",
+    )
+
+
+def generate_etc(directory: str) -> dict[str, str]:
+    """Write the sandbox's own ``passwd``, ``group`` and ``hosts`` into ``directory``.
+
+    Returns ``{sandbox path: host path}`` for the generated files.
+    """
+    contents = {
+        "passwd": (
+            f"user:x:{SANDBOX_UID}:{SANDBOX_GID}:user:{WORKSPACE_ROOT}:/bin/bash\n"
+            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+        ),
+        "group": f"user:x:{SANDBOX_GID}:\nnogroup:x:65534:\n",
+        "hosts": f"127.0.0.1 localhost {SANDBOX_HOSTNAME}\n::1 localhost ip6-localhost\n",
+    }
+    generated: dict[str, str] = {}
+    for name, text in contents.items():
+        host_path = os.path.join(directory, name)
+        with open(host_path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        generated[f"/etc/{name}"] = host_path
+    return generated
+
+
+def bubblewrap_argv(
+    bwrap: str,
+    command: Sequence[str],
+    *,
+    python: PythonInstall,
+    workspace: str,
+    etc_files: Mapping[str, str],
+    env: Mapping[str, str],
+    network: bool,
+    read_only: Sequence[tuple[str, str]] = (),
+    tmp_size_bytes: int | None = None,
+) -> list[str]:
+    """The full ``bwrap`` argv that runs ``command`` in a fresh sandbox.
+
+    Args:
+        bwrap: The bubblewrap binary.
+        command: argv inside the sandbox (sandbox paths).
+        python: The interpreter to make available.
+        workspace: Host directory bound read-write at ``/home/user``.
+        etc_files: Generated ``/etc`` files (``{sandbox path: host path}``).
+        env: The complete environment inside; the host's is cleared.
+        network: Share the host's network (and its resolver and CA certificates).
+        read_only: Extra ``(host, sandbox)`` read-only binds (the worker's sources, a trusted
+            package directory).
+        tmp_size_bytes: Size cap of the private ``/tmp``.
+    """
+    argv = [
+        bwrap,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_GID),
+        "--hostname",
+        SANDBOX_HOSTNAME,
+        # bubblewrap started by root keeps every capability inside unless told otherwise.
+        "--cap-drop",
+        "ALL",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+    ]
+    if not network:
+        argv.append("--unshare-net")
+    for directory in _SYSTEM_DIRS:
+        argv += _system_dir_args(directory)
+    for path in _ETC_FILES:
+        if os.path.exists(path):
+            argv += ["--ro-bind", os.path.realpath(path), path]
+    for sandbox_path, host_path in etc_files.items():
+        argv += ["--ro-bind", host_path, sandbox_path]
+    if network:
+        for path in _NETWORK_ETC:
+            if os.path.exists(path):
+                argv += ["--ro-bind", os.path.realpath(path), path]
+    for host_path, sandbox_path in (*python.binds(), *read_only):
+        argv += ["--ro-bind", host_path, sandbox_path]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    if tmp_size_bytes is not None:
+        argv += ["--size", str(tmp_size_bytes)]
+    argv += ["--tmpfs", "/tmp", "--chmod", "1777", "/tmp"]
+    argv += ["--bind", workspace, WORKSPACE_ROOT, "--chdir", WORKSPACE_ROOT]
+    # The assembled root itself is read-only: only /home/user, /tmp and /dev take writes.
+    argv += ["--remount-ro", "/"]
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    argv += ["--", *command]
+    return argv
+
+
+def _system_dir_args(directory: str) -> list[str]:
+    if os.path.islink(directory):
+        # Merged-/usr systems: /bin -> usr/bin and the like.
+        return ["--symlink", os.readlink(directory), directory]
+    if os.path.isdir(directory):
+        return ["--ro-bind", directory, directory]
+    return []
+
+
+def _is_under(path: str, roots: Sequence[str]) -> bool:
+    path = os.path.normpath(path)
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+__all__ = [
+    "SANDBOX_GID",
+    "SANDBOX_HOSTNAME",
+    "SANDBOX_PYTHON_PREFIX",
+    "SANDBOX_RUNTIME_DIR",
+    "SANDBOX_SITE_ROOT",
+    "SANDBOX_UID",
+    "PythonInstall",
+    "bubblewrap_argv",
+    "describe_python",
+    "find_bubblewrap",
+    "generate_etc",
+]

@@ -1,0 +1,187 @@
+"""How the processes of one local session start: inside bubblewrap, or directly if asked by name.
+
+A :class:`Launcher` knows the paths as the session's processes see them (the interpreter, the
+worker's sources, the workspace, the package directory), the allow-listed environment, and how to
+wrap an argv so it runs in the session's sandbox. The session asks it for the worker's command and
+for pip's; nothing else builds command lines.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from langchain_sandbox.errors import InvalidInputError
+from langchain_sandbox.providers.local._bubblewrap import (
+    SANDBOX_RUNTIME_DIR,
+    PythonInstall,
+    bubblewrap_argv,
+)
+from langchain_sandbox.workspace import WORKSPACE_ROOT
+
+Isolation = Literal["bubblewrap", "none"]
+
+PACKAGES_DIR = ".packages"
+"""Workspace-relative directory that ``install_packages`` installs into (on ``sys.path``)."""
+
+_WORKER_SOURCE = Path(__file__).with_name("_worker.py")
+_KERNEL_STATE_SOURCE = Path(__file__).parent.parent / "kernel_state.py"
+_BASH_CANDIDATES = ("/bin/bash", "/usr/bin/bash")
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """Starts processes of one session.
+
+    Attributes:
+        isolation: ``"bubblewrap"`` or ``"none"`` (processes run directly on the host).
+        python: The interpreter the session uses.
+        workspace_dir: Host directory of the workspace.
+        bwrap: The bubblewrap binary (``None`` without isolation).
+        etc_files: Generated ``/etc`` files (``{sandbox path: host path}``).
+        extra_env: The session's own variables (``SessionSpec.env``), applied last.
+        tmp_size_bytes: Size cap of the private ``/tmp``.
+    """
+
+    isolation: Isolation
+    python: PythonInstall
+    workspace_dir: str
+    bwrap: str | None = None
+    etc_files: Mapping[str, str] = field(default_factory=dict)
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    tmp_size_bytes: int | None = None
+
+    @property
+    def isolated(self) -> bool:
+        return self.isolation == "bubblewrap"
+
+    @property
+    def workspace(self) -> str:
+        """The workspace as the session's processes see it."""
+        return WORKSPACE_ROOT if self.isolated else self.workspace_dir
+
+    def to_process_path(self, sandbox_path: str) -> str:
+        """Map a ``/home/user/...`` path to what the session's processes see."""
+        if self.isolated:
+            return sandbox_path
+        return self.workspace_dir + sandbox_path[len(WORKSPACE_ROOT) :]
+
+    @property
+    def python_executable(self) -> str:
+        return self.python.sandbox_executable() if self.isolated else self.python.executable
+
+    @property
+    def site_packages(self) -> list[str]:
+        if self.isolated:
+            return self.python.sandbox_site_packages()
+        return list(self.python.site_packages)
+
+    @property
+    def packages_dir(self) -> str:
+        return f"{self.workspace}/{PACKAGES_DIR}"
+
+    @property
+    def bash(self) -> str:
+        if self.isolated:
+            return "/bin/bash"
+        return next((p for p in _BASH_CANDIDATES if os.path.exists(p)), "bash")
+
+    def _runtime_files(self) -> tuple[str, str]:
+        if self.isolated:
+            return f"{SANDBOX_RUNTIME_DIR}/worker.py", f"{SANDBOX_RUNTIME_DIR}/kernel_state.py"
+        return str(_WORKER_SOURCE), str(_KERNEL_STATE_SOURCE)
+
+    def environment(self) -> dict[str, str]:
+        """The allow-listed environment of every process in the session; never the host's."""
+        python_bin = os.path.dirname(self.python_executable)
+        env = {
+            "PATH": f"{self.packages_dir}/bin:{python_bin}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": self.workspace,
+            "USER": "user",
+            "LANG": "C.UTF-8",
+            "TMPDIR": "/tmp",
+            "PYTHONPATH": ":".join([self.packages_dir, *self.site_packages]),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "MPLBACKEND": "Agg",
+            "MPLCONFIGDIR": "/tmp/matplotlib",
+        }
+        env.update(self.extra_env)
+        return env
+
+    def worker_command(self, request_fd: int, event_fd: int, control_fd: int) -> list[str]:
+        """The argv that starts the session's persistent Python worker."""
+        worker, kernel_state = self._runtime_files()
+        inner = [
+            self.python_executable,
+            "-I",
+            "-S",
+            worker,
+            str(request_fd),
+            str(event_fd),
+            str(control_fd),
+            kernel_state,
+            self.packages_dir,
+            *self.site_packages,
+        ]
+        return self.wrap(inner, network=False)
+
+    def wrap(
+        self,
+        command: Sequence[str],
+        *,
+        network: bool,
+        read_only: Sequence[tuple[str, str]] = (),
+    ) -> list[str]:
+        """``command`` as it must be started to run inside this session's sandbox."""
+        if not self.isolated:
+            return list(command)
+        assert self.bwrap is not None
+        runtime = [
+            (str(_WORKER_SOURCE), f"{SANDBOX_RUNTIME_DIR}/worker.py"),
+            (str(_KERNEL_STATE_SOURCE), f"{SANDBOX_RUNTIME_DIR}/kernel_state.py"),
+        ]
+        return bubblewrap_argv(
+            self.bwrap,
+            command,
+            python=self.python,
+            workspace=self.workspace_dir,
+            etc_files=self.etc_files,
+            env=self.environment(),
+            network=network,
+            read_only=[*runtime, *read_only],
+            tmp_size_bytes=self.tmp_size_bytes,
+        )
+
+    def process_env(self) -> dict[str, str]:
+        """Environment of the started process itself (bubblewrap sets the sandbox's own)."""
+        return {} if self.isolated else self.environment()
+
+    def process_cwd(self) -> str:
+        return self.workspace_dir
+
+
+def validate_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """Variables for the sandbox: names and values must be plain strings without NUL or ``=``.
+
+    Raises:
+        InvalidInputError: on the first bad entry.
+    """
+    checked: dict[str, str] = {}
+    for key, value in (env or {}).items():
+        if (
+            not isinstance(key, str)
+            or not isinstance(value, str)
+            or not key
+            or "=" in key
+            or "\x00" in key
+            or "\x00" in value
+        ):
+            raise InvalidInputError(f"Invalid environment variable {key!r}.")
+        checked[key] = value
+    return checked
+
+
+__all__ = ["PACKAGES_DIR", "Isolation", "Launcher", "validate_env"]

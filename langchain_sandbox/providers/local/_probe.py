@@ -1,0 +1,118 @@
+"""What isolation the local provider can give on this machine (for ``langchain-sandbox doctor``).
+
+:func:`probe_isolation` really starts a tiny bubblewrap sandbox with the namespaces and capability
+drop the provider uses, so "usable" means usable, not merely "installed", and it reports which
+mechanism enforces each limit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+
+from langchain_sandbox.errors import IsolationUnavailableError
+from langchain_sandbox.providers.local._bubblewrap import find_bubblewrap
+from langchain_sandbox.providers.local._cgroups import detect_cgroups
+
+
+@dataclass(frozen=True)
+class IsolationReport:
+    """What the local provider can enforce here.
+
+    Attributes:
+        bubblewrap: Path of the bubblewrap binary, or ``None`` when it is missing.
+        bubblewrap_usable: A sandbox with user, pid, net, ipc and uts namespaces started.
+        network_isolation: Sandboxes get no network unless a session asks for it.
+        memory_limit: How memory is limited: ``"cgroup v1"``, ``"cgroup v2"`` or
+            ``"rlimit (RLIMIT_AS)"``.
+        process_limit: How processes are limited: ``"cgroup v1"``, ``"cgroup v2"``, or
+            ``"rlimit (RLIMIT_NPROC)"`` (with ``", not enforced: host user is root"`` when so).
+        problems: Why something is missing and how to fix it.
+    """
+
+    bubblewrap: str | None
+    bubblewrap_usable: bool
+    network_isolation: bool
+    memory_limit: str
+    process_limit: str
+    problems: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Isolation works and every limit is enforced."""
+        return self.bubblewrap_usable and not self.problems
+
+
+def probe_isolation(bwrap: str | None = None) -> IsolationReport:
+    """Check bubblewrap and cgroups on this machine (takes a few milliseconds)."""
+    problems: list[str] = []
+    path: str | None = None
+    usable = False
+    try:
+        path = find_bubblewrap(bwrap)
+    except IsolationUnavailableError as exc:
+        problems.append(str(exc))
+    if path is not None:
+        usable, problem = _try_bubblewrap(path)
+        if problem:
+            problems.append(problem)
+    support = detect_cgroups()
+    memory = f"cgroup v{support.memory_version}" if support.memory else "rlimit (RLIMIT_AS)"
+    processes = f"cgroup v{support.pids_version}" if support.pids else "rlimit (RLIMIT_NPROC)"
+    if not support.pids and os.geteuid() == 0:
+        processes += ", not enforced: host user is root"
+        problems.append(
+            "No pids cgroup can be created and RLIMIT_NPROC does not bind root, so a fork bomb is "
+            "not contained. Run under a cgroup this user may manage (cgroup v2: a delegated "
+            "systemd scope, e.g. systemd-run --user --scope -p Delegate=yes)."
+        )
+    elif support.reason:
+        problems.append(f"cgroups: {support.reason}; rlimits are used instead.")
+    return IsolationReport(
+        bubblewrap=path,
+        bubblewrap_usable=usable,
+        network_isolation=usable,
+        memory_limit=memory,
+        process_limit=processes,
+        problems=tuple(problems),
+    )
+
+
+def _try_bubblewrap(bwrap: str) -> tuple[bool, str]:
+    argv = [
+        bwrap,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--uid",
+        "1000",
+        "--cap-drop",
+        "ALL",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--",
+        "true",
+    ]
+    try:
+        completed = subprocess.run(argv, capture_output=True, timeout=30, env={})
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"bubblewrap could not run: {exc}"
+    if completed.returncode != 0:
+        detail = completed.stderr.decode(errors="replace").strip()
+        return False, (
+            f"bubblewrap cannot create namespaces here ({detail}). Enable unprivileged user "
+            "namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04+ "
+            "kernel.apparmor_restrict_unprivileged_userns=0), or in a container allow them "
+            "(e.g. --security-opt seccomp=unconfined)."
+        )
+    return True, ""
+
+
+__all__ = ["IsolationReport", "probe_isolation"]

@@ -1,0 +1,237 @@
+"""The host's handle on one sandboxed worker: start it, send requests, interrupt it, kill it.
+
+The worker (:mod:`._worker`) speaks JSON lines on three pipes created here and handed to the
+sandbox by descriptor number: requests, events (output chunks and replies) and control
+(interrupts). A background task reads events and routes them to the request in flight, so output
+streams to ``on_output`` while code runs. When the worker's event pipe closes, every waiter learns
+the worker is gone (:class:`WorkerDied`) instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_sandbox.errors import IsolationUnavailableError, SandboxError
+
+EventHandler = Callable[[dict[str, Any]], None]
+
+# Replies carry figures and variable dumps; a line may be large, but not unbounded.
+_MAX_LINE = 512 * 1024 * 1024
+_STARTUP_TIMEOUT = 60.0
+
+
+class WorkerDied(Exception):
+    """The worker's process ended (killed, out of memory, crashed) while a request waited."""
+
+
+class WorkerProcess:
+    """One running worker. Create with :meth:`start`; requests are serialized by the caller."""
+
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        events: asyncio.StreamReader,
+        requests: asyncio.WriteTransport,
+        control_fd: int,
+    ) -> None:
+        self._process = process
+        self._events = events
+        self._requests = requests
+        self._control_fd = control_fd
+        self._next_id = 0
+        self._pending: dict[int, tuple[asyncio.Future[dict[str, Any]], EventHandler | None]] = {}
+        self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._reader = asyncio.create_task(self._read_events())
+        self.exited = False
+
+    @classmethod
+    async def start(
+        cls,
+        build_argv: Callable[[int, int, int], Sequence[str]],
+        *,
+        preexec_fn: Callable[[], None] | None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        startup_timeout: float = _STARTUP_TIMEOUT,
+    ) -> WorkerProcess:
+        """Start a worker and wait until it is ready.
+
+        Args:
+            build_argv: Given the worker-side descriptor numbers (request, event, control),
+                returns the argv that starts the worker (through bubblewrap or not).
+            preexec_fn: Run in the child before exec (joins the session's cgroups).
+            env: Environment of the started process (bubblewrap's own; it clears it inside).
+            cwd: Working directory of the started process.
+            startup_timeout: Seconds to wait for the worker's ``ready``.
+
+        Raises:
+            IsolationUnavailableError: bubblewrap could not set the sandbox up.
+            SandboxError: the worker did not start for another reason.
+        """
+        request_r, request_w = os.pipe()
+        event_r, event_w = os.pipe()
+        control_r, control_w = os.pipe()
+        child_fds = (request_r, event_w, control_r)
+        loop = asyncio.get_running_loop()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *build_argv(*child_fds),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                pass_fds=child_fds,
+                preexec_fn=preexec_fn,
+                start_new_session=True,
+                env=env if env is not None else {},
+                cwd=cwd,
+            )
+        except OSError as exc:
+            for fd in (*child_fds, request_w, event_r, control_w):
+                os.close(fd)
+            raise IsolationUnavailableError(
+                f"Could not start the sandbox: {exc}", provider="local"
+            ) from exc
+        for fd in child_fds:
+            os.close(fd)
+        events = asyncio.StreamReader(limit=_MAX_LINE)
+        await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(events), os.fdopen(event_r, "rb", buffering=0)
+        )
+        transport, _ = await loop.connect_write_pipe(
+            asyncio.Protocol, os.fdopen(request_w, "wb", buffering=0)
+        )
+        os.set_blocking(control_w, False)
+        worker = cls(process, events, transport, control_w)
+        try:
+            await asyncio.wait_for(asyncio.shield(worker._ready), startup_timeout)
+        except (WorkerDied, TimeoutError) as exc:
+            stderr = await worker._stderr_text()
+            await worker.kill()
+            raise _startup_error(stderr, exc) from None
+        return worker
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def alive(self) -> bool:
+        return not self.exited and self._process.returncode is None
+
+    async def _read_events(self) -> None:
+        try:
+            while True:
+                line = await self._events.readline()
+                if not line:
+                    break
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                self._dispatch(event)
+        except (ValueError, asyncio.LimitOverrunError, OSError):
+            # A line beyond the limit means a broken worker; treat it as gone.
+            pass
+        finally:
+            self.exited = True
+            died = WorkerDied("the worker's process ended")
+            if not self._ready.done():
+                self._ready.set_exception(died)
+                self._ready.exception()  # mark retrieved: nobody may be waiting any more
+            for future, _ in self._pending.values():
+                if not future.done():
+                    future.set_exception(died)
+            self._pending.clear()
+
+    def _dispatch(self, event: dict[str, Any]) -> None:
+        if event.get("ev") == "ready":
+            if not self._ready.done():
+                self._ready.set_result(event)
+            return
+        pending = self._pending.get(event.get("id", -1))
+        if pending is None:
+            return
+        future, on_event = pending
+        if event.get("ev") == "done":
+            del self._pending[event["id"]]
+            if not future.done():
+                future.set_result(event)
+        elif on_event is not None:
+            on_event(event)
+
+    def send(
+        self, op: str, payload: dict[str, Any], on_event: EventHandler | None = None
+    ) -> tuple[int, asyncio.Future[dict[str, Any]]]:
+        """Send a request; returns its id and a future for its ``done`` reply.
+
+        The future raises :class:`WorkerDied` if the worker ends first.
+        """
+        self._next_id += 1
+        request_id = self._next_id
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        if not self.alive:
+            future.set_exception(WorkerDied("the worker is not running"))
+            return request_id, future
+        self._pending[request_id] = (future, on_event)
+        message = {**payload, "id": request_id, "op": op}
+        self._requests.write((json.dumps(message, separators=(",", ":")) + "\n").encode())
+        return request_id, future
+
+    def interrupt(self, request_id: int) -> None:
+        """Ask the worker to stop request ``request_id`` (SIGINT for code, SIGKILL for commands)."""
+        line = json.dumps({"op": "interrupt", "id": request_id}).encode() + b"\n"
+        with contextlib.suppress(OSError):
+            os.write(self._control_fd, line)
+
+    async def kill(self) -> None:
+        """Kill the worker and its sandbox (bubblewrap's namespace dies with it). Idempotent."""
+        self.exited = True
+        if self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+            await self._process.wait()
+        self._requests.close()
+        with contextlib.suppress(OSError):
+            os.close(self._control_fd)
+        self._control_fd = -1
+        with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(self._reader, 1.0)
+
+    async def _stderr_text(self) -> str:
+        stream = self._process.stderr
+        if stream is None:
+            return ""
+        try:
+            data = await asyncio.wait_for(stream.read(8192), 2.0)
+        except (TimeoutError, OSError):
+            return ""
+        return data.decode("utf-8", errors="replace").strip()
+
+
+def _startup_error(stderr: str, exc: BaseException) -> SandboxError:
+    reason = stderr or (
+        "it did not become ready in time" if isinstance(exc, TimeoutError) else "it exited"
+    )
+    if stderr.startswith("bwrap:"):
+        return IsolationUnavailableError(
+            f"bubblewrap cannot create a sandbox here ({stderr}). Unprivileged user namespaces "
+            "may be disabled: enable them (sysctl kernel.unprivileged_userns_clone=1, or "
+            "kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04+), or run in a "
+            "container started with --security-opt seccomp=unconfined. "
+            "`langchain-sandbox doctor` shows what works here.",
+            provider="local",
+        )
+    return SandboxError(
+        f"The sandbox's Python worker did not start: {reason}", provider="local", retryable=True
+    )
+
+
+__all__ = ["EventHandler", "WorkerDied", "WorkerProcess"]

@@ -1,0 +1,280 @@
+"""The local provider: isolated sandboxes on this machine with bubblewrap, no account, no daemon.
+
+Each session lives in ``<base_dir>/sessions/<session_id>/`` (mode 0700): its workspace (bound at
+``/home/user``), its generated ``/etc`` files and a ``session.json`` record used to find sessions
+left behind by a process that died (``list_sessions`` / ``destroy``, for ``gc``). A local sandbox
+lives and dies with the process that made it, so ``attach`` finds only sessions of this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import uuid
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from langchain_sandbox.errors import InvalidInputError, SandboxError
+from langchain_sandbox.providers.base import Provider, SessionRecord, SessionSpec
+from langchain_sandbox.providers.local._bubblewrap import (
+    PythonInstall,
+    describe_python,
+    find_bubblewrap,
+    generate_etc,
+)
+from langchain_sandbox.providers.local._cgroups import (
+    CgroupSupport,
+    SessionCgroup,
+    detect_cgroups,
+)
+from langchain_sandbox.providers.local._launcher import (
+    PACKAGES_DIR,
+    Isolation,
+    Launcher,
+    validate_env,
+)
+from langchain_sandbox.providers.local._packages import PackageIndex
+from langchain_sandbox.providers.local.session import LOCAL_CAPABILITIES, LocalSession
+
+HOME_ENV = "LANGCHAIN_SANDBOX_HOME"
+"""Environment variable naming the provider's base directory."""
+
+_SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
+_RECORD_FILE = "session.json"
+
+
+def default_base_dir() -> Path:
+    """``$LANGCHAIN_SANDBOX_HOME``, else ``$XDG_STATE_HOME/langchain-sandbox``, else
+    ``~/.local/state/langchain-sandbox``."""
+    configured = os.environ.get(HOME_ENV)
+    if configured:
+        return Path(configured)
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(state) / "langchain-sandbox"
+
+
+class LocalProvider(Provider):
+    """Sandboxes on this machine, isolated with bubblewrap.
+
+    Args:
+        base_dir: Where session directories live (default: :func:`default_base_dir`).
+        isolation: ``"bubblewrap"`` (default). ``"none"`` runs code directly on the host, with
+            only the limits and the scrubbed environment; it must be asked for by name and
+            warns, because sandboxed code can then read and change anything this user can.
+        python: Interpreter the sessions run (default: the one running this process, with its
+            virtualenv's site-packages importable read-only).
+        package_index: Where ``install_packages`` may fetch from (trusted, host-side).
+        bwrap: Path of the bubblewrap binary (default: ``bwrap`` on ``PATH``).
+    """
+
+    name = "local"
+    capabilities = LOCAL_CAPABILITIES
+
+    def __init__(
+        self,
+        *,
+        base_dir: str | os.PathLike[str] | None = None,
+        isolation: Isolation = "bubblewrap",
+        python: str | None = None,
+        package_index: PackageIndex | None = None,
+        bwrap: str | None = None,
+    ) -> None:
+        if isolation not in ("bubblewrap", "none"):
+            raise InvalidInputError(f"isolation must be 'bubblewrap' or 'none', not {isolation!r}.")
+        self.base_dir = Path(base_dir) if base_dir is not None else default_base_dir()
+        self.isolation: Isolation = isolation
+        self.python = python or sys.executable
+        self.package_index = package_index or PackageIndex()
+        self.bwrap = bwrap
+        self._python_install: PythonInstall | None = None
+        self._cgroups: CgroupSupport | None = None
+        self._sessions: dict[str, LocalSession] = {}
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.base_dir / "sessions"
+
+    async def _environment(self) -> tuple[PythonInstall, CgroupSupport]:
+        """Facts about this machine, found once per provider."""
+        if self._python_install is None:
+            self._python_install = await asyncio.to_thread(describe_python, self.python)
+        if self._cgroups is None:
+            self._cgroups = await asyncio.to_thread(detect_cgroups)
+        return self._python_install, self._cgroups
+
+    async def create(self, spec: SessionSpec | None = None) -> LocalSession:
+        spec = spec or SessionSpec()
+        env = validate_env(spec.env)
+        bwrap: str | None = None
+        if self.isolation == "bubblewrap":
+            bwrap = find_bubblewrap(self.bwrap)
+        else:
+            warnings.warn(
+                "LocalProvider(isolation='none') runs sandboxed code directly on this machine: "
+                "it can read and change anything this user can, and reach the network.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        python, support = await self._environment()
+        session_id = uuid.uuid4().hex
+        directory = self.sessions_dir / session_id
+        created_at = time.time()
+        memory_mb = spec.limits.memory_mb
+        cgroup = SessionCgroup()
+        try:
+            etc_files = await asyncio.to_thread(
+                self._make_directory, directory, session_id, spec, created_at
+            )
+            cgroup = await asyncio.to_thread(
+                SessionCgroup.create,
+                support,
+                session_id,
+                memory_bytes=memory_mb * 1024 * 1024 if memory_mb else None,
+                max_processes=spec.limits.max_processes,
+            )
+            launcher = Launcher(
+                isolation=self.isolation,
+                python=python,
+                workspace_dir=str(directory / "workspace"),
+                bwrap=bwrap,
+                etc_files=etc_files,
+                extra_env=env,
+                tmp_size_bytes=memory_mb * 1024 * 1024 if memory_mb else None,
+            )
+            session = LocalSession(
+                session_id=session_id,
+                spec=spec,
+                directory=str(directory),
+                launcher=launcher,
+                cgroup=cgroup,
+                package_index=self.package_index,
+                created_at=created_at,
+                on_close=self._forget,
+            )
+            await session.start()
+        except BaseException:
+            await asyncio.to_thread(cgroup.remove)
+            await asyncio.to_thread(shutil.rmtree, directory, True)
+            raise
+        self._sessions[session_id] = session
+        if spec.packages:
+            result = await session.install_packages(spec.packages)
+            if not result.ok:
+                await session.close()
+                raise SandboxError(
+                    "Installing the session's packages failed:\n" + result.render(max_chars=2000),
+                    provider="local",
+                )
+        return session
+
+    @staticmethod
+    def _make_directory(
+        directory: Path, session_id: str, spec: SessionSpec, created_at: float
+    ) -> dict[str, str]:
+        directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        directory.mkdir(mode=0o700)
+        (directory / "workspace").mkdir(mode=0o755)
+        (directory / "workspace" / PACKAGES_DIR).mkdir(mode=0o755)
+        (directory / "etc").mkdir(mode=0o755)
+        record: dict[str, Any] = {
+            "provider": "local",
+            "session_id": session_id,
+            "sandbox_id": session_id,
+            "created_at": created_at,
+            "metadata": dict(spec.metadata),
+            "state": {"owner_pid": os.getpid()},
+        }
+        (directory / _RECORD_FILE).write_text(json.dumps(record), encoding="utf-8")
+        return generate_etc(str(directory / "etc"))
+
+    def _forget(self, session: LocalSession) -> None:
+        self._sessions.pop(session.session_id, None)
+
+    async def attach(self, record: SessionRecord) -> LocalSession | None:
+        session = self._sessions.get(str(record.get("session_id", "")))
+        if session is None or not await session.is_alive():
+            return None
+        return session
+
+    async def list_sessions(self, metadata: Mapping[str, str] | None = None) -> list[SessionRecord]:
+        records = await asyncio.to_thread(self._read_records)
+        wanted = dict(metadata or {})
+        return [
+            record
+            for record in records
+            if all(record.get("metadata", {}).get(k) == v for k, v in wanted.items())
+        ]
+
+    def _read_records(self) -> list[SessionRecord]:
+        records: list[SessionRecord] = []
+        if not self.sessions_dir.is_dir():
+            return records
+        for entry in sorted(self.sessions_dir.iterdir()):
+            if not _SESSION_ID.match(entry.name):
+                continue
+            try:
+                raw = json.loads((entry / _RECORD_FILE).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                raw = {}
+            state = dict(raw.get("state") or {}) if isinstance(raw, dict) else {}
+            owner = state.get("owner_pid")
+            state["live"] = entry.name in self._sessions
+            state["orphaned"] = not state["live"] and not _process_exists(owner)
+            metadata = raw.get("metadata") if isinstance(raw, dict) else None
+            records.append(
+                {
+                    "provider": "local",
+                    "session_id": entry.name,
+                    "sandbox_id": entry.name,
+                    "created_at": float(raw.get("created_at", 0.0)) if raw else 0.0,
+                    "metadata": {str(k): str(v) for k, v in (metadata or {}).items()},
+                    "state": state,
+                }
+            )
+        return records
+
+    async def destroy(self, record: SessionRecord) -> bool:
+        session_id = str(record.get("session_id", ""))
+        if not _SESSION_ID.match(session_id):
+            raise InvalidInputError(f"{session_id!r} is not a local session id.")
+        session = self._sessions.get(session_id)
+        if session is not None:
+            await session.close()
+            return True
+        directory = self.sessions_dir / session_id
+        _, support = await self._environment()
+        leftover = SessionCgroup.leftover(support, session_id)
+        await asyncio.to_thread(leftover.remove)
+        if not directory.is_dir():
+            return False
+        await asyncio.to_thread(shutil.rmtree, directory, True)
+        return True
+
+    async def aclose(self) -> None:
+        """Close every session this provider made (they cannot outlive the process anyway)."""
+        for session in list(self._sessions.values()):
+            await session.close()
+
+
+def _process_exists(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    if pid == os.getpid():
+        return True
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, 0)
+        return True
+    return False
+
+
+__all__ = ["HOME_ENV", "LocalProvider", "default_base_dir"]

@@ -1,0 +1,469 @@
+"""One local sandbox: a persistent Python worker in bubblewrap, its workspace and its cgroups.
+
+Decisions a user can rely on:
+
+* **Timeouts.** A call that runs past its timeout is interrupted (SIGINT, so ``KeyboardInterrupt``
+  is raised in the code and the variables survive) and returns ``timed_out=True``. If the code does
+  not stop within :data:`INTERRUPT_GRACE` seconds, the worker is killed; the result says so in
+  ``notices`` and the next call starts a fresh worker. Shell commands are killed with their whole
+  process group.
+* **A worker that dies** (out of memory, killed by its own code) is reported in the result of the
+  call it died in and restarted transparently for the next call, with the notice
+  :data:`WORKER_RESTARTED`. The session stays usable; only its variables are lost (the workspace
+  files stay). ``is_alive()`` is ``False`` only once the session is closed or its workspace is gone.
+* **Calls are serialized**: one worker runs one thing at a time, like a notebook kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import codecs
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain_sandbox.errors import (
+    InvalidInputError,
+    SandboxError,
+    SessionClosedError,
+)
+from langchain_sandbox.providers.base import (
+    Capabilities,
+    FileInfo,
+    OutputCallback,
+    Session,
+    SessionRecord,
+    SessionSpec,
+    VariablesDump,
+)
+from langchain_sandbox.providers.local._cgroups import SessionCgroup
+from langchain_sandbox.providers.local._files import HostWorkspace
+from langchain_sandbox.providers.local._launcher import Launcher, validate_env
+from langchain_sandbox.providers.local._packages import (
+    PackageIndex,
+    pip_install_argv,
+    run_captured,
+)
+from langchain_sandbox.providers.local._worker_process import WorkerDied, WorkerProcess
+from langchain_sandbox.requirements import validate_requirements
+from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult, OutputCapture
+from langchain_sandbox.workspace import resolve_path
+
+INTERRUPT_GRACE = 2.0
+"""Seconds a timed-out call gets to stop after the interrupt before its worker is killed."""
+
+INSTALL_TIMEOUT = 600.0
+"""Default wall time of ``install_packages``."""
+
+WORKER_RESTARTED = "the Python worker was restarted; variables were lost"
+
+LOCAL_CAPABILITIES = Capabilities(
+    stateful_python=True,
+    shell=True,
+    network_control=True,
+    install_packages=True,
+    figures=True,
+    variables=True,
+    pause=False,
+    attach_across_processes=False,
+    native_snapshots=False,
+)
+
+
+@dataclass
+class _Outcome:
+    """How a request to the worker ended."""
+
+    reply: dict[str, Any] | None
+    timed_out: bool = False
+    lost: str | None = None  # why the worker is gone, when it is
+    elapsed_ms: float = 0.0
+
+
+class _Streams:
+    """Host side of one call's output: bounded captures plus decoded chunks for ``on_output``."""
+
+    def __init__(self, limit: int, on_output: OutputCallback | None) -> None:
+        self.captures = {"stdout": OutputCapture(limit), "stderr": OutputCapture(limit)}
+        self._on_output = on_output
+        self._decoders = {
+            name: codecs.getincrementaldecoder("utf-8")(errors="replace") for name in self.captures
+        }
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        stream = event.get("stream")
+        if stream not in self.captures:
+            return
+        data = str(event.get("data", "")).encode("latin-1", errors="replace")
+        self.captures[stream].write(data)
+        if self._on_output is not None:
+            text = self._decoders[stream].decode(data)
+            if text:
+                self._on_output(stream, text)
+
+    def result_fields(self, dropped: Mapping[str, int] | None) -> dict[str, Any]:
+        for name, count in (dropped or {}).items():
+            if name in self.captures:
+                # Bytes the worker already dropped inside the sandbox count as omitted too.
+                self.captures[name].omitted += int(count)
+        omitted = sum(c.omitted for c in self.captures.values())
+        return {
+            "stdout": self.captures["stdout"].text(),
+            "stderr": self.captures["stderr"].text(),
+            "truncated": omitted > 0,
+            "omitted_bytes": omitted,
+        }
+
+
+class LocalSession(Session):
+    """A live local sandbox. Made by :meth:`LocalProvider.create`; see the module docstring."""
+
+    provider_name = "local"
+    capabilities = LOCAL_CAPABILITIES
+
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        spec: SessionSpec,
+        directory: str,
+        launcher: Launcher,
+        cgroup: SessionCgroup,
+        package_index: PackageIndex,
+        created_at: float,
+        on_close: Callable[[LocalSession], None],
+    ) -> None:
+        self.session_id = session_id
+        self.spec = spec
+        self.directory = directory
+        self.launcher = launcher
+        self.cgroup = cgroup
+        self.package_index = package_index
+        self.created_at = created_at
+        self._on_close = on_close
+        self._files = HostWorkspace(
+            launcher.workspace_dir, max_file_bytes=spec.limits.max_file_bytes
+        )
+        self._lock = asyncio.Lock()
+        self._worker: WorkerProcess | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def record(self) -> SessionRecord:
+        return {
+            "provider": "local",
+            "session_id": self.session_id,
+            "sandbox_id": self.session_id,
+            "created_at": self.created_at,
+            "metadata": dict(self.spec.metadata),
+            "state": {"isolation": self.launcher.isolation, "network": self.spec.network},
+        }
+
+    @property
+    def workspace_dir(self) -> str:
+        """Host directory of the workspace (bound at ``/home/user`` inside)."""
+        return self.launcher.workspace_dir
+
+    @property
+    def worker_pid(self) -> int | None:
+        """Host pid of the process that runs the worker (bubblewrap's, when isolated)."""
+        return self._worker.pid if self._worker is not None and self._worker.alive else None
+
+    async def start(self) -> None:
+        """Start the worker (called once by the provider before handing the session out)."""
+        async with self._lock:
+            self._worker = await self._start_worker()
+
+    async def _start_worker(self) -> WorkerProcess:
+        return await WorkerProcess.start(
+            self.launcher.worker_command,
+            preexec_fn=self.cgroup.preexec(),
+            env=self.launcher.process_env(),
+            cwd=self.launcher.process_cwd(),
+        )
+
+    async def _ready_worker(self) -> tuple[WorkerProcess, list[str]]:
+        """The running worker, restarting one that died since the last call (with a notice)."""
+        self._check_open()
+        notices: list[str] = []
+        worker = self._worker
+        if worker is not None and not worker.alive:
+            await worker.kill()
+            notices.append(WORKER_RESTARTED)
+            worker = None
+        if worker is None:
+            worker = self._worker = await self._start_worker()
+        return worker, notices
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError(
+                f"Local session {self.session_id} is closed.", provider="local"
+            )
+
+    async def is_alive(self) -> bool:
+        if self._closed:
+            return False
+        return await asyncio.to_thread(os.path.isdir, self.workspace_dir)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            await worker.kill()
+        await asyncio.to_thread(self.cgroup.remove)
+        await asyncio.to_thread(shutil.rmtree, self.directory, True)
+        self._on_close(self)
+
+    # ------------------------------------------------------------------ requests
+
+    async def _request(
+        self,
+        worker: WorkerProcess,
+        op: str,
+        payload: dict[str, Any],
+        *,
+        timeout: float,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> _Outcome:
+        """Send one request and wait for it: interrupt on timeout, kill if that is not enough."""
+        oom_before = self.cgroup.oom_kills()
+        started = time.perf_counter()
+        request_id, future = worker.send(op, payload, on_event)
+
+        def elapsed() -> float:
+            return (time.perf_counter() - started) * 1000
+
+        try:
+            try:
+                reply = await asyncio.wait_for(asyncio.shield(future), timeout)
+                return _Outcome(reply, elapsed_ms=elapsed())
+            except TimeoutError:
+                worker.interrupt(request_id)
+            try:
+                reply = await asyncio.wait_for(asyncio.shield(future), INTERRUPT_GRACE)
+                return _Outcome(reply, timed_out=True, elapsed_ms=elapsed())
+            except TimeoutError:
+                await self._discard_worker(worker)
+                return _Outcome(
+                    None,
+                    timed_out=True,
+                    lost="the code did not stop when interrupted, so the Python worker was killed",
+                    elapsed_ms=elapsed(),
+                )
+        except WorkerDied:
+            await self._discard_worker(worker)
+            if self.cgroup.oom_kills() > oom_before:
+                limit = self.spec.limits.memory_mb
+                why = f"it ran out of memory (the session's limit is {limit} MB)"
+            else:
+                why = "its process was killed or crashed"
+            return _Outcome(None, lost=f"the Python worker died: {why}", elapsed_ms=elapsed())
+
+    async def _discard_worker(self, worker: WorkerProcess) -> None:
+        await worker.kill()
+        if self._worker is worker:
+            self._worker = None
+
+    async def _simple_request(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """A request whose failure is an infrastructure error (variables, cache refresh)."""
+        async with self._lock:
+            worker, _ = await self._ready_worker()
+            outcome = await self._request(worker, op, payload, timeout=self.spec.limits.timeout)
+        if outcome.reply is None or outcome.timed_out:
+            raise SandboxError(
+                f"The worker could not {op}: {outcome.lost or 'it timed out'}.", provider="local"
+            )
+        if "failure" in outcome.reply:
+            raise SandboxError(
+                f"The worker could not {op}: {outcome.reply['failure']}", provider="local"
+            )
+        return outcome.reply
+
+    # ------------------------------------------------------------------ code and commands
+
+    async def run_code(
+        self,
+        code: str,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        if not isinstance(code, str):
+            raise InvalidInputError("code must be a string.")
+        payload = {
+            "code": code,
+            "env": validate_env(env),
+            "limit": self.spec.limits.max_output_bytes,
+        }
+        return await self._execute("code", "exec", payload, timeout, on_output)
+
+    async def run_command(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        if not isinstance(command, str) or not command.strip():
+            raise InvalidInputError("command must be a non-empty string.")
+        directory = resolve_path(cwd or ".")
+        await asyncio.to_thread(self._files.require_dir, directory)
+        payload = {
+            "command": command,
+            "cwd": self.launcher.to_process_path(directory),
+            "env": validate_env(env),
+            "limit": self.spec.limits.max_output_bytes,
+            "shell": self.launcher.bash,
+        }
+        return await self._execute("command", "command", payload, timeout, on_output)
+
+    async def _execute(
+        self,
+        kind: Literal["code", "command"],
+        op: str,
+        payload: dict[str, Any],
+        timeout: float | None,
+        on_output: OutputCallback | None,
+    ) -> ExecutionResult:
+        limit = _checked_timeout(timeout, self.spec.limits.timeout)
+        streams = _Streams(self.spec.limits.max_output_bytes, on_output)
+        async with self._lock:
+            worker, notices = await self._ready_worker()
+            outcome = await self._request(
+                worker, op, payload, timeout=limit, on_event=streams.on_event
+            )
+        reply = outcome.reply or {}
+        if "failure" in reply:
+            raise SandboxError(f"The worker failed: {reply['failure']}", provider="local")
+        fields = streams.result_fields(reply.get("dropped"))
+        error = None
+        if "error" in reply:
+            error = ExecutionError(**reply["error"])
+        elif outcome.lost is not None and not outcome.timed_out:
+            name = "MemoryError" if "memory" in outcome.lost else "SandboxWorkerDied"
+            error = ExecutionError(name=name, value=outcome.lost)
+        if kind == "command":
+            code = reply.get("exit_code")
+            exit_code = None if code is None else (code if code >= 0 else 128 - code)
+        else:
+            exit_code = 1 if error is not None else (None if outcome.timed_out else 0)
+        if outcome.lost is not None:
+            notices.append(f"{outcome.lost}; {WORKER_RESTARTED}")
+        artifacts = [
+            Artifact.from_bytes(f"figure-{index}.png", "image/png", base64.b64decode(png))
+            for index, png in enumerate(reply.get("figures", []), start=1)
+        ]
+        return ExecutionResult(
+            kind=kind,
+            exit_code=exit_code,
+            error=error,
+            value=reply.get("value"),
+            artifacts=artifacts,
+            duration_ms=outcome.elapsed_ms
+            if outcome.timed_out
+            else reply.get("duration_ms", outcome.elapsed_ms),
+            timed_out=outcome.timed_out,
+            notices=notices,
+            **fields,
+        )
+
+    # ------------------------------------------------------------------ files
+
+    async def write_files(self, files: Mapping[str, bytes]) -> None:
+        self._check_open()
+        for path, data in files.items():
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise InvalidInputError(f"Content of {path!r} must be bytes.")
+            resolve_path(path)
+        await asyncio.to_thread(self._write_all, dict(files))
+
+    def _write_all(self, files: Mapping[str, bytes]) -> None:
+        for path, data in files.items():
+            self._files.write(path, bytes(data))
+
+    async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
+        self._check_open()
+        return await asyncio.to_thread(lambda: {p: self._files.read(p) for p in paths})
+
+    async def list_files(self, path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
+        self._check_open()
+        return await asyncio.to_thread(self._files.listdir, path, recursive=recursive)
+
+    async def remove_files(self, paths: Sequence[str]) -> None:
+        self._check_open()
+        for path in paths:
+            resolve_path(path)
+        await asyncio.to_thread(self._remove_all, list(paths))
+
+    def _remove_all(self, paths: Sequence[str]) -> None:
+        for path in paths:
+            self._files.remove(path)
+
+    # ------------------------------------------------------------------ packages
+
+    async def install_packages(
+        self, requirements: Sequence[str], *, timeout: float | None = None
+    ) -> ExecutionResult:
+        names = validate_requirements(requirements)
+        limit = _checked_timeout(timeout, INSTALL_TIMEOUT)
+        launcher = self.launcher
+        options, binds = self.package_index.pip_options(isolated=launcher.isolated)
+        inner = pip_install_argv(
+            launcher.python_executable,
+            launcher.site_packages,
+            launcher.packages_dir,
+            names,
+            options,
+        )
+        async with self._lock:
+            self._check_open()
+            result = await run_captured(
+                launcher.wrap(inner, network=True, read_only=binds),
+                timeout=limit,
+                limit=self.spec.limits.max_output_bytes,
+                preexec_fn=self.cgroup.preexec(),
+                env=launcher.process_env(),
+                cwd=launcher.process_cwd(),
+            )
+        if result.ok:
+            await self._simple_request("invalidate_caches", {})
+            return result.with_notices(f"installed: {', '.join(names)}")
+        return result
+
+    # ------------------------------------------------------------------ variables
+
+    async def dump_variables(self) -> VariablesDump:
+        reply = await self._simple_request("dump", {})
+        return VariablesDump(
+            data=base64.b64decode(reply["data"]),
+            saved=tuple(reply.get("saved", ())),
+            skipped=tuple(reply.get("skipped", ())),
+        )
+
+    async def load_variables(self, data: bytes) -> list[str]:
+        if not isinstance(data, bytes):
+            raise InvalidInputError("Variables must be the bytes of a VariablesDump.")
+        reply = await self._simple_request("load", {"data": base64.b64encode(data).decode()})
+        return [str(name) for name in reply.get("failed", [])]
+
+
+def _checked_timeout(timeout: float | None, default: float) -> float:
+    value = default if timeout is None else timeout
+    if not isinstance(value, (int, float)) or value <= 0:
+        raise InvalidInputError(f"timeout must be a positive number of seconds, not {timeout!r}.")
+    return float(value)
+
+
+__all__ = ["INTERRUPT_GRACE", "LOCAL_CAPABILITIES", "WORKER_RESTARTED", "LocalSession"]
