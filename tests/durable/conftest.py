@@ -6,7 +6,6 @@ import os
 from collections.abc import Iterator
 
 import pytest
-
 from postgres_server import INSTALL_HINT, PostgresServer, find_bindir
 
 
