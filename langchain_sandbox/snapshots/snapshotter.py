@@ -19,9 +19,12 @@ API (stable; the runtime calls these):
     Delete every blob no live snapshot needs (manifests, file contents, variables), except blobs
     younger than the grace period, which a capture running right now may still be referencing.
 
-Change detection trusts ``(size, mtime_ns)`` the way ``rsync`` and ``git`` do, with git's guard
-against "racy" entries: a file whose mtime is within :data:`RACY_WINDOW_NS` of the moment it was
-listed is read again next time, so a write landing in the same timestamp tick is not missed.
+Change detection trusts ``(size, mtime_ns)`` the way ``rsync`` and ``git`` do, with a guard
+against "racy" entries (a rewrite of the same size within one filesystem timestamp tick keeps the
+mtime): a file's hash is trusted only if its content was read (or written, by a restore) at least
+:data:`RACY_WINDOW_NS` after its mtime. A capture whose changed files were modified just before it
+waits out the rest of that window (at most :data:`RACY_WINDOW_NS`) before reading them, and a
+restore waits it out once after writing, so neither has to read those files again next time.
 """
 
 from __future__ import annotations
@@ -52,8 +55,8 @@ from langchain_sandbox.snapshots.manifest import (
 )
 from langchain_sandbox.snapshots.store import BlobStore, digest
 
-RACY_WINDOW_NS = 50_000_000
-"""A listed mtime this close to (or after) the listing's start is not trusted for change detection."""
+RACY_WINDOW_NS = 10_000_000
+"""Longest filesystem timestamp tick guarded against (a jiffy at HZ=100); see the module docs."""
 
 _DIR_PLACEHOLDER = ".langchain-sandbox-keep"
 _HASH_IN_THREAD_BYTES = 1024 * 1024
@@ -148,20 +151,34 @@ class GcReport:
 
 
 @dataclass(frozen=True)
-class _Known:
-    """A file's content hash as of a listing taken at ``listed_at_ns`` (host clock)."""
+class _Seen:
+    """What a workspace's files held when they were last read or written.
 
-    size: int
-    mtime_ns: int
-    sha256: str
-    listed_at_ns: int
+    Attributes:
+        files: path -> (size, mtime_ns, sha256).
+        horizon_ns: Host time before which every one of those contents was read or written
+            (for a manifest, its ``created_at``).
+    """
 
-    def matches(self, info: FileInfo) -> bool:
-        return (
-            info.size == self.size
-            and info.mtime_ns == self.mtime_ns
-            and self.mtime_ns < self.listed_at_ns - RACY_WINDOW_NS
+    files: Mapping[str, tuple[int, int, str]]
+    horizon_ns: int
+
+    @classmethod
+    def of_manifest(cls, manifest: Manifest) -> _Seen:
+        return cls(
+            {p: (e.size, e.mtime_ns, e.sha256) for p, e in manifest.files.items()},
+            int(manifest.created_at * 1e9),
         )
+
+    def hash_of(self, info: FileInfo) -> str | None:
+        """The content hash of ``info`` if its size and mtime say it has not changed since."""
+        seen = self.files.get(info.path)
+        if seen is None or (info.size, info.mtime_ns) != seen[:2]:
+            return None
+        # Too close to the read: a same-size rewrite within one timestamp tick would not show.
+        if info.mtime_ns + RACY_WINDOW_NS > self.horizon_ns:
+            return None
+        return seen[2]
 
 
 class Snapshotter:
@@ -182,9 +199,7 @@ class Snapshotter:
     ) -> None:
         self.store: BlobStore = store if store is not None else LocalDirectoryBlobStore()
         self.limits = limits or SnapshotLimits()
-        self._known: weakref.WeakKeyDictionary[Session, dict[str, _Known]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._seen: weakref.WeakKeyDictionary[Session, _Seen] = weakref.WeakKeyDictionary()
 
     async def load_manifest(self, ref: str) -> Manifest:
         """Fetch, verify and parse the manifest of ``ref``.
@@ -221,15 +236,11 @@ class Snapshotter:
             raise InvalidInputError(f"Snapshot ref {base!r} is not a sha256 hex digest.")
         listed_at_ns = time.time_ns()
         listing = await session.list_files(".", recursive=True)
-        known = dict(self._known.get(session, {}))
+        views = [view for view in [self._seen.get(session)] if view is not None]
         if base is not None:
             base_manifest = await self._load_optional(base)
             if base_manifest is not None:
-                listed_ns = int(base_manifest.created_at * 1e9)
-                for path, entry in base_manifest.files.items():
-                    known.setdefault(
-                        path, _Known(entry.size, entry.mtime_ns, entry.sha256, listed_ns)
-                    )
+                views.append(_Seen.of_manifest(base_manifest))
 
         max_file = min(self.limits.max_file_bytes, session.spec.limits.max_file_bytes)
         selected, dirs, omitted = _select(listing, max_file)
@@ -238,9 +249,9 @@ class Snapshotter:
         hashes: dict[str, str] = {}
         to_read: list[FileInfo] = []
         for info in selected:
-            seen = known.get(info.path)
-            if seen is not None and seen.matches(info):
-                hashes[info.path] = seen.sha256
+            known = next((h for view in views if (h := view.hash_of(info)) is not None), None)
+            if known is not None:
+                hashes[info.path] = known
             else:
                 to_read.append(info)
         absent = await self.store.missing(set(hashes.values()))
@@ -251,6 +262,7 @@ class Snapshotter:
             for info in to_read:
                 hashes.pop(info.path, None)
 
+        horizon_ns = await _wait_out_racy_window(to_read, listed_at_ns)
         sizes = {info.path: info.size for info in selected}
         bytes_read = bytes_written = blobs_written = 0
         for batch in _batches(to_read, lambda info: info.size, self.limits.batch_bytes):
@@ -285,7 +297,7 @@ class Snapshotter:
             blobs_written += written[1]
         manifest = Manifest(
             revision=revision,
-            created_at=listed_at_ns / 1e9,
+            created_at=horizon_ns / 1e9,
             parent=base,
             files=files,
             dirs=tuple(sorted(_empty_dirs(dirs, files, omitted))),
@@ -297,10 +309,10 @@ class Snapshotter:
         written = await self._put_new({ref: encoded})
         bytes_written += written[0]
         blobs_written += written[1]
-        self._known[session] = {
-            path: _Known(by_path[path].size, by_path[path].mtime_ns, entry.sha256, listed_at_ns)
-            for path, entry in files.items()
-        }
+        self._seen[session] = _Seen(
+            {p: (by_path[p].size, by_path[p].mtime_ns, e.sha256) for p, e in files.items()},
+            horizon_ns,
+        )
         if omitted:
             notices.append(
                 f"{len(omitted)} workspace path(s) were not captured: {_describe(omitted)}."
@@ -396,16 +408,12 @@ class Snapshotter:
         """
         manifest = await self.load_manifest(ref)
         listing = await session.list_files(".", recursive=True)
-        known = self._known.get(session, {})
-        manifest_listed_ns = int(manifest.created_at * 1e9)
+        views = [_Seen.of_manifest(manifest)]
+        if (session_view := self._seen.get(session)) is not None:
+            views.insert(0, session_view)
 
         def unchanged(info: FileInfo, entry: FileEntry) -> bool:
-            seen = known.get(info.path)
-            if seen is not None and seen.sha256 == entry.sha256 and seen.matches(info):
-                return True
-            return _Known(entry.size, entry.mtime_ns, entry.sha256, manifest_listed_ns).matches(
-                info
-            )
+            return any(view.hash_of(info) == entry.sha256 for view in views)
 
         removals, writes, make_dirs = _plan_restore(manifest, listing, unchanged)
         needed = {manifest.files[path].sha256: manifest.files[path].size for path in writes}
@@ -445,14 +453,20 @@ class Snapshotter:
             f"Restored the workspace to revision {manifest.revision} "
             f"({len(manifest.files)} files, {_human_bytes(manifest.total_bytes)})."
         ]
-        restored_at_ns = time.time_ns()
+        if writes or make_dirs:
+            # Let the files just written leave the racy window, so they count as known below.
+            await asyncio.sleep(RACY_WINDOW_NS / 1e9)
+        horizon_ns = time.time_ns()
         after = {info.path: info for info in await session.list_files(".", recursive=True)}
         notices += await _restore_modes(session, manifest, after)
-        self._known[session] = {
-            path: _Known(info.size, info.mtime_ns, entry.sha256, restored_at_ns)
-            for path, entry in manifest.files.items()
-            if (info := after.get(path)) is not None and info.size == entry.size
-        }
+        self._seen[session] = _Seen(
+            {
+                path: (info.size, info.mtime_ns, entry.sha256)
+                for path, entry in manifest.files.items()
+                if (info := after.get(path)) is not None and info.size == entry.size
+            },
+            horizon_ns,
+        )
         if manifest.omitted:
             notices.append(
                 f"{len(manifest.omitted)} path(s) were not part of the snapshot and are not "
@@ -633,6 +647,16 @@ def _empty_dirs(
             implied.add(parent)
             parent = parent.rpartition("/")[0]
     return {path for path in dirs if path not in implied and path not in omitted}
+
+
+async def _wait_out_racy_window(to_read: Sequence[FileInfo], listed_at_ns: int) -> int:
+    """Sleep until the files about to be read are older than the racy window (never longer than
+    the window, whatever the sandbox's clock says); return the horizon of the reads that follow."""
+    newest = max((info.mtime_ns for info in to_read), default=0)
+    wait_ns = min(newest + RACY_WINDOW_NS - time.time_ns(), RACY_WINDOW_NS)
+    if wait_ns > 0:
+        await asyncio.sleep(wait_ns / 1e9)
+    return max(time.time_ns(), listed_at_ns)
 
 
 def _second(pair: tuple[str, int]) -> int:
