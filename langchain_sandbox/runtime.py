@@ -91,6 +91,24 @@ class SnapshotterLike(Protocol):
     async def restore(self, session: Session, ref: str) -> RestoreReportLike: ...
 
 
+@dataclass(frozen=True)
+class StepCall:
+    """Which tool call a runtime call is, and the calls of the same model message.
+
+    Parallel tool calls of one graph step all see the state from before the step, so they all
+    carry the same (soon stale) record. Naming the message's calls lets the runtime tell such a
+    sibling (share the live session) from a replay of a call already applied, or a call of
+    another message carrying an old record (a fork or time travel: restore that record).
+    """
+
+    call_id: str
+    siblings: frozenset[str] = frozenset()
+
+    @property
+    def members(self) -> frozenset[str]:
+        return self.siblings | {self.call_id}
+
+
 class Outcome(NamedTuple, Generic[T]):
     """What a runtime call returns.
 
@@ -124,7 +142,8 @@ class _Slot:
     # it: parallel calls of one step all carry that stale head and must share the live session,
     # while a replayed call (a fork re-running the step) must not.
     batch_base: str | None = None
-    batch_calls: set[str] = field(default_factory=set)
+    batch_members: frozenset[str] = frozenset()
+    batch_applied: set[str] = field(default_factory=set)
     users: int = 0
     last_used: float = field(default_factory=time.monotonic)
 
@@ -154,8 +173,23 @@ class _Slot:
         self.snapshot = record.get("snapshot")
         self.snapshot_revision = record.get("snapshot_revision", 0)
         self.cwd = record.get("cwd", self.cwd)
+        self.start_batch(None)
+
+    def start_batch(self, step_call: StepCall | None) -> None:
+        """The next calls build on the current head; those of ``step_call``'s message are its
+        siblings."""
         self.batch_base = self.head
-        self.batch_calls = set()
+        self.batch_members = step_call.members if step_call is not None else frozenset()
+        self.batch_applied = set()
+
+    def is_sibling(self, head: str | None, step_call: StepCall | None) -> bool:
+        """Whether a call carrying ``head`` is a not-yet-applied call of the current batch."""
+        return (
+            step_call is not None
+            and head == self.batch_base
+            and step_call.call_id in self.batch_members
+            and step_call.call_id not in self.batch_applied
+        )
 
 
 def _default_snapshotter() -> SnapshotterLike:
@@ -252,7 +286,7 @@ class SandboxRuntime:
         record: SandboxState | None = None,
         mutates: bool = True,
         repeatable: bool = False,
-        call_id: str | None = None,
+        step_call: StepCall | None = None,
     ) -> Outcome[T]:
         """Run ``operation`` on the thread's session, rehydrating before and persisting after.
 
@@ -265,14 +299,15 @@ class SandboxRuntime:
                 and persist per policy.
             repeatable: The operation is safe to run again on a replacement sandbox if the
                 sandbox turns out to be gone. User code never is: it is not re-run silently.
-            call_id: The tool call's id, so parallel calls of one graph step (which all carry
-                the same stale record) share the session instead of looking like a fork.
+            step_call: Which tool call this is and which calls of the same model message run
+                alongside it: parallel calls of one step all carry the same stale record and
+                must share the session, while a replay of a call (a fork) must not.
 
         Raises:
             SandboxError: infrastructure failures that retries could not fix.
         """
         return await self._loop.run_async(
-            self._execute(thread_id, operation, record, mutates, repeatable, call_id)
+            self._execute(thread_id, operation, record, mutates, repeatable, step_call)
         )
 
     def execute(
@@ -283,11 +318,11 @@ class SandboxRuntime:
         record: SandboxState | None = None,
         mutates: bool = True,
         repeatable: bool = False,
-        call_id: str | None = None,
+        step_call: StepCall | None = None,
     ) -> Outcome[T]:
         """Blocking twin of :meth:`aexecute` (for sync code and ToolNode worker threads)."""
         return self._loop.run_sync(
-            self._execute(thread_id, operation, record, mutates, repeatable, call_id)
+            self._execute(thread_id, operation, record, mutates, repeatable, step_call)
         )
 
     def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -301,7 +336,7 @@ class SandboxRuntime:
         record: SandboxState | None,
         mutates: bool,
         repeatable: bool,
-        call_id: str | None,
+        step_call: StepCall | None,
     ) -> Outcome[T]:
         self._check_open()
         slot = self._slots.get(thread_id)
@@ -313,12 +348,12 @@ class SandboxRuntime:
                 self._check_open()
                 notices: list[str] = []
                 wanted = record if record is not None else slot.as_record()
-                session = await self._rehydrate(slot, wanted, call_id, notices)
+                session = await self._rehydrate(slot, wanted, step_call, notices)
                 try:
                     value = await operation(session)
                 except SandboxGoneError as exc:
                     value, session = await self._recover(
-                        slot, operation, exc, repeatable, call_id, notices
+                        slot, operation, exc, repeatable, step_call, notices
                     )
                 except asyncio.CancelledError:
                     # A cancelled call may have changed the sandbox halfway: give it a new head,
@@ -328,7 +363,7 @@ class SandboxRuntime:
                         slot.head = uuid.uuid4().hex
                     raise
                 if mutates:
-                    await self._advance(slot, session, call_id, notices)
+                    await self._advance(slot, session, step_call, notices)
                 updated = slot.as_record()
                 if record is not None and "cwd" in record and "cwd" not in updated:
                     updated["cwd"] = record["cwd"]
@@ -340,16 +375,16 @@ class SandboxRuntime:
                 await self._make_room(self.max_sessions)
 
     async def _rehydrate(
-        self, slot: _Slot, record: SandboxState, call_id: str | None, notices: list[str]
+        self, slot: _Slot, record: SandboxState, step_call: StepCall | None, notices: list[str]
     ) -> Session:
         wanted_head = record.get("head")
         if slot.session is not None:
             if wanted_head == slot.head:
-                if slot.batch_base != slot.head:
-                    slot.batch_base, slot.batch_calls = slot.head, set()
+                new_step = step_call is not None and step_call.call_id not in slot.batch_members
+                if slot.batch_base != slot.head or new_step:
+                    slot.start_batch(step_call)
                 return slot.session
-            sibling = call_id is not None and call_id not in slot.batch_calls
-            if sibling and wanted_head == slot.batch_base:
+            if slot.is_sibling(wanted_head, step_call):
                 # A parallel call of the step that produced the live head: share the session.
                 return slot.session
             # The record is another branch (fork, time travel, another worker's step): its state
@@ -362,6 +397,7 @@ class SandboxRuntime:
                 await self._restore_into(session, record, notices)
         slot.session = session
         slot.adopt(record)
+        slot.start_batch(step_call)
         return session
 
     async def _recover(
@@ -370,7 +406,7 @@ class SandboxRuntime:
         operation: Callable[[Session], Awaitable[T]],
         exc: SandboxGoneError,
         repeatable: bool,
-        call_id: str | None,
+        step_call: StepCall | None,
         notices: list[str],
     ) -> tuple[T, Session]:
         """The sandbox died under a call: replace it (restored from the last snapshot), then
@@ -378,7 +414,7 @@ class SandboxRuntime:
         last = slot.as_record()
         last.pop("session", None)
         await self._discard(slot)
-        session = await self._rehydrate(slot, last, call_id, notices)
+        session = await self._rehydrate(slot, last, step_call, notices)
         where = (
             f"restored from the snapshot of revision {last.get('snapshot_revision', 0)}"
             if last.get("snapshot")
@@ -394,12 +430,15 @@ class SandboxRuntime:
         ) from exc
 
     async def _advance(
-        self, slot: _Slot, session: Session, call_id: str | None, notices: list[str]
+        self, slot: _Slot, session: Session, step_call: StepCall | None, notices: list[str]
     ) -> None:
         slot.revision += 1
         slot.head = uuid.uuid4().hex
-        if call_id is not None:
-            slot.batch_calls.add(call_id)
+        if step_call is None:
+            # A call outside any graph step: nothing can be its sibling any more.
+            slot.start_batch(None)
+        else:
+            slot.batch_applied.add(step_call.call_id)
         if self.persist != "every_call":
             return
         if self.snapshotter is None:
@@ -572,14 +611,16 @@ class SandboxRuntime:
         timeout: float | None = None,
         record: SandboxState | None = None,
         on_output: OutputCallback | None = None,
-        call_id: str | None = None,
+        step_call: StepCall | None = None,
     ) -> Outcome[ExecutionResult]:
         """Run Python in the thread's stateful interpreter."""
 
         async def _run(session: Session) -> ExecutionResult:
             return await session.run_code(code, timeout=timeout, on_output=on_output)
 
-        return _as_execution(await self.aexecute(thread_id, _run, record=record, call_id=call_id))
+        return _as_execution(
+            await self.aexecute(thread_id, _run, record=record, step_call=step_call)
+        )
 
     def run_code(
         self,
@@ -589,7 +630,7 @@ class SandboxRuntime:
         timeout: float | None = None,
         record: SandboxState | None = None,
         on_output: OutputCallback | None = None,
-        call_id: str | None = None,
+        step_call: StepCall | None = None,
     ) -> Outcome[ExecutionResult]:
         """Blocking twin of :meth:`arun_code`."""
         return self._loop.run_sync(
@@ -599,7 +640,7 @@ class SandboxRuntime:
                 timeout=timeout,
                 record=record,
                 on_output=on_output,
-                call_id=call_id,
+                step_call=step_call,
             )
         )
 
@@ -612,14 +653,16 @@ class SandboxRuntime:
         cwd: str | None = None,
         record: SandboxState | None = None,
         on_output: OutputCallback | None = None,
-        call_id: str | None = None,
+        step_call: StepCall | None = None,
     ) -> Outcome[ExecutionResult]:
         """Run a shell command in the thread's sandbox (``cwd`` defaults to the workspace)."""
 
         async def _run(session: Session) -> ExecutionResult:
             return await session.run_command(command, timeout=timeout, cwd=cwd, on_output=on_output)
 
-        return _as_execution(await self.aexecute(thread_id, _run, record=record, call_id=call_id))
+        return _as_execution(
+            await self.aexecute(thread_id, _run, record=record, step_call=step_call)
+        )
 
     def run_command(
         self,
@@ -630,7 +673,7 @@ class SandboxRuntime:
         cwd: str | None = None,
         record: SandboxState | None = None,
         on_output: OutputCallback | None = None,
-        call_id: str | None = None,
+        step_call: StepCall | None = None,
     ) -> Outcome[ExecutionResult]:
         """Blocking twin of :meth:`arun_command`."""
         return self._loop.run_sync(
@@ -641,7 +684,7 @@ class SandboxRuntime:
                 cwd=cwd,
                 record=record,
                 on_output=on_output,
-                call_id=call_id,
+                step_call=step_call,
             )
         )
 
@@ -651,7 +694,7 @@ class SandboxRuntime:
         files: Mapping[str, bytes],
         *,
         record: SandboxState | None = None,
-        call_id: str | None = None,
+        step_call: StepCall | None = None,
     ) -> Outcome[None]:
         """Write files into the thread's workspace (parents are created)."""
 
@@ -659,7 +702,7 @@ class SandboxRuntime:
             await session.write_files(files)
 
         return await self.aexecute(
-            thread_id, _write, record=record, repeatable=True, call_id=call_id
+            thread_id, _write, record=record, repeatable=True, step_call=step_call
         )
 
     def write_files(
@@ -668,11 +711,11 @@ class SandboxRuntime:
         files: Mapping[str, bytes],
         *,
         record: SandboxState | None = None,
-        call_id: str | None = None,
+        step_call: StepCall | None = None,
     ) -> Outcome[None]:
         """Blocking twin of :meth:`awrite_files`."""
         return self._loop.run_sync(
-            self.awrite_files(thread_id, files, record=record, call_id=call_id)
+            self.awrite_files(thread_id, files, record=record, step_call=step_call)
         )
 
     async def aread_files(
@@ -681,7 +724,7 @@ class SandboxRuntime:
         paths: Sequence[str],
         *,
         record: SandboxState | None = None,
-        call_id: str | None = None,
+        step_call: StepCall | None = None,
     ) -> Outcome[dict[str, bytes]]:
         """Read files from the thread's workspace."""
 
@@ -689,7 +732,7 @@ class SandboxRuntime:
             return await session.read_files(paths)
 
         return await self.aexecute(
-            thread_id, _read, record=record, mutates=False, repeatable=True, call_id=call_id
+            thread_id, _read, record=record, mutates=False, repeatable=True, step_call=step_call
         )
 
     def read_files(
@@ -698,11 +741,11 @@ class SandboxRuntime:
         paths: Sequence[str],
         *,
         record: SandboxState | None = None,
-        call_id: str | None = None,
+        step_call: StepCall | None = None,
     ) -> Outcome[dict[str, bytes]]:
         """Blocking twin of :meth:`aread_files`."""
         return self._loop.run_sync(
-            self.aread_files(thread_id, paths, record=record, call_id=call_id)
+            self.aread_files(thread_id, paths, record=record, step_call=step_call)
         )
 
     async def alist_files(
@@ -712,7 +755,7 @@ class SandboxRuntime:
         *,
         recursive: bool = False,
         record: SandboxState | None = None,
-        call_id: str | None = None,
+        step_call: StepCall | None = None,
     ) -> Outcome[list[FileInfo]]:
         """List a directory of the thread's workspace."""
 
@@ -720,7 +763,7 @@ class SandboxRuntime:
             return await session.list_files(path, recursive=recursive)
 
         return await self.aexecute(
-            thread_id, _list, record=record, mutates=False, repeatable=True, call_id=call_id
+            thread_id, _list, record=record, mutates=False, repeatable=True, step_call=step_call
         )
 
     def list_files(
@@ -730,11 +773,13 @@ class SandboxRuntime:
         *,
         recursive: bool = False,
         record: SandboxState | None = None,
-        call_id: str | None = None,
+        step_call: StepCall | None = None,
     ) -> Outcome[list[FileInfo]]:
         """Blocking twin of :meth:`alist_files`."""
         return self._loop.run_sync(
-            self.alist_files(thread_id, path, recursive=recursive, record=record, call_id=call_id)
+            self.alist_files(
+                thread_id, path, recursive=recursive, record=record, step_call=step_call
+            )
         )
 
     async def ainstall_packages(
@@ -744,7 +789,7 @@ class SandboxRuntime:
         *,
         timeout: float | None = None,
         record: SandboxState | None = None,
-        call_id: str | None = None,
+        step_call: StepCall | None = None,
     ) -> Outcome[ExecutionResult]:
         """Install packages into the thread's sandbox (validated before any sandbox is touched)."""
         requirements = validate_requirements(packages)
@@ -754,7 +799,7 @@ class SandboxRuntime:
 
         return _as_execution(
             await self.aexecute(
-                thread_id, _install, record=record, repeatable=True, call_id=call_id
+                thread_id, _install, record=record, repeatable=True, step_call=step_call
             )
         )
 
@@ -765,12 +810,12 @@ class SandboxRuntime:
         *,
         timeout: float | None = None,
         record: SandboxState | None = None,
-        call_id: str | None = None,
+        step_call: StepCall | None = None,
     ) -> Outcome[ExecutionResult]:
         """Blocking twin of :meth:`ainstall_packages`."""
         return self._loop.run_sync(
             self.ainstall_packages(
-                thread_id, packages, timeout=timeout, record=record, call_id=call_id
+                thread_id, packages, timeout=timeout, record=record, step_call=step_call
             )
         )
 
@@ -892,5 +937,6 @@ __all__ = [
     "SandboxRuntime",
     "SnapshotInfoLike",
     "SnapshotterLike",
+    "StepCall",
     "get_default_runtime",
 ]

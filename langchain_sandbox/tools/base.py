@@ -39,6 +39,7 @@ from langchain_sandbox.runtime import (
     DEFAULT_THREAD_ID,
     Outcome,
     SandboxRuntime,
+    StepCall,
     get_default_runtime,
 )
 from langchain_sandbox.state import SandboxState
@@ -70,7 +71,7 @@ class SandboxCall:
     runtime: SandboxRuntime
     thread_id: str
     record: SandboxState | None
-    call_id: str | None
+    step_call: StepCall | None
     on_output: OutputCallback | None
 
 
@@ -137,6 +138,23 @@ def graph_record(tool_runtime: Any) -> SandboxState | None:
         return None
     record = state.get("sandbox") if isinstance(state, Mapping) else getattr(state, "sandbox", None)
     return record if isinstance(record, dict) and record else None  # type: ignore[return-value]
+
+
+def step_call_of(tool_runtime: Any) -> StepCall | None:
+    """The call's id and those of the other calls in the same model message (see
+    :class:`~langchain_sandbox.runtime.StepCall`), from the ``ToolRuntime`` a ``ToolNode`` injects."""
+    call_id = getattr(tool_runtime, "tool_call_id", None)
+    if not call_id:
+        return None
+    state = getattr(tool_runtime, "state", None)
+    messages = (
+        state.get("messages") if isinstance(state, Mapping) else getattr(state, "messages", None)
+    )
+    for message in reversed(messages or []):
+        ids = [c.get("id") for c in getattr(message, "tool_calls", None) or []]
+        if call_id in ids:
+            return StepCall(call_id, frozenset(i for i in ids if i))
+    return StepCall(call_id)
 
 
 def _output_forwarder(
@@ -230,13 +248,15 @@ class SandboxTool(BaseTool):
 
     def _prepare(self, config: RunnableConfig, tool_runtime: Any) -> SandboxCall:
         thread_id = resolve_thread_id(config)
-        call_id = getattr(tool_runtime, "tool_call_id", None)
+        step_call = step_call_of(tool_runtime)
         return SandboxCall(
             runtime=resolve_runtime(self._explicit_runtime(), tool_runtime, config),
             thread_id=thread_id,
             record=graph_record(tool_runtime),
-            call_id=call_id,
-            on_output=_output_forwarder(tool_runtime, thread_id, call_id)
+            step_call=step_call,
+            on_output=_output_forwarder(
+                tool_runtime, thread_id, step_call.call_id if step_call else None
+            )
             if self.streams_output
             else None,
         )
@@ -288,4 +308,5 @@ __all__ = [
     "notice_lines",
     "resolve_runtime",
     "resolve_thread_id",
+    "step_call_of",
 ]

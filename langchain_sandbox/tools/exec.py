@@ -59,7 +59,7 @@ class SandboxExecTool(SandboxTool):
             timeout=args.get("timeout"),
             record=call.record,
             on_output=call.on_output,
-            call_id=call.call_id,
+            step_call=call.step_call,
         )
         return execution_reply(outcome, max_chars=self.max_output_chars)
 

@@ -61,7 +61,7 @@ class SandboxWriteFileTool(SandboxTool):
                 "once. Write it in parts, or generate large files with code in the sandbox."
             )
         outcome = await call.runtime.awrite_files(
-            call.thread_id, {path: data}, record=call.record, call_id=call.call_id
+            call.thread_id, {path: data}, record=call.record, step_call=call.step_call
         )
         text = notice_lines(outcome.notices) + f"Wrote {len(data)} bytes to {path}."
         return ToolReply(text, {"path": path, "bytes": len(data)}, outcome.record)
@@ -100,7 +100,7 @@ class SandboxReadFileTool(SandboxTool):
     async def _acall(self, call: SandboxCall, args: dict[str, Any]) -> ToolReply:
         path = resolve_path(args["path"])
         outcome = await call.runtime.aread_files(
-            call.thread_id, [path], record=call.record, call_id=call.call_id
+            call.thread_id, [path], record=call.record, step_call=call.step_call
         )
         data = outcome.value[path]
         head = notice_lines(outcome.notices)
@@ -164,7 +164,7 @@ class SandboxListFilesTool(SandboxTool):
             path,
             recursive=bool(args.get("recursive")),
             record=call.record,
-            call_id=call.call_id,
+            step_call=call.step_call,
         )
         entries = sorted(outcome.value, key=lambda e: e.path)
         shown = entries[: self.max_entries]

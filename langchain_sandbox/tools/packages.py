@@ -47,7 +47,7 @@ class SandboxInstallPackagesTool(SandboxTool):
             call.thread_id,
             validate_requirements(args["packages"]),
             record=call.record,
-            call_id=call.call_id,
+            step_call=call.step_call,
         )
         return execution_reply(outcome, max_chars=self.max_output_chars)
 

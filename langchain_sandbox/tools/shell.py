@@ -54,7 +54,7 @@ class SandboxShellTool(SandboxTool):
             cwd=resolve_path(cwd) if cwd else None,
             record=call.record,
             on_output=call.on_output,
-            call_id=call.call_id,
+            step_call=call.step_call,
         )
         return execution_reply(outcome, max_chars=self.max_output_chars)
 

@@ -12,11 +12,15 @@ from typing import Any
 import pytest
 
 from langchain_sandbox.errors import SandboxGoneError, SessionClosedError
-from langchain_sandbox.runtime import SandboxRuntime
+from langchain_sandbox.runtime import SandboxRuntime, StepCall
 from langchain_sandbox.snapshots import Snapshotter
 from langchain_sandbox.state import SandboxState
 
 from .conftest import CountingProvider, CountingSession, wait_until
+
+
+def _step(call_id: str) -> StepCall:
+    return StepCall(call_id, frozenset({"call-a", "call-b"}))
 
 
 def _session(provider: CountingProvider, runtime: SandboxRuntime, thread: str) -> CountingSession:
@@ -237,18 +241,28 @@ def test_parallel_calls_with_the_same_stale_record_share_the_session(
     counting_runtime: SandboxRuntime, counting_provider: CountingProvider
 ) -> None:
     step = counting_runtime.run_code("t", "items = []").record
-    a = counting_runtime.run_code("t", "items.append('a')", record=step, call_id="call-a")
-    b = counting_runtime.run_code("t", "items.append('b')", record=step, call_id="call-b")
+    a = counting_runtime.run_code("t", "items.append('a')", record=step, step_call=_step("call-a"))
+    b = counting_runtime.run_code("t", "items.append('b')", record=step, step_call=_step("call-b"))
     assert a.value.ok
     assert b.value.ok
     assert counting_provider.sessions[0].namespace["items"] == ["a", "b"]
     assert len(counting_provider.sessions) == 1
     assert b.record["revision"] > a.record["revision"] > step["revision"]
 
-    # Replaying call-a from the same record (a fork re-running the step) is a divergence.
-    replay = counting_runtime.run_code("t", "print(items)", record=step, call_id="call-a")
-    assert replay.value.stdout == "[]\n"
+    # A call of another message carrying the old record (time travel to before the step, the
+    # model answering differently) is a divergence too.
+    other = counting_runtime.run_code(
+        "t", "print(items)", record=step, step_call=StepCall("call-c", frozenset({"call-c"}))
+    )
+    assert other.value.stdout == "[]\n"
     assert len(counting_provider.sessions) == 2
+
+    # Replaying call-a from the same record (a fork re-running the step) is a divergence.
+    replay = counting_runtime.run_code("t", "print(items)", record=b.record)
+    assert replay.value.stdout == "['a', 'b']\n", "the original branch keeps its own state"
+    again = counting_runtime.run_code("t", "print(items)", record=step, step_call=_step("call-a"))
+    assert again.value.stdout == "[]\n"
+    assert len(counting_provider.sessions) == 4
 
 
 def test_previous_process_record_restores_in_a_new_runtime(

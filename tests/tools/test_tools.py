@@ -1,0 +1,332 @@
+"""The sandbox tools on the real local provider: outside a graph, in a ToolNode graph, sync and
+async, with bad input, timeouts, crashes, images and streaming."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.graph import START, StateGraph
+from langgraph.prebuilt import ToolNode
+
+from langchain_sandbox.graph.channel import SandboxGraphState
+from langchain_sandbox.runtime import SandboxRuntime
+from langchain_sandbox.tools import (
+    SandboxExecTool,
+    SandboxInstallPackagesTool,
+    SandboxListFilesTool,
+    SandboxReadFileTool,
+    SandboxShellTool,
+    SandboxToolkit,
+    SandboxWriteFileTool,
+)
+from langchain_sandbox.tools.base import OUTPUT_EVENT, resolve_runtime
+
+from .conftest import make_local_runtime
+
+
+def _call(tool: BaseTool, args: dict[str, Any], thread: str = "t1") -> ToolMessage:
+    """Invoke with a full ToolCall (as a ToolNode does) so the artifact comes back too."""
+    message = tool.invoke(
+        {"name": tool.name, "args": args, "id": uuid.uuid4().hex, "type": "tool_call"},
+        {"configurable": {"thread_id": thread}},
+    )
+    assert isinstance(message, ToolMessage)
+    return message
+
+
+def _text(message: ToolMessage) -> str:
+    if isinstance(message.content, str):
+        return message.content
+    return "\n".join(b["text"] for b in message.content if isinstance(b, dict) and "text" in b)
+
+
+def test_plain_invoke_returns_content_and_keeps_state(runtime: SandboxRuntime) -> None:
+    tool = SandboxExecTool(runtime=runtime)
+    assert "2" in tool.invoke({"code": "counter = 1 + 1\nprint(counter)"})
+    out = tool.invoke({"code": "counter * 21"})
+    assert "value:\n42" in out
+
+
+async def test_async_invoke_shares_the_sync_state(aruntime: SandboxRuntime) -> None:
+    tool = SandboxExecTool(runtime=aruntime)
+    await tool.ainvoke({"code": "word = 'sandbox'"})
+    assert "SANDBOX" in tool.invoke({"code": "print(word.upper())"})
+    assert "7" in await tool.ainvoke({"code": "print(len(word))"})
+
+
+def test_tool_call_artifact_carries_result_and_record(runtime: SandboxRuntime) -> None:
+    tool = SandboxExecTool(runtime=runtime)
+    first = _call(tool, {"code": "print('hi')"})
+    second = _call(tool, {"code": "1 / 0"})
+    assert first.artifact["result"]["stdout"] == "hi\n"
+    record = second.artifact["sandbox"]
+    assert record["revision"] == first.artifact["sandbox"]["revision"] + 1
+    assert record["snapshot"]
+    assert record["session"]["provider"] == "local"
+    assert record["exec_count"] == 1
+    # A user-code failure is a result the model reads, not an error.
+    assert second.status == "success"
+    assert "ZeroDivisionError" in _text(second)
+    assert second.artifact["result"]["error"]["name"] == "ZeroDivisionError"
+
+
+def test_shell_and_file_tools_share_one_workspace(runtime: SandboxRuntime) -> None:
+    tools = {t.name: t for t in SandboxToolkit(runtime=runtime).get_tools()}
+    wrote = _call(tools["sandbox_write_file"], {"path": "data/in.txt", "content": "a\nb\nc\n"})
+    assert "Wrote 6 bytes to /home/user/data/in.txt" in _text(wrote)
+    counted = _call(tools["sandbox_shell"], {"command": "wc -l < in.txt", "cwd": "data"})
+    assert counted.artifact["result"]["stdout"].strip() == "3"
+    _call(tools["sandbox_exec"], {"code": "open('data/out.txt', 'w').write('from python')"})
+    listing = _text(_call(tools["sandbox_list_files"], {"path": "data"}))
+    assert "in.txt" in listing
+    assert "out.txt" in listing
+    assert _text(_call(tools["sandbox_read_file"], {"path": "data/out.txt"})) == "from python"
+
+
+def test_binary_and_image_files_are_not_dumped_as_text(runtime: SandboxRuntime) -> None:
+    write = SandboxWriteFileTool(runtime=runtime)
+    read = SandboxReadFileTool(runtime=runtime)
+    png = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    )
+    _call(
+        write, {"path": "pic.png", "content": base64.b64encode(png).decode(), "encoding": "base64"}
+    )
+    _call(
+        write,
+        {
+            "path": "blob.bin",
+            "content": base64.b64encode(b"\x00\x01\xff").decode(),
+            "encoding": "base64",
+        },
+    )
+    image = _call(read, {"path": "pic.png"})
+    assert isinstance(image.content, list)
+    assert any(
+        b.get("type") == "image" and b.get("mime_type") == "image/png" for b in image.content
+    )
+    binary = _call(read, {"path": "blob.bin"})
+    assert "binary file of 3 bytes" in _text(binary)
+
+
+def test_matplotlib_figure_comes_back_as_an_image_block(runtime: SandboxRuntime) -> None:
+    message = _call(
+        SandboxExecTool(runtime=runtime),
+        {
+            "code": (
+                "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+                "plt.plot([1, 2, 3], [1, 4, 9])\nplt.show()"
+            )
+        },
+    )
+    assert isinstance(message.content, list), _text(message)
+    assert any(b.get("type") == "image" for b in message.content if isinstance(b, dict))
+
+
+def test_bad_input_is_a_clear_message_and_the_thread_stays_usable(runtime: SandboxRuntime) -> None:
+    tools = {t.name: t for t in SandboxToolkit(runtime=runtime).get_tools()}
+    _call(tools["sandbox_exec"], {"code": "alive = True"})
+    escape = _call(tools["sandbox_read_file"], {"path": "../../etc/passwd"})
+    assert escape.status == "error"
+    assert "'..'" in _text(escape)
+    absolute = _call(tools["sandbox_write_file"], {"path": "/etc/evil", "content": "x"})
+    assert absolute.status == "error"
+    assert "outside the workspace" in _text(absolute)
+    missing = _call(tools["sandbox_read_file"], {"path": "nope.txt"})
+    assert missing.status == "error"
+    injected = _call(tools["sandbox_install_packages"], {"packages": ["numpy; rm -rf /"]})
+    assert injected.status == "error"
+    assert "not a package requirement" in _text(injected)
+    bad_b64 = _call(
+        tools["sandbox_write_file"], {"path": "x", "content": "!!", "encoding": "base64"}
+    )
+    assert "not valid base64" in _text(bad_b64)
+    assert "True" in _text(_call(tools["sandbox_exec"], {"code": "alive"}))
+
+
+def test_timeout_and_crash_leave_the_thread_usable(runtime: SandboxRuntime) -> None:
+    tool = SandboxExecTool(runtime=runtime)
+    _call(tool, {"code": "kept = 'files too'\nopen('kept.txt', 'w').write(kept)"})
+    timed_out = _call(tool, {"code": "import time\nwhile True: time.sleep(0.1)", "timeout": 1})
+    assert timed_out.artifact["result"]["timed_out"] is True
+    assert "timed out" in _text(timed_out)
+    assert "files too" in _text(_call(tool, {"code": "print(kept)"}))
+
+    crashed = _call(tool, {"code": "import os\nos._exit(3)"})
+    assert crashed.status == "success"
+    after = _call(tool, {"code": "print(open('kept.txt').read())"})
+    assert "files too" in _text(after)
+
+
+def test_two_threads_get_two_sandboxes(runtime: SandboxRuntime) -> None:
+    shell = SandboxShellTool(runtime=runtime)
+    _call(shell, {"command": "echo secret > only-a.txt"}, thread="a")
+    seen_by_b = _call(shell, {"command": "ls -a /home/user"}, thread="b")
+    assert "only-a.txt" not in _text(seen_by_b)
+    assert "only-a.txt" in _text(_call(shell, {"command": "ls"}, thread="a"))
+    assert set(runtime.live_sessions()) == {"a", "b"}
+    assert len(set(runtime.live_sessions().values())) == 2
+
+
+def test_install_packages_reports_what_happened(runtime: SandboxRuntime) -> None:
+    message = _call(SandboxInstallPackagesTool(runtime=runtime), {"packages": ["six"]})
+    # Without network the install fails; either way it is a result the model can read.
+    assert message.status == "success"
+    assert message.artifact["result"]["kind"] == "command"
+
+
+# -- resolution ---------------------------------------------------------------------------
+
+
+class _Context:
+    def __init__(self, runtime: SandboxRuntime) -> None:
+        self.sandbox_runtime = runtime
+
+
+def _graph(tools: list[BaseTool], **node_kwargs: Any) -> Any:
+    builder = StateGraph(SandboxGraphState, context_schema=_Context)
+    builder.add_node("tools", ToolNode(tools, **node_kwargs))
+    builder.add_edge(START, "tools")
+    return builder.compile()
+
+
+def _ask(tool_name: str, args: dict[str, Any], call_id: str = "call-1") -> dict[str, Any]:
+    return {
+        "messages": [
+            AIMessage(
+                content="",
+                tool_calls=[{"name": tool_name, "args": args, "id": call_id, "type": "tool_call"}],
+            )
+        ]
+    }
+
+
+def test_resolution_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    explicit = make_local_runtime(tmp_path / "explicit")
+    in_context = make_local_runtime(tmp_path / "context")
+    configured = make_local_runtime(tmp_path / "configured")
+    from langchain_sandbox import runtime as runtime_module
+
+    try:
+        code = {"code": "print('which')"}
+        config = {"configurable": {"thread_id": "r", "sandbox_runtime": configured}}
+
+        # explicit beats context and configurable
+        _graph([SandboxExecTool(runtime=explicit)]).invoke(
+            _ask("sandbox_exec", code), config, context=_Context(in_context)
+        )
+        assert "r" in explicit.live_sessions()
+        assert not in_context.live_sessions()
+
+        # context beats configurable (the ToolNode's ToolRuntime.context)
+        _graph([SandboxExecTool()]).invoke(
+            _ask("sandbox_exec", code), config, context=_Context(in_context)
+        )
+        assert "r" in in_context.live_sessions()
+        assert not configured.live_sessions()
+
+        # a dict context works too
+        found = resolve_runtime(
+            None, SimpleNamespace(context={"sandbox_runtime": explicit}), config
+        )
+        assert found is explicit
+
+        # configurable is used when there is no context
+        SandboxExecTool().invoke(code, config)
+        assert "r" in configured.live_sessions()
+
+        # nothing given: the process-wide default runtime, on the default thread
+        monkeypatch.setattr(runtime_module, "_default_runtime", None)
+        SandboxExecTool().invoke(code)
+        default = runtime_module.get_default_runtime()
+        assert "default" in default.live_sessions()
+        assert default.provider_name == "local"
+    finally:
+        for made in (explicit, in_context, configured):
+            made.close()
+        if runtime_module._default_runtime is not None:
+            runtime_module._default_runtime.close()
+
+
+def test_tool_node_reads_the_record_and_streams_output(runtime: SandboxRuntime) -> None:
+    graph = _graph([SandboxExecTool(runtime=runtime)])
+    config = {"configurable": {"thread_id": "g"}}
+    code = "import time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.2)"
+    chunks = list(
+        graph.stream(
+            _ask("sandbox_exec", {"code": code}), config, stream_mode=["custom", "updates"]
+        )
+    )
+    custom = [c for mode, c in chunks if mode == "custom"]
+    updates = [i for i, (mode, _) in enumerate(chunks) if mode == "updates"]
+    assert custom, "no output was streamed"
+    assert all(c["type"] == OUTPUT_EVENT and c["tool_call_id"] == "call-1" for c in custom)
+    assert "tick 0" in "".join(c["text"] for c in custom)
+    first_custom = next(i for i, (mode, _) in enumerate(chunks) if mode == "custom")
+    assert first_custom < updates[-1], "output arrived only after the tool finished"
+
+    # The ToolNode's state carries a stale record: a fork re-running the same call id from the
+    # previous state restores that state into a new sandbox instead of reusing the live one.
+    first = runtime.run_code("g", "marker = 'first'")
+    live_before = runtime.live_sessions()["g"]
+    runtime.run_code("g", "marker = 'second'")
+    state = {
+        **_ask("sandbox_exec", {"code": "print(marker)"}, call_id="fork"),
+        "sandbox": first.record,
+    }
+    result = graph.invoke(state, config)
+    message = result["messages"][-1]
+    assert "first" in _text(message)
+    assert "restored" in _text(message)
+    assert runtime.live_sessions()["g"] != live_before
+
+
+async def test_async_graph_streams_and_runs(aruntime: SandboxRuntime) -> None:
+    graph = _graph([SandboxExecTool(runtime=aruntime)])
+    config = {"configurable": {"thread_id": "ag"}}
+    seen = [
+        chunk
+        async for mode, chunk in graph.astream(
+            _ask("sandbox_exec", {"code": "print('async hello')"}),
+            config,
+            stream_mode=["custom", "values"],
+        )
+        if mode == "custom"
+    ]
+    assert any("async hello" in c["text"] for c in seen)
+
+
+def test_toolkit_shares_one_runtime_and_filters(tmp_path: Path) -> None:
+    toolkit = SandboxToolkit(provider="local", provider_options={"base_dir": tmp_path / "s"})
+    tools = toolkit.get_tools()
+    assert {t.name for t in tools} == {
+        "sandbox_exec",
+        "sandbox_shell",
+        "sandbox_write_file",
+        "sandbox_read_file",
+        "sandbox_list_files",
+        "sandbox_install_packages",
+    }
+    runtimes = {id(t.runtime) for t in tools}  # type: ignore[attr-defined]
+    assert len(runtimes) == 1
+    assert [t.name for t in SandboxToolkit(include=["sandbox_exec"]).get_tools()] == [
+        "sandbox_exec"
+    ]
+    with pytest.raises(ValueError, match="Unknown sandbox tools"):
+        SandboxToolkit(include=["rm_rf"]).get_tools()
+    tools[0].runtime.close()  # type: ignore[attr-defined]
+
+
+def test_description_and_schema_hide_the_injected_runtime() -> None:
+    for tool in SandboxToolkit().get_tools():
+        schema = tool.tool_call_schema.model_json_schema()  # type: ignore[union-attr]
+        assert "runtime" not in schema["properties"]
+        assert len(tool.description) > 80
+    assert isinstance(SandboxListFilesTool().args_schema.model_json_schema(), dict)  # type: ignore[union-attr]
