@@ -286,6 +286,8 @@ class E2BSession(Session):
         env: Mapping[str, str] | None = None,
         on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
+        import httpx
+
         limit = self._timeout(timeout)
         await self._ready(limit)
         out, err, on_stdout, on_stderr = self._captures(on_output)
@@ -301,13 +303,12 @@ class E2BSession(Session):
                     on_stderr=on_stderr,
                     timeout=limit + _BACKSTOP,
                 )
-        except TimeoutError as exc:
-            if not deadline.expired():
-                raise await self._failure(exc, "run code") from exc
-            # Closing the stream is what makes the code interpreter interrupt the cell.
-            timed_out = True
         except Exception as exc:
-            raise await self._failure(exc, "run code") from exc
+            # Our deadline, or the SDK's own one (its ReadTimeout, when a busy stream kept the
+            # event loop from firing ours first). Closing the stream interrupts the cell.
+            timed_out = deadline.expired() or isinstance(exc.__context__, httpx.ReadTimeout)
+            if not timed_out:
+                raise await self._failure(exc, "run code") from exc
         result = ExecutionResult(
             kind="code",
             stdout=out.text(),

@@ -47,20 +47,40 @@ _BASE_ENV = {
 # Cells are registered in linecache so functions and classes defined in them have source
 # (kernel_state relies on it, as it does on IPython's cell cache).
 _WORKER = r"""
-import ast, base64, io, json, linecache, os, sys, traceback
+import ast, base64, io, json, linecache, os, sys, threading, time, traceback
 _pipe = sys.stdout
+_pipe_lock = threading.Lock()
 def _emit(obj):
-    _pipe.write(json.dumps(obj) + "\n"); _pipe.flush()
+    with _pipe_lock:
+        _pipe.write(json.dumps(obj) + "\n"); _pipe.flush()
 class _Stream(io.TextIOBase):
+    # Coalesces writes like ipykernel's OutStream: flushed at 8 KiB, every 50 ms, at cell end.
     def __init__(self, name):
         self._name = name
+        self._parts = []
+        self._size = 0
+        self._lock = threading.Lock()
     def writable(self):
         return True
     def write(self, text):
         if text:
-            _emit({"type": self._name, "text": text})
+            with self._lock:
+                self._parts.append(text)
+                self._size += len(text)
+            if self._size >= 8192:
+                self.flush()
         return len(text)
+    def flush(self):
+        with self._lock:
+            text, self._parts, self._size = "".join(self._parts), [], 0
+        if text:
+            _emit({"type": self._name, "text": text})
+def _flusher():
+    while True:
+        time.sleep(0.05)
+        sys.stdout.flush(); sys.stderr.flush()
 sys.stdout, sys.stderr = _Stream("stdout"), _Stream("stderr")
+threading.Thread(target=_flusher, daemon=True).start()
 _emit({"type": "ready", "pid": os.getpid()})
 _ns = {"__name__": "__main__", "__builtins__": __builtins__}
 _count = 0
@@ -99,6 +119,7 @@ for _line in sys.stdin:
         _emit({"type": "error", "name": type(_exc).__name__, "value": str(_exc),
                "traceback": "".join(traceback.format_exception(type(_exc), _exc, _tb))})
     finally:
+        sys.stdout.flush(); sys.stderr.flush()
         os.environ.clear()
         os.environ.update(_saved_env)
         _emit({"type": "end"})

@@ -38,6 +38,7 @@ import base64
 import contextlib
 import datetime as dt
 import gzip
+import io
 import itertools
 import json
 import posixpath
@@ -84,6 +85,7 @@ class RecordedRequest:
     Attributes:
         route: What it was, e.g. ``"POST /v2/sandboxes"``, ``"envd Start"``, ``"jupyter execute"``.
         status: The status answered (0 when the connection was dropped on purpose).
+        body: The JSON body (the message of a Connect envelope), when there was one.
     """
 
     method: str
@@ -94,6 +96,7 @@ class RecordedRequest:
     route: str
     status: int = 0
     at: float = 0.0
+    body: Any = None
 
 
 @dataclass
@@ -103,6 +106,7 @@ class Fault:
     route: re.Pattern[str]
     status: int | None = None
     drop: bool = False
+    lose_response: bool = False
     delay: float = 0.0
     times: int | None = 1
     should_retry: bool | None = False
@@ -158,6 +162,7 @@ class E2BEmulator:
         self._requests: list[RecordedRequest] = []
         self._faults: list[Fault] = []
         self._pids = itertools.count(1000)
+        self._clock_offset = 0.0
         self._server: _Server | None = None
         self._serve_thread: threading.Thread | None = None
         self._loop = asyncio.new_event_loop()
@@ -252,6 +257,7 @@ class E2BEmulator:
         *,
         status: int | None = None,
         drop: bool = False,
+        lose_response: bool = False,
         delay: float = 0.0,
         times: int | None = 1,
         should_retry: bool | None = False,
@@ -259,7 +265,8 @@ class E2BEmulator:
     ) -> Fault:
         """Make the next ``times`` requests whose route matches ``route`` (a regular expression
         over :attr:`RecordedRequest.route`) fail: answer ``status``, or close the connection
-        without answering (``drop``), after waiting ``delay`` seconds (a delay alone just slows
+        without answering (``drop``), or handle the request and then close the connection
+        instead of answering (``lose_response``: the client cannot know it happened), after waiting ``delay`` seconds (a delay alone just slows
         the request). ``should_retry`` sets the ``Should-Retry`` header the SDK obeys (``None``
         omits it, leaving the SDK's own 429/502/503/504 retries on). ``times=None``: forever.
         """
@@ -267,6 +274,7 @@ class E2BEmulator:
             route=re.compile(route),
             status=status,
             drop=drop,
+            lose_response=lose_response,
             delay=delay,
             times=times,
             should_retry=should_retry,
@@ -292,10 +300,19 @@ class E2BEmulator:
         with self._lock:
             return [s.sandbox_id for s in self._sandboxes.values() if state in (None, s.state)]
 
+    def advance_clock(self, seconds: float) -> None:
+        """Move the emulator's clock forward: sandbox timeouts pass without waiting for them."""
+        with self._lock:
+            self._clock_offset += seconds
+        self._sweep()
+
+    def _now(self) -> float:
+        return time.time() + self._clock_offset
+
     def lease_remaining(self, sandbox_id: str) -> float:
         """Seconds left before the sandbox's timeout ends it."""
         with self._lock:
-            return self._sandboxes[sandbox_id].end_at - time.time()
+            return self._sandboxes[sandbox_id].end_at - self._now()
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -313,7 +330,7 @@ class E2BEmulator:
 
     def _sweep(self) -> None:
         """Apply sandbox timeouts: auto-pause or kill what ran past its end."""
-        now = time.time()
+        now = self._now()
         gone: list[_Sandbox] = []
         with self._lock:
             for sandbox in list(self._sandboxes.values()):
@@ -330,10 +347,10 @@ class E2BEmulator:
             self._requests.append(request)
             return len(self._requests) - 1
 
-    def _set_status(self, index: int, status: int) -> None:
+    def _update(self, index: int, **changes: Any) -> None:
         with self._lock:
             old = self._requests[index]
-            self._requests[index] = RecordedRequest(**{**old.__dict__, "status": status})
+            self._requests[index] = RecordedRequest(**{**old.__dict__, **changes})
 
     def _take_fault(self, route: str) -> Fault | None:
         with self._lock:
@@ -418,7 +435,7 @@ class E2BEmulator:
             allow_internet_access=allow,
             auto_pause=bool(body.get("autoPause")),
             started_at=dt.datetime.now(dt.UTC),
-            end_at=time.time() + timeout,
+            end_at=self._now() + timeout,
         )
         with self._lock:
             self._sandboxes[sandbox.sandbox_id] = sandbox
@@ -465,12 +482,12 @@ class E2BEmulator:
             resumed = sandbox.state == "paused"
             with self._lock:
                 sandbox.state = "running"
-                end = time.time() + timeout
+                end = self._now() + timeout
                 sandbox.end_at = end if resumed else max(sandbox.end_at, end)
             handler.send_json(201 if resumed else 200, self._create_body(sandbox))
         elif method == "POST" and action == "timeout":
             with self._lock:
-                sandbox.end_at = time.time() + int(data["timeout"])
+                sandbox.end_at = self._now() + int(data["timeout"])
             handler.send_empty(204)
         elif method == "POST" and action == "pause":
             with self._lock:
@@ -686,6 +703,17 @@ class E2BEmulator:
         handler.end_stream()
 
 
+def _json_of(body: bytes, content_type: str) -> Any:
+    try:
+        if content_type.startswith("application/connect+json"):
+            return parse_envelope(body)
+        if content_type.startswith("application/json") and body:
+            return json.loads(body)
+    except ValueError:
+        pass
+    return None
+
+
 def _result(**fields: Any) -> dict[str, Any]:
     blank = dict.fromkeys(
         (
@@ -821,8 +849,10 @@ class _Handler(BaseHTTPRequestHandler):
             )
         )
         self._status = 0
+        self._swallow = False
         try:
             body = read_body(self.rfile, self.headers)
+            emulator._update(index, body=_json_of(body, self.headers.get("Content-Type", "")))
             fault = emulator._take_fault(route)
             if fault is not None:
                 if fault.delay:
@@ -837,6 +867,8 @@ class _Handler(BaseHTTPRequestHandler):
                     raise _HttpError(
                         fault.status, {"code": fault.status, "message": "injected fault"}, extra
                     )
+            if fault is not None and fault.lose_response:
+                self._swallow = True
             if sandbox_id is None:
                 emulator.handle_api(self, self.command, path, body)
             else:
@@ -848,12 +880,16 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             self.close_connection = True
         finally:
-            emulator._set_status(index, self._status)
+            if self._swallow:
+                self.abort()
+            emulator._update(index, status=self._status)
 
     # -- responses -------------------------------------------------------------------------
 
     def _head(self, status: int, headers: dict[str, str]) -> None:
         self._status = status
+        if self._swallow:
+            self.wfile = io.BytesIO()  # handled, but the answer never leaves
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)
