@@ -1,0 +1,48 @@
+"""One behaviour suite, every provider: local (real bubblewrap), E2B and Runloop (real SDKs against the
+emulators in ``langchain_sandbox.testing``)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from langchain_sandbox.providers.base import Provider
+
+
+@contextlib.asynccontextmanager
+async def _local(tmp_path: Path) -> AsyncIterator[Provider]:
+    from langchain_sandbox.providers.local import LocalProvider
+
+    provider = LocalProvider(base_dir=tmp_path / "local")
+    try:
+        yield provider
+    finally:
+        await provider.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _e2b(tmp_path: Path) -> AsyncIterator[Provider]:
+    from langchain_sandbox.testing.e2b_emulator import emulated_e2b_provider
+
+    async with emulated_e2b_provider() as provider:
+        yield provider
+
+
+@contextlib.asynccontextmanager
+async def _runloop(tmp_path: Path) -> AsyncIterator[Provider]:
+    from langchain_sandbox.testing.runloop_emulator import emulated_runloop_provider
+
+    async with emulated_runloop_provider() as provider:
+        yield provider
+
+
+_FACTORIES = {"local": _local, "e2b": _e2b, "runloop": _runloop}
+
+
+@pytest.fixture(params=sorted(_FACTORIES))
+async def provider(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Provider]:
+    async with _FACTORIES[request.param](tmp_path) as made:
+        yield made

@@ -1,0 +1,180 @@
+"""The provider contract (``providers/base.py``), held against every provider.
+
+A behaviour that differs between providers is either a bug or a documented ``Capabilities`` flag;
+the tests read the flags rather than the provider's name.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from langchain_sandbox.errors import InvalidPackageNameError, InvalidPathError
+from langchain_sandbox.providers.base import Limits, Provider, SessionSpec
+
+
+async def test_python_state_persists_and_last_value_is_returned(provider: Provider) -> None:
+    async with await provider.create() as session:
+        if not session.capabilities.stateful_python:
+            result = await session.run_code("print(6 * 7)")
+            assert result.stdout == "42\n"
+            return
+        first = await session.run_code("import math\nx = 40\ndef f(a):\n    return a + 1\n")
+        assert first.ok, first.render()
+        second = await session.run_code("x = f(x) + 1\nmath.floor(x + 0.5)")
+        assert second.ok, second.render()
+        assert second.value == "42"
+
+
+async def test_streams_are_separate_and_faithful(provider: Provider) -> None:
+    async with await provider.create() as session:
+        code = (
+            "import sys\n"
+            "print('héllo\\n  wörld ✓')\n"
+            "print('tab\\there', 'and a literal \\\\n')\n"
+            "sys.stderr.write('warn: careful\\n')\n"
+            "sys.stdout.write('partial')\n"
+        )
+        result = await session.run_code(code)
+        assert result.ok, result.render()
+        assert result.stdout == "héllo\n  wörld ✓\ntab\there and a literal \\n\npartial"
+        assert result.stderr == "warn: careful\n"
+
+
+async def test_exceptions_are_results_with_tracebacks(provider: Provider) -> None:
+    async with await provider.create() as session:
+        result = await session.run_code("def boom():\n    return 1 / 0\nboom()")
+        assert not result.ok
+        assert result.error is not None
+        assert result.error.name == "ZeroDivisionError"
+        assert "boom" in result.error.traceback
+        again = await session.run_code("print('still here')")
+        assert again.stdout == "still here\n"
+
+
+async def test_commands_exit_codes_cwd_env(provider: Provider) -> None:
+    async with await provider.create() as session:
+        ok = await session.run_command("echo hi; echo oops >&2")
+        assert (ok.stdout, ok.stderr, ok.exit_code) == ("hi\n", "oops\n", 0)
+        failed = await session.run_command("exit 3")
+        assert failed.exit_code == 3
+        assert not failed.ok
+        await session.run_command("mkdir -p sub/dir")
+        where = await session.run_command("pwd; echo $GREETING", cwd="sub/dir", env={"GREETING": "hey"})
+        assert where.stdout == "/home/user/sub/dir\nhey\n"
+        home = await session.run_command("pwd")
+        assert home.stdout == "/home/user\n"
+
+
+async def test_files_round_trip_and_listing(provider: Provider) -> None:
+    blob = bytes(range(256)) * 10
+    async with await provider.create() as session:
+        await session.write_files({"data/blob.bin": blob, "/home/user/notes.txt": b"hello\n"})
+        read = await session.read_files(["data/blob.bin", "notes.txt"])
+        assert read == {"data/blob.bin": blob, "notes.txt": b"hello\n"}
+        seen = await session.run_code("open('/home/user/notes.txt').read()")
+        assert seen.value == repr("hello\n")
+        listing = {info.path: info for info in await session.list_files(".", recursive=True)}
+        assert listing["data"].kind == "dir"
+        assert listing["data/blob.bin"].size == len(blob)
+        assert listing["notes.txt"].kind == "file"
+        await session.remove_files(["data"])
+        after = {info.path for info in await session.list_files(".", recursive=True)}
+        assert "data/blob.bin" not in after
+        assert "notes.txt" in after
+
+
+@pytest.mark.parametrize("path", ["../outside.txt", "/etc/passwd", "a/../../b"])
+async def test_paths_outside_the_workspace_are_refused(provider: Provider, path: str) -> None:
+    async with await provider.create() as session:
+        with pytest.raises(InvalidPathError):
+            await session.write_files({path: b"x"})
+        with pytest.raises(InvalidPathError):
+            await session.read_files([path])
+        assert (await session.run_code("print(1)")).stdout == "1\n"
+
+
+async def test_missing_file_is_a_clear_error(provider: Provider) -> None:
+    async with await provider.create() as session:
+        with pytest.raises(InvalidPathError):
+            await session.read_files(["does/not/exist.txt"])
+
+
+async def test_timeout_stops_the_code_and_the_session_stays_usable(provider: Provider) -> None:
+    spec = SessionSpec(limits=Limits(timeout=2.0))
+    async with await provider.create(spec) as session:
+        await session.run_code("kept = 'yes'")
+        result = await session.run_code("while True:\n    pass")
+        assert result.timed_out
+        assert not result.ok
+        after = await session.run_code("print('alive')")
+        assert after.stdout == "alive\n"
+        cmd = await session.run_command("sleep 30", timeout=1.0)
+        assert cmd.timed_out
+
+
+async def test_huge_output_is_truncated_at_the_source(provider: Provider) -> None:
+    spec = SessionSpec(limits=Limits(max_output_bytes=64_000))
+    async with await provider.create(spec) as session:
+        result = await session.run_code("for i in range(400_000):\n    print(i)")
+        assert result.truncated
+        assert result.omitted_bytes > 1_000_000
+        assert len(result.stdout) < 200_000
+        assert result.stdout.startswith("0\n1\n2\n")
+        assert result.stdout.rstrip().endswith("399999")
+
+
+async def test_variables_move_to_a_new_session(provider: Provider) -> None:
+    async with await provider.create() as source:
+        if not source.capabilities.variables:
+            return
+        await source.run_code("import threading\nnums = [1, 2, 3]\nlock = threading.Lock()")
+        dump = await source.dump_variables()
+        assert "nums" in dump.saved
+        assert "threading" in dump.saved
+        assert "lock" in dump.skipped
+    async with await provider.create() as target:
+        failed = await target.load_variables(dump.data)
+        assert failed == []
+        result = await target.run_code("sum(nums), threading.__name__")
+        assert result.value == "(6, 'threading')"
+
+
+async def test_hostile_package_names_are_refused(provider: Provider) -> None:
+    async with await provider.create() as session:
+        for hostile in (["--index-url=http://evil"], ["numpy; rm -rf /"], ["$(id)"]):
+            with pytest.raises(InvalidPackageNameError):
+                await session.install_packages(hostile)
+
+
+async def test_record_is_json_and_attach_finds_the_session(provider: Provider) -> None:
+    session = await provider.create(SessionSpec(metadata={"thread_id": "t-42"}))
+    try:
+        record = session.record
+        assert json.loads(json.dumps(record)) == record
+        assert record["provider"] == provider.name
+        assert record["metadata"]["thread_id"] == "t-42"
+        await session.write_files({"marker.txt": b"here"})
+        again = await provider.attach(record)
+        assert again is not None
+        assert (await again.read_files(["marker.txt"]))["marker.txt"] == b"here"
+        listed = await provider.list_sessions({"thread_id": "t-42"})
+        assert session.session_id in {r["session_id"] for r in listed}
+    finally:
+        await session.close()
+        await session.close()
+    assert await provider.attach(record) is None
+
+
+async def test_figures_come_back_as_png(provider: Provider) -> None:
+    async with await provider.create() as session:
+        if not session.capabilities.figures:
+            return
+        result = await session.run_code(
+            "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()"
+        )
+        assert result.ok, result.render()
+        pngs = [a for a in result.artifacts if a.mime_type == "image/png"]
+        assert pngs
+        assert pngs[0].to_bytes().startswith(b"\x89PNG")
