@@ -1,0 +1,146 @@
+"""The runtime on the real local provider: state that survives a process, forks, isolation between
+threads, concurrency, and a close that leaves no process behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+
+from langchain_sandbox.runtime import SandboxRuntime
+from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+
+from .conftest import wait_until
+
+
+def _runtime(root: Path) -> SandboxRuntime:
+    return SandboxRuntime(
+        "local",
+        provider_options={"base_dir": root / "sessions"},
+        snapshotter=Snapshotter(LocalDirectoryBlobStore(root / "blobs")),
+    )
+
+
+_PREVIOUS_PROCESS = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from langchain_sandbox.runtime import SandboxRuntime
+    from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+
+    root = Path(sys.argv[1])
+    runtime = SandboxRuntime(
+        "local",
+        provider_options={"base_dir": root / "sessions-old"},
+        snapshotter=Snapshotter(LocalDirectoryBlobStore(root / "blobs")),
+    )
+    runtime.write_files("thread-1", {"report/data.csv": b"a,b\\n1,2\\n"})
+    outcome = runtime.run_code(
+        "thread-1", "import statistics\\nvalues = [3, 5, 7]\\ndef double(x):\\n    return 2 * x"
+    )
+    assert outcome.value.ok, outcome.value
+    print(json.dumps(outcome.record))
+    runtime.close()
+    """
+)
+
+
+def test_record_from_a_previous_process_restores_files_and_variables(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _PREVIOUS_PROCESS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+
+    with _runtime(tmp_path) as runtime:
+        outcome = runtime.run_code(
+            "thread-1",
+            "print(statistics.mean(values), double(21), open('report/data.csv').read())",
+            record=record,
+        )
+        assert outcome.value.ok, outcome.value
+        assert outcome.value.stdout.split() == ["5", "42", "a,b", "1,2"]
+        assert any("restored" in n for n in outcome.value.notices)
+        assert outcome.record["revision"] == record["revision"] + 1
+
+
+def test_fork_restores_older_state_and_the_original_keeps_its_own(tmp_path: Path) -> None:
+    with _runtime(tmp_path) as runtime:
+        at_one = runtime.run_code("t", "open('log.txt', 'w').write('one\\n'); stage = 1").record
+        at_two = runtime.run_code("t", "open('log.txt', 'a').write('two\\n'); stage = 2").record
+
+        fork = runtime.run_code("t", "print(stage, open('log.txt').read().split())", record=at_one)
+        assert fork.value.stdout == "1 ['one']\n"
+        fork_more = runtime.run_code("t", "stage = 10", record=fork.record)
+        assert fork_more.value.ok
+
+        original = runtime.run_code(
+            "t", "print(stage, open('log.txt').read().split())", record=at_two
+        )
+        assert original.value.stdout == "2 ['one', 'two']\n"
+        # and the fork, continued later, still sees its own
+        back = runtime.run_code("t", "print(stage)", record=fork_more.record)
+        assert back.value.stdout == "10\n"
+
+
+def test_parallel_first_calls_create_one_sandbox_and_threads_are_isolated(
+    tmp_path: Path,
+) -> None:
+    with _runtime(tmp_path) as runtime:
+        with ThreadPoolExecutor(6) as pool:
+            outcomes = list(
+                pool.map(
+                    lambda i: runtime.run_command("a", f"echo {i} >> calls.txt"),
+                    range(6),
+                )
+            )
+        assert all(o.value.ok for o in outcomes)
+        assert len(runtime.live_sessions()) == 1
+        lines = runtime.read_files("a", ["calls.txt"]).value["calls.txt"].split()
+        assert sorted(lines) == [str(i).encode() for i in range(6)]
+
+        listing = runtime.run_command("b", "ls -a /home/user; cat /home/user/calls.txt").value
+        assert "calls.txt" not in listing.stdout
+        assert listing.exit_code != 0
+
+
+async def test_async_callers_on_their_own_loop(tmp_path: Path) -> None:
+    async with _runtime(tmp_path) as runtime:
+        results = await asyncio.gather(
+            *(runtime.arun_code(f"thread-{i}", f"value = {i} * 2\nvalue") for i in range(4))
+        )
+        assert [r.value.value for r in results] == ["0", "2", "4", "6"]
+        assert len(runtime.live_sessions()) == 4
+
+
+def test_close_leaves_no_process_behind(tmp_path: Path) -> None:
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    runtime = _runtime(tmp_path)
+    for thread in ("a", "b", "c"):
+        runtime.run_code(thread, "import time")
+    started = {p.pid for p in me.children(recursive=True)} - before
+    assert started, "sessions run in child processes"
+    runtime.close()
+
+    def _all_gone() -> bool:
+        return not any(psutil.pid_exists(pid) and _alive(pid) for pid in started)
+
+    assert wait_until(_all_gone, timeout=30)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
