@@ -136,7 +136,8 @@ class GcReport:
         missing_refs: Live refs whose manifest is not in the store (their snapshots cannot be
             restored; worth an alert).
         reachable_blobs: Blobs the live snapshots need.
-        kept_recent: Unreferenced blobs kept because they are younger than the grace period.
+        kept_recent: Blobs no live snapshot needs, kept because they are younger than the grace
+            period or needed by a snapshot that is.
         deleted_blobs: Blobs deleted (or to delete).
         deleted_bytes: Their total size.
     """
@@ -566,12 +567,14 @@ class Snapshotter:
                 continue
             reachable.add(ref)
             reachable |= manifest.blob_keys()
+        protected = set(recent)
         for key in recent_manifests:
             recent_manifest = await self._recent_manifest(key)
             if recent_manifest is not None:
-                reachable.add(key)
-                reachable |= recent_manifest.blob_keys()
-        garbage = [info for info in blobs if info.key not in reachable and info.key not in recent]
+                protected |= recent_manifest.blob_keys()
+        garbage = [
+            info for info in blobs if info.key not in reachable and info.key not in protected
+        ]
         if not dry_run and garbage:
             await self.store.delete(info.key for info in garbage)
         return GcReport(
@@ -579,7 +582,7 @@ class Snapshotter:
             live_refs=len(roots),
             missing_refs=tuple(missing),
             reachable_blobs=sum(1 for info in blobs if info.key in reachable),
-            kept_recent=sum(1 for info in blobs if info.key in recent - reachable),
+            kept_recent=sum(1 for info in blobs if info.key in protected - reachable),
             deleted_blobs=len(garbage),
             deleted_bytes=sum(info.size for info in garbage),
         )
