@@ -28,7 +28,9 @@ def find_bindir() -> Path | None:
     """Directory holding ``initdb`` and ``pg_ctl``: ``pg_config --bindir``, the Debian layout, PATH."""
     candidates: list[str] = []
     if pg_config := shutil.which("pg_config"):
-        result = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            [pg_config, "--bindir"], capture_output=True, text=True, check=False
+        )
         candidates.append(result.stdout.strip())
     candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
     if initdb := shutil.which("initdb"):
@@ -90,10 +92,20 @@ class PostgresServer:
 
     def stop(self) -> None:
         try:
-            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.root / "data"), "-m", "fast", "-w", "stop")
+            self._run(
+                str(self.bindir / "pg_ctl"),
+                "-D",
+                str(self.root / "data"),
+                "-m",
+                "fast",
+                "-w",
+                "stop",
+            )
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 
     def log_tail(self, lines: int = 40) -> str:
         log = self.root / "log"
-        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else ""
+        return (
+            "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else ""
+        )
