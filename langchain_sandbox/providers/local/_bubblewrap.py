@@ -14,11 +14,12 @@ hold a secret.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from langchain_sandbox.errors import IsolationUnavailableError
@@ -230,10 +231,12 @@ def bubblewrap_argv(
                 argv += ["--ro-bind", os.path.realpath(path), path]
     for host_path, sandbox_path in (*python.binds(), *read_only):
         argv += ["--ro-bind", host_path, sandbox_path]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
-    if tmp_size_bytes is not None:
-        argv += ["--size", str(tmp_size_bytes)]
-    argv += ["--tmpfs", "/tmp", "--chmod", "1777", "/tmp"]
+    # /proc and /dev are read-only: the sandbox user maps to the host's uid, which would
+    # otherwise own (and could write) host-wide sysctls such as /proc/sys/kernel/core_pattern.
+    argv += ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev"]
+    size = ["--size", str(tmp_size_bytes)] if tmp_size_bytes is not None else []
+    argv += [*size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    argv += [*size, "--tmpfs", "/tmp", "--chmod", "1777", "/tmp"]
     argv += ["--bind", workspace, WORKSPACE_ROOT, "--chdir", WORKSPACE_ROOT]
     # The assembled root itself is read-only: only /home/user, /tmp and /dev take writes.
     argv += ["--remount-ro", "/"]
@@ -241,6 +244,23 @@ def bubblewrap_argv(
         argv += ["--setenv", key, value]
     argv += ["--", *command]
     return argv
+
+
+@contextlib.contextmanager
+def options_via_fd(argv: Sequence[str]) -> Iterator[tuple[list[str], tuple[int, ...]]]:
+    """Hand bubblewrap its options through a memfd (``--args FD``) instead of its argv.
+
+    bubblewrap's own process is pid 1 inside the sandbox, and ``/proc/1/cmdline`` would show
+    every host path it binds. Yields the short argv and the descriptor to pass to the child.
+    """
+    split = list(argv).index("--")
+    fd = os.memfd_create("bwrap-args")
+    try:
+        os.write(fd, b"".join(arg.encode() + b"\0" for arg in argv[1:split]))
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield [argv[0], "--args", str(fd), *argv[split:]], (fd,)
+    finally:
+        os.close(fd)
 
 
 def _system_dir_args(directory: str) -> list[str]:
@@ -269,4 +289,5 @@ __all__ = [
     "describe_python",
     "find_bubblewrap",
     "generate_etc",
+    "options_via_fd",
 ]

@@ -8,8 +8,9 @@ for pip's; nothing else builds command lines.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -19,6 +20,7 @@ from langchain_sandbox.providers.local._bubblewrap import (
     SANDBOX_RUNTIME_DIR,
     PythonInstall,
     bubblewrap_argv,
+    options_via_fd,
 )
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
@@ -41,6 +43,7 @@ class Launcher:
         python: The interpreter the session uses.
         workspace_dir: Host directory of the workspace.
         bwrap: The bubblewrap binary (``None`` without isolation).
+        network: Whether the session's processes share the host's network.
         etc_files: Generated ``/etc`` files (``{sandbox path: host path}``).
         extra_env: The session's own variables (``SessionSpec.env``), applied last.
         tmp_size_bytes: Size cap of the private ``/tmp``.
@@ -50,6 +53,7 @@ class Launcher:
     python: PythonInstall
     workspace_dir: str
     bwrap: str | None = None
+    network: bool = False
     etc_files: Mapping[str, str] = field(default_factory=dict)
     extra_env: Mapping[str, str] = field(default_factory=dict)
     tmp_size_bytes: int | None = None
@@ -126,7 +130,7 @@ class Launcher:
             self.packages_dir,
             *self.site_packages,
         ]
-        return self.wrap(inner, network=False)
+        return self.wrap(inner, network=self.network)
 
     def wrap(
         self,
@@ -154,6 +158,15 @@ class Launcher:
             read_only=[*runtime, *read_only],
             tmp_size_bytes=self.tmp_size_bytes,
         )
+
+    @contextlib.contextmanager
+    def spawnable(self, argv: Sequence[str]) -> Iterator[tuple[list[str], tuple[int, ...]]]:
+        """The argv to execute and the descriptors to pass for a command from :meth:`wrap`."""
+        if not self.isolated:
+            yield list(argv), ()
+            return
+        with options_via_fd(argv) as spawn:
+            yield spawn
 
     def process_env(self) -> dict[str, str]:
         """Environment of the started process itself (bubblewrap sets the sandbox's own)."""

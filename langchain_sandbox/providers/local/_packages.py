@@ -104,6 +104,7 @@ def pip_install_argv(
 async def run_captured(
     argv: Sequence[str],
     *,
+    pass_fds: Sequence[int] = (),
     timeout: float,
     limit: int,
     preexec_fn: Callable[[], None] | None,
@@ -117,6 +118,7 @@ async def run_captured(
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        pass_fds=pass_fds,
         preexec_fn=preexec_fn,
         start_new_session=True,
         env=env,

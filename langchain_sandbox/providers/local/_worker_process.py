@@ -15,6 +15,7 @@ import json
 import os
 import signal
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from langchain_sandbox.errors import IsolationUnavailableError, SandboxError
@@ -55,6 +56,9 @@ class WorkerProcess:
         cls,
         build_argv: Callable[[int, int, int], Sequence[str]],
         *,
+        prepare: Callable[
+            [Sequence[str]], AbstractContextManager[tuple[list[str], tuple[int, ...]]]
+        ],
         preexec_fn: Callable[[], None] | None,
         env: dict[str, str] | None = None,
         cwd: str | None = None,
@@ -65,6 +69,8 @@ class WorkerProcess:
         Args:
             build_argv: Given the worker-side descriptor numbers (request, event, control),
                 returns the argv that starts the worker (through bubblewrap or not).
+            prepare: Turns that argv into the one to execute plus descriptors to pass
+                (:meth:`Launcher.spawnable`).
             preexec_fn: Run in the child before exec (joins the session's cgroups).
             env: Environment of the started process (bubblewrap's own; it clears it inside).
             cwd: Working directory of the started process.
@@ -80,17 +86,18 @@ class WorkerProcess:
         child_fds = (request_r, event_w, control_r)
         loop = asyncio.get_running_loop()
         try:
-            process = await asyncio.create_subprocess_exec(
-                *build_argv(*child_fds),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
-                pass_fds=child_fds,
-                preexec_fn=preexec_fn,
-                start_new_session=True,
-                env=env if env is not None else {},
-                cwd=cwd,
-            )
+            with prepare(build_argv(*child_fds)) as (argv, extra_fds):
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.PIPE,
+                    pass_fds=(*child_fds, *extra_fds),
+                    preexec_fn=preexec_fn,
+                    start_new_session=True,
+                    env=env if env is not None else {},
+                    cwd=cwd,
+                )
         except OSError as exc:
             for fd in (*child_fds, request_w, event_r, control_w):
                 os.close(fd)

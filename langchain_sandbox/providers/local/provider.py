@@ -147,6 +147,7 @@ class LocalProvider(Provider):
                 python=python,
                 workspace_dir=str(directory / "workspace"),
                 bwrap=bwrap,
+                network=spec.network,
                 etc_files=etc_files,
                 extra_env=env,
                 tmp_size_bytes=memory_mb * 1024 * 1024 if memory_mb else None,

@@ -183,6 +183,7 @@ class LocalSession(Session):
     async def _start_worker(self) -> WorkerProcess:
         return await WorkerProcess.start(
             self.launcher.worker_command,
+            prepare=self.launcher.spawnable,
             preexec_fn=self.cgroup.preexec(),
             env=self.launcher.process_env(),
             cwd=self.launcher.process_cwd(),
@@ -429,14 +430,19 @@ class LocalSession(Session):
         )
         async with self._lock:
             self._check_open()
-            result = await run_captured(
-                launcher.wrap(inner, network=True, read_only=binds),
-                timeout=limit,
-                limit=self.spec.limits.max_output_bytes,
-                preexec_fn=self.cgroup.preexec(),
-                env=launcher.process_env(),
-                cwd=launcher.process_cwd(),
-            )
+            with launcher.spawnable(launcher.wrap(inner, network=True, read_only=binds)) as (
+                argv,
+                fds,
+            ):
+                result = await run_captured(
+                    argv,
+                    pass_fds=fds,
+                    timeout=limit,
+                    limit=self.spec.limits.max_output_bytes,
+                    preexec_fn=self.cgroup.preexec(),
+                    env=launcher.process_env(),
+                    cwd=launcher.process_cwd(),
+                )
         if result.ok:
             await self._simple_request("invalidate_caches", {})
             return result.with_notices(f"installed: {', '.join(names)}")
