@@ -1,0 +1,526 @@
+"""The program the Runloop provider runs inside a devbox (stdlib only).
+
+Runloop has no kernel API, only shell commands. Stateful Python therefore needs a process that
+outlives one command: ``serve`` is that process, a small Python interpreter listening on a Unix
+socket, started in the background by the first ``code`` call and found again by later ones. Every
+other operation is a short-lived command that prints exactly one result line (prefixed with
+:data:`RESULT_MARKER`) so the provider can pick it out of whatever a login shell prints.
+
+Operations (``python3 worker.py OP REQUEST``; ``REQUEST`` is base64 JSON, or ``@path`` of a JSON
+file the worker deletes after reading):
+
+* ``code`` / ``dump`` / ``load`` / ``save``: talk to the persistent interpreter (``save`` writes the
+  variables to disk so they survive a suspend, which keeps the disk but not the memory);
+* ``cmd``: run ``bash -c`` with a cwd, extra environment, a timeout and capped output;
+* ``ls``: list a directory without following symlinks;
+* ``serve``: the interpreter itself (internal).
+
+The provider sends this file together with :mod:`~langchain_sandbox.providers.kernel_state` and
+:class:`~langchain_sandbox.results.OutputCapture` (one implementation of each, see
+:func:`langchain_sandbox.providers.runloop._worker_script`); the lines between the
+``package-imports`` markers below are cut out when it does.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import builtins
+import contextlib
+import io
+import json
+import linecache
+import os
+import signal
+import site
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+# <package-imports>
+from langchain_sandbox.providers.kernel_state import dump_namespace, load_namespace
+from langchain_sandbox.results import OutputCapture
+
+# </package-imports>
+
+RESULT_MARKER = "LCSB-RESULT:"
+WORKSPACE = "/home/user"
+SOCKET_NAME = "kernel.sock"
+PID_NAME = "kernel.pid"
+SAVED_NAME = "saved-variables.pkl"
+MAX_VALUE_CHARS = 100_000
+MAX_ARTIFACT_BYTES = 16 * 1024 * 1024
+KILL_GRACE = 3.0
+
+
+class _CodeTimeout(BaseException):
+    """Raised in the interpreter's main thread when a cell runs past its timeout."""
+
+
+class _CaptureStream(io.TextIOBase):
+    """A text stream that feeds an OutputCapture (bounded memory for any amount of output)."""
+
+    def __init__(self, capture: OutputCapture) -> None:
+        self._capture = capture
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._capture.write(text.encode("utf-8", errors="replace"))
+        return len(text)
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+
+def _emit(payload: dict[str, Any]) -> None:
+    sys.stdout.write("\n" + RESULT_MARKER + json.dumps(payload) + "\n")
+    sys.stdout.flush()
+
+
+def _read_request(arg: str) -> dict[str, Any]:
+    if arg.startswith("@"):
+        with open(arg[1:], "rb") as handle:
+            raw = handle.read()
+        os.unlink(arg[1:])
+        request: dict[str, Any] = json.loads(raw)
+    else:
+        request = json.loads(base64.b64decode(arg))
+    return request
+
+
+# ---- the persistent interpreter --------------------------------------------------------------
+
+
+class _Interpreter:
+    """The globals of one session and how a cell runs in them."""
+
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+        self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+        self.cells = 0
+        self.notices: list[str] = []
+
+    def restore_saved(self) -> None:
+        """Load variables a ``save`` left on disk before a suspend, then forget them."""
+        path = os.path.join(self.state_dir, SAVED_NAME)
+        if not os.path.exists(path):
+            return
+        try:
+            with open(path, "rb") as handle:
+                failed = load_namespace(self.namespace, handle.read())
+            note = "Python variables were restored after the devbox resumed"
+            self.notices.append(note + (f" (not restored: {', '.join(failed)})" if failed else ""))
+        except Exception as exc:
+            self.notices.append(
+                f"Python variables saved before suspend could not be restored: {exc}"
+            )
+        finally:
+            os.unlink(path)
+
+    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.cells += 1
+        filename = f"<cell-{self.cells}>"
+        code = request["code"]
+        limit = int(request.get("max_output_bytes", 1_000_000))
+        out, err = OutputCapture(limit), OutputCapture(limit)
+        result: dict[str, Any] = {"value": None, "error": None, "timed_out": False}
+        saved_env = {key: os.environ.get(key) for key in request.get("env", {})}
+        os.environ.update(request.get("env", {}))
+        old_streams = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = _CaptureStream(out), _CaptureStream(err)
+        started = time.monotonic()
+        timeout = request.get("timeout")
+        try:
+            linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+            # A package installed since the last cell may live in a user site that did not exist
+            # when this interpreter started.
+            site.addsitedir(site.getusersitepackages())
+            __import__("importlib").invalidate_caches()
+            if timeout:
+                signal.setitimer(signal.ITIMER_REAL, float(timeout))
+            result["value"] = self._exec(code, filename)
+        except _CodeTimeout:
+            result["timed_out"] = True
+        except BaseException as exc:
+            result["error"] = _error_of(exc)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            sys.stdout.flush()
+            sys.stdout, sys.stderr = old_streams
+            for key, value in saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        result.update(
+            stdout=out.text(),
+            stderr=err.text(),
+            omitted=out.omitted + err.omitted,
+            duration_ms=(time.monotonic() - started) * 1000,
+            artifacts=_figures(),
+            notices=self.notices,
+        )
+        self.notices = []
+        return result
+
+    def _exec(self, code: str, filename: str) -> str | None:
+        tree = ast.parse(code, filename, "exec")
+        last: ast.expr | None = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = tree.body.pop().value  # type: ignore[attr-defined]
+        exec(compile(tree, filename, "exec"), self.namespace)
+        if last is None:
+            return None
+        value = eval(compile(ast.Expression(last), filename, "eval"), self.namespace)
+        if value is None:
+            return None
+        text = repr(value)
+        return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS] + "..."
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "code":
+            return self.run(request)
+        if op == "dump":
+            blob, saved, skipped = dump_namespace(self.namespace)
+            return {"data": base64.b64encode(blob).decode(), "saved": saved, "skipped": skipped}
+        if op == "load":
+            with open(request["path"], "rb") as handle:
+                blob = handle.read()
+            os.unlink(request["path"])
+            return {"failed": load_namespace(self.namespace, blob)}
+        if op == "save":
+            blob, saved, skipped = dump_namespace(self.namespace)
+            with open(os.path.join(self.state_dir, SAVED_NAME), "wb") as handle:
+                handle.write(blob)
+            return {"saved": saved, "skipped": skipped}
+        return {"failure": f"unknown operation {op!r}"}
+
+
+def _error_of(exc: BaseException) -> dict[str, str]:
+    frames = traceback.extract_tb(exc.__traceback__)
+    # Drop the worker's own frames: the model should see its cell, not this file.
+    user_frames = [
+        frame for frame in frames if not frame.filename.endswith(os.path.basename(__file__))
+    ]
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(user_frames)]
+    lines += traceback.format_exception_only(type(exc), exc)
+    return {"name": type(exc).__name__, "value": str(exc), "traceback": "".join(lines)}
+
+
+def _figures() -> list[dict[str, str]]:
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return []
+    artifacts: list[dict[str, str]] = []
+    total = 0
+    for number in pyplot.get_fignums():
+        buffer = io.BytesIO()
+        try:
+            pyplot.figure(number).savefig(buffer, format="png")
+        except Exception:
+            continue
+        data = buffer.getvalue()
+        total += len(data)
+        if total > MAX_ARTIFACT_BYTES:
+            break
+        artifacts.append({"name": f"figure-{number}.png", "data": base64.b64encode(data).decode()})
+    pyplot.close("all")
+    return artifacts
+
+
+def _send(conn: socket.socket, payload: dict[str, Any]) -> None:
+    data = json.dumps(payload).encode()
+    conn.sendall(struct.pack(">Q", len(data)) + data)
+
+
+def _receive(conn: socket.socket) -> dict[str, Any]:
+    header = _receive_exactly(conn, 8)
+    message: dict[str, Any] = json.loads(_receive_exactly(conn, struct.unpack(">Q", header)[0]))
+    return message
+
+
+def _receive_exactly(conn: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = conn.recv(min(size - len(chunks), 1 << 20))
+        if not chunk:
+            raise ConnectionError("the other side closed the connection")
+        chunks += chunk
+    return bytes(chunks)
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise _CodeTimeout()
+
+
+def serve(state_dir: str) -> None:
+    """Run the persistent interpreter: one request at a time, for as long as the devbox lives."""
+    signal.signal(signal.SIGALRM, _on_alarm)
+    os.chdir(WORKSPACE)
+    sys.path.insert(0, WORKSPACE)
+    interpreter = _Interpreter(state_dir)
+    interpreter.restore_saved()
+    path = os.path.join(state_dir, SOCKET_NAME)
+    if os.path.exists(path):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    with open(os.path.join(state_dir, PID_NAME), "w") as handle:
+        handle.write(str(os.getpid()))
+    while True:
+        conn, _ = listener.accept()
+        with conn:
+            try:
+                request = _receive(conn)
+            except (OSError, ValueError):
+                continue
+            try:
+                response = interpreter.handle(request)
+            except BaseException as exc:
+                response = {"failure": f"{type(exc).__name__}: {exc}"}
+            try:
+                _send(conn, response)
+            except OSError:
+                continue
+
+
+# ---- the short-lived client side -------------------------------------------------------------
+
+
+def _start_server(state_dir: str) -> None:
+    env = dict(os.environ, MPLBACKEND=os.environ.get("MPLBACKEND", "Agg"), PYTHONUNBUFFERED="1")
+    with open(os.devnull, "rb") as devnull_in, open(os.devnull, "wb") as devnull_out:
+        subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "serve", state_dir],
+            stdin=devnull_in,
+            stdout=devnull_out,
+            stderr=devnull_out,
+            cwd=WORKSPACE,
+            env=env,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 30
+    path = os.path.join(state_dir, SOCKET_NAME)
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                    probe.connect(path)
+                return
+            except OSError:
+                pass
+        time.sleep(0.02)
+    raise RuntimeError("the Python worker did not start")
+
+
+def _kill_server(state_dir: str) -> None:
+    try:
+        with open(os.path.join(state_dir, PID_NAME)) as handle:
+            pid = int(handle.read().strip())
+        # A pid file restored from a disk snapshot names a process of another boot: kill only
+        # if that pid is still this interpreter.
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            if b"serve" in handle.read().split(b"\0"):
+                os.killpg(pid, signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+    for name in (SOCKET_NAME, PID_NAME):
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(state_dir, name))
+
+
+def call_interpreter(state_dir: str, request: dict[str, Any]) -> dict[str, Any]:
+    """Hand ``request`` to the interpreter (starting it if needed) and return its answer.
+
+    With ``if_running`` set, an interpreter that is not running is not started (``save`` before a
+    suspend has nothing to save then).
+    """
+    notices: list[str] = []
+    path = os.path.join(state_dir, SOCKET_NAME)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+    except OSError:
+        conn.close()
+        if request.get("if_running"):
+            return {"not_running": True}
+        restarting = os.path.exists(os.path.join(state_dir, PID_NAME))
+        if restarting and not os.path.exists(os.path.join(state_dir, SAVED_NAME)):
+            notices.append(
+                "The Python interpreter had stopped and was restarted; "
+                "variables defined earlier are gone."
+            )
+        if restarting:
+            _kill_server(state_dir)
+        _start_server(state_dir)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(path)
+    timeout = request.get("timeout")
+    conn.settimeout(float(timeout) + KILL_GRACE if timeout else None)
+    with conn:
+        _send(conn, request)
+        try:
+            response = _receive(conn)
+        except TimeoutError:
+            # The cell ignored the interrupt (a long call in C code): only a kill stops it.
+            _kill_server(state_dir)
+            return {
+                "timed_out": True,
+                "stdout": "",
+                "stderr": "",
+                "notices": [
+                    *notices,
+                    "The code did not stop when interrupted, so the Python interpreter was "
+                    "restarted; variables defined earlier are gone.",
+                ],
+            }
+        except ConnectionError:
+            # The code ended the interpreter itself (os._exit, a crash): a user-code failure.
+            _kill_server(state_dir)
+            return {
+                "stdout": "",
+                "stderr": "",
+                "error": {
+                    "name": "InterpreterExited",
+                    "value": "the Python interpreter exited while running the code; "
+                    "variables defined earlier are gone",
+                    "traceback": "",
+                },
+                "notices": notices,
+            }
+    response["notices"] = [*notices, *response.get("notices", [])]
+    return response
+
+
+def run_command(request: dict[str, Any]) -> dict[str, Any]:
+    """Run ``bash -c`` with output capped at the source and a timeout that kills the group."""
+    limit = int(request.get("max_output_bytes", 1_000_000))
+    captures = OutputCapture(limit), OutputCapture(limit)
+    env = dict(os.environ, **request.get("env", {}))
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(
+            ["bash", "-c", request["command"]],
+            cwd=request.get("cwd", WORKSPACE),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return {"failure": f"could not start the command: {exc}"}
+    readers = [
+        threading.Thread(target=_pump, args=(stream, capture), daemon=True)
+        for stream, capture in zip((process.stdout, process.stderr), captures, strict=True)
+    ]
+    for reader in readers:
+        reader.start()
+    timed_out = False
+    try:
+        process.wait(timeout=request.get("timeout"))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _terminate_group(process)
+    for reader in readers:
+        reader.join(timeout=KILL_GRACE)
+    return {
+        "stdout": captures[0].text(),
+        "stderr": captures[1].text(),
+        "omitted": captures[0].omitted + captures[1].omitted,
+        "exit_code": None if timed_out else process.returncode,
+        "timed_out": timed_out,
+        "duration_ms": (time.monotonic() - started) * 1000,
+    }
+
+
+def _pump(stream: Any, capture: OutputCapture) -> None:
+    for chunk in iter(lambda: stream.read1(65536), b""):
+        capture.write(chunk)
+
+
+def _terminate_group(process: subprocess.Popen[bytes]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except OSError:
+            return
+        try:
+            process.wait(timeout=KILL_GRACE)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def list_directory(request: dict[str, Any]) -> dict[str, Any]:
+    """Entries under ``path`` (workspace-relative paths), symlinks listed and never followed."""
+    top = request["path"]
+    try:
+        info = os.lstat(top)
+    except OSError as exc:
+        return {"missing": str(exc)}
+    if not os.path.isdir(top) or os.path.islink(top):
+        return {"entries": [_entry(top, info)]}
+    entries: list[dict[str, Any]] = []
+    pending = [top]
+    while pending:
+        directory = pending.pop()
+        try:
+            children = sorted(os.scandir(directory), key=lambda item: item.name)
+        except OSError:
+            continue
+        for child in children:
+            try:
+                child_info = child.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            entries.append(_entry(child.path, child_info))
+            if request.get("recursive") and child.is_dir(follow_symlinks=False):
+                pending.append(child.path)
+    return {"entries": entries}
+
+
+def _entry(path: str, info: os.stat_result) -> dict[str, Any]:
+    import stat
+
+    kind = (
+        "dir" if stat.S_ISDIR(info.st_mode) else "symlink" if stat.S_ISLNK(info.st_mode) else "file"
+    )
+    return {
+        "path": os.path.relpath(path, WORKSPACE),
+        "size": 0 if kind == "dir" else info.st_size,
+        "mtime_ns": info.st_mtime_ns,
+        "mode": stat.S_IMODE(info.st_mode),
+        "kind": kind,
+    }
+
+
+def main(argv: list[str]) -> None:
+    op, argument = argv[1], argv[2]
+    if op == "serve":
+        serve(argument)
+        return
+    state_dir = os.path.dirname(os.path.abspath(__file__))
+    request = _read_request(argument)
+    if op in ("code", "dump", "load", "save"):
+        _emit(call_interpreter(state_dir, dict(request, op=op)))
+    elif op == "cmd":
+        _emit(run_command(request))
+    elif op == "ls":
+        _emit(list_directory(request))
+    else:
+        _emit({"failure": f"unknown operation {op!r}"})
+
+
+if __name__ == "__main__":
+    main(sys.argv)
