@@ -337,6 +337,7 @@ class _Worker:
 
     async def stop(self) -> None:
         _kill_group(self.proc.pid)
+        self.proc.stdin.close()  # with every pipe closed, asyncio releases the transport now
         with contextlib.suppress(ProcessLookupError):
             await self.proc.wait()
 

@@ -56,6 +56,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, parse_qsl, unquote, urlsplit
 
@@ -97,6 +98,7 @@ class RecordedRequest:
     status: int = 0
     at: float = 0.0
     body: Any = None
+    seq: int = 0
 
 
 @dataclass
@@ -162,6 +164,7 @@ class E2BEmulator:
         self._requests: list[RecordedRequest] = []
         self._faults: list[Fault] = []
         self._pids = itertools.count(1000)
+        self._sequence = itertools.count()
         self._clock_offset = 0.0
         self._server: _Server | None = None
         self._serve_thread: threading.Thread | None = None
@@ -300,6 +303,11 @@ class E2BEmulator:
         with self._lock:
             return [s.sandbox_id for s in self._sandboxes.values() if state in (None, s.state)]
 
+    def workspace(self, sandbox_id: str) -> Path:
+        """The host directory that is the sandbox's ``/home/user`` (to inspect or seed files)."""
+        with self._lock:
+            return self._sandboxes[sandbox_id].machine.workspace
+
     def advance_clock(self, seconds: float) -> None:
         """Move the emulator's clock forward: sandbox timeouts pass without waiting for them."""
         with self._lock:
@@ -345,12 +353,16 @@ class E2BEmulator:
     def _record(self, request: RecordedRequest) -> int:
         with self._lock:
             self._requests.append(request)
-            return len(self._requests) - 1
+            return request.seq
 
-    def _update(self, index: int, **changes: Any) -> None:
+    def _update(self, seq: int, **changes: Any) -> None:
+        """Complete a logged request (body, status); a no-op once the log was cleared."""
         with self._lock:
-            old = self._requests[index]
-            self._requests[index] = RecordedRequest(**{**old.__dict__, **changes})
+            for index in range(len(self._requests) - 1, -1, -1):
+                if self._requests[index].seq == seq:
+                    old = self._requests[index]
+                    self._requests[index] = RecordedRequest(**{**old.__dict__, **changes})
+                    return
 
     def _take_fault(self, route: str) -> Fault | None:
         with self._lock:
@@ -846,6 +858,7 @@ class _Handler(BaseHTTPRequestHandler):
                 sandbox_id=sandbox_id,
                 route=route,
                 at=time.time(),
+                seq=next(emulator._sequence),
             )
         )
         self._status = 0
