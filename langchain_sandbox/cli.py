@@ -1,0 +1,167 @@
+"""``langchain-sandbox``: run code in a sandbox, check the machine, run the demo, reap orphans.
+
+```
+langchain-sandbox exec 'x = 6 * 7; print(x); x'   # stateful Python, last value printed
+langchain-sandbox shell 'echo hi; exit 3'           # a shell command; exits with its code
+langchain-sandbox doctor                            # isolation and providers available here
+langchain-sandbox demo                              # an agent end to end on the local provider
+langchain-sandbox gc [--yes]                        # sandboxes and snapshot blobs nobody uses
+```
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from langchain_sandbox.errors import SandboxError
+from langchain_sandbox.providers import PROVIDER_NAMES, get_provider
+from langchain_sandbox.providers.base import Limits, SessionSpec
+from langchain_sandbox.results import ExecutionResult
+
+_PROVIDER_REQUIREMENTS = {
+    "local": ((), ()),
+    "e2b": (("e2b_code_interpreter",), ("E2B_API_KEY",)),
+    "runloop": (("runloop_api_client",), ("RUNLOOP_API_KEY",)),
+}
+
+
+def _print_result(result: ExecutionResult, *, as_json: bool) -> int:
+    if as_json:
+        print(result.model_dump_json(indent=2))
+    else:
+        sys.stdout.write(result.stdout)
+        sys.stderr.write(result.stderr)
+        for notice in result.notices:
+            print(f"[notice] {notice}", file=sys.stderr)
+        if result.error is not None:
+            sys.stderr.write(
+                result.error.traceback or f"{result.error.name}: {result.error.value}\n"
+            )
+        if result.timed_out:
+            print("[timed out]", file=sys.stderr)
+        if result.truncated:
+            print(f"[output truncated: {result.omitted_bytes} bytes omitted]", file=sys.stderr)
+        if result.value is not None:
+            print(result.value)
+    if result.timed_out:
+        return 124
+    if result.error is not None:
+        return 1
+    return result.exit_code or 0
+
+
+async def _run_once(args: argparse.Namespace) -> int:
+    provider = get_provider(args.provider)
+    spec = SessionSpec(network=args.network, limits=Limits(timeout=args.timeout))
+    try:
+        async with await provider.create(spec) as session:
+            if args.command == "exec":
+                result = await session.run_code(args.code)
+            else:
+                result = await session.run_command(args.code)
+    finally:
+        await provider.aclose()
+    return _print_result(result, as_json=args.json)
+
+
+def _doctor() -> int:
+    from langchain_sandbox.providers.local import probe_isolation
+
+    report = probe_isolation()
+    print("local provider:")
+    print(f"  bubblewrap:        {report.bubblewrap or 'not found'}")
+    print(f"  isolation works:   {'yes' if report.bubblewrap_usable else 'no'}")
+    print(f"  network isolation: {'yes' if report.network_isolation else 'no'}")
+    print(f"  memory limit:      {report.memory_limit}")
+    print(f"  process limit:     {report.process_limit}")
+    for problem in report.problems:
+        print(f"  problem: {problem}")
+    print("providers:")
+    for name in PROVIDER_NAMES:
+        modules, keys = _PROVIDER_REQUIREMENTS[name]
+        missing = [m for m in modules if importlib.util.find_spec(m) is None]
+        unset = [k for k in keys if not os.environ.get(k)]
+        if name == "local":
+            state = "ready" if report.bubblewrap_usable else "unavailable (see problems above)"
+        elif missing:
+            state = f"SDK not installed (pip install 'langchain-sandbox[{name}]')"
+        elif unset:
+            state = f"SDK installed; set {', '.join(unset)} to use it"
+        else:
+            state = "ready"
+        print(f"  {name:8} {state}")
+    return 0 if report.bubblewrap_usable else 1
+
+
+async def _gc(args: argparse.Namespace) -> int:
+    from langchain_sandbox.lifecycle import collect_garbage
+    from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+
+    store = LocalDirectoryBlobStore(args.blobs) if args.blobs else None
+    report = await collect_garbage(
+        providers=args.providers or ["local"],
+        checkpointer_url=args.checkpointer,
+        snapshotter=Snapshotter(store),
+        dry_run=not args.yes,
+        grace_seconds=args.grace,
+    )
+    print(json.dumps(report, indent=2) if args.json else "\n".join(report["summary"]))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="langchain-sandbox", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (("exec", "run Python code"), ("shell", "run a shell command")):
+        cmd = commands.add_parser(name, help=help_text)
+        cmd.add_argument("code", help="the code or command; '-' reads it from standard input")
+        cmd.add_argument("--provider", default="local", choices=PROVIDER_NAMES)
+        cmd.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+        cmd.add_argument("--network", action="store_true", help="let the code reach the network")
+        cmd.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    commands.add_parser("doctor", help="what isolation and which providers are available here")
+    demo = commands.add_parser("demo", help="run an agent end to end on the local provider")
+    demo.add_argument("args", nargs=argparse.REMAINDER)
+    gc = commands.add_parser(
+        "gc", help="list (and with --yes destroy) orphaned sandboxes and blobs"
+    )
+    gc.add_argument("--provider", dest="providers", action="append", choices=PROVIDER_NAMES)
+    gc.add_argument(
+        "--checkpointer", help="sqlite:///path or postgresql://... whose threads are live"
+    )
+    gc.add_argument("--blobs", help="snapshot blob directory (default: the local default store)")
+    gc.add_argument("--grace", type=float, default=3600.0, help="keep anything younger (seconds)")
+    gc.add_argument("--yes", action="store_true", help="destroy what is listed (default: dry run)")
+    gc.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``langchain-sandbox`` command; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command in ("exec", "shell"):
+            if args.code == "-":
+                args.code = sys.stdin.read()
+            return asyncio.run(_run_once(args))
+        if args.command == "doctor":
+            return _doctor()
+        if args.command == "demo":
+            from langchain_sandbox.demo import main as demo_main
+
+            status: int = demo_main(args.args)
+            return status
+        return asyncio.run(_gc(args))
+    except SandboxError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
