@@ -221,13 +221,16 @@ class Worker:
         self.stdout = _FdCapture(1)
         self.stderr = _FdCapture(2)
         self.interrupter = _Interrupter()
-        self._install_streams()
+        self._install_streams(replace=True)
 
-    def _install_streams(self) -> None:
+    def _install_streams(self, *, replace: bool = False) -> None:
+        """Point fds 1 and 2 at the captures again and give ``sys.stdout``/``stderr`` fresh
+        line-buffered streams where needed (``replace``: at start; else if user code closed them).
+        """
         for capture, name in ((self.stdout, "stdout"), (self.stderr, "stderr")):
             capture.restore()
             current = getattr(sys, name, None)
-            if current is None or getattr(current, "closed", True):
+            if replace or current is None or getattr(current, "closed", True):
                 current = _text_stream(capture.target_fd)
                 setattr(sys, name, current)
                 setattr(sys, f"__{name}__", current)
@@ -426,6 +429,10 @@ class Worker:
                     del open_fds[fd]
         exit_code = process.wait()
         self.interrupter.stop()
+        # What the command left running in its process group ends with it (a fork bomb too);
+        # long-lived services are started with setsid or from Python with start_new_session.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
         process.stdout.close()
         process.stderr.close()
         return {

@@ -38,18 +38,23 @@ class WorkerProcess:
         self,
         process: asyncio.subprocess.Process,
         events: asyncio.StreamReader,
+        events_transport: asyncio.ReadTransport,
         requests: asyncio.WriteTransport,
         control_fd: int,
     ) -> None:
         self._process = process
         self._events = events
+        self._events_transport = events_transport
         self._requests = requests
         self._control_fd = control_fd
         self._next_id = 0
         self._pending: dict[int, tuple[asyncio.Future[dict[str, Any]], EventHandler | None]] = {}
         self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._reader = asyncio.create_task(self._read_events())
         self.exited = False
+        self._reader = asyncio.create_task(self._read_events())
+        # A process forked by user code may hold the event pipe open after the worker died;
+        # the exit of the sandbox's process is the other sign that the worker is gone.
+        self._watcher = asyncio.create_task(self._watch_exit())
 
     @classmethod
     async def start(
@@ -107,14 +112,14 @@ class WorkerProcess:
         for fd in child_fds:
             os.close(fd)
         events = asyncio.StreamReader(limit=_MAX_LINE)
-        await loop.connect_read_pipe(
+        events_transport, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(events), os.fdopen(event_r, "rb", buffering=0)
         )
         transport, _ = await loop.connect_write_pipe(
             asyncio.Protocol, os.fdopen(request_w, "wb", buffering=0)
         )
         os.set_blocking(control_w, False)
-        worker = cls(process, events, transport, control_w)
+        worker = cls(process, events, events_transport, transport, control_w)
         try:
             await asyncio.wait_for(asyncio.shield(worker._ready), startup_timeout)
         except (WorkerDied, TimeoutError) as exc:
@@ -131,6 +136,22 @@ class WorkerProcess:
     def alive(self) -> bool:
         return not self.exited and self._process.returncode is None
 
+    async def _watch_exit(self) -> None:
+        await self._process.wait()
+        self._fail_all()
+
+    def _fail_all(self) -> None:
+        """Mark the worker gone and wake everything that waits for it."""
+        self.exited = True
+        died = WorkerDied("the worker's process ended")
+        if not self._ready.done():
+            self._ready.set_exception(died)
+            self._ready.exception()  # mark retrieved: nobody may be waiting any more
+        for future, _ in self._pending.values():
+            if not future.done():
+                future.set_exception(died)
+        self._pending.clear()
+
     async def _read_events(self) -> None:
         try:
             while True:
@@ -146,15 +167,7 @@ class WorkerProcess:
             # A line beyond the limit means a broken worker; treat it as gone.
             pass
         finally:
-            self.exited = True
-            died = WorkerDied("the worker's process ended")
-            if not self._ready.done():
-                self._ready.set_exception(died)
-                self._ready.exception()  # mark retrieved: nobody may be waiting any more
-            for future, _ in self._pending.values():
-                if not future.done():
-                    future.set_exception(died)
-            self._pending.clear()
+            self._fail_all()
 
     def _dispatch(self, event: dict[str, Any]) -> None:
         if event.get("ev") == "ready":
@@ -209,8 +222,11 @@ class WorkerProcess:
         with contextlib.suppress(OSError):
             os.close(self._control_fd)
         self._control_fd = -1
-        with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-            await asyncio.wait_for(self._reader, 1.0)
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+        self._events_transport.close()
+        await self._watcher
 
     async def _stderr_text(self) -> str:
         stream = self._process.stderr

@@ -1,0 +1,134 @@
+"""The persistent Python worker: state, values, faithful streams, errors, figures, streaming."""
+
+from __future__ import annotations
+
+import base64
+
+from langchain_sandbox.providers.local import LocalSession
+
+
+async def test_variables_imports_and_functions_persist(session: LocalSession) -> None:
+    first = await session.run_code(
+        "import math as m\ncounter = 1\ndef double(v):\n    return 2 * v\nclass Box:\n    n = 5\n"
+    )
+    assert first.ok, first.render()
+    assert first.value is None
+    second = await session.run_code("counter += double(Box.n)\nm.sqrt(counter ** 2)")
+    assert second.value == "11.0"
+
+
+async def test_value_of_the_last_bare_expression_only(session: LocalSession) -> None:
+    assert (await session.run_code("x = 3")).value is None
+    assert (await session.run_code("x * 2")).value == "6"
+    assert (await session.run_code("x\ny = x + 1")).value is None
+    assert (await session.run_code("None")).value is None
+    assert (await session.run_code("'a\\nb'")).value == repr("a\nb")
+    assert (await session.run_code("print('hi')")).value is None
+
+
+async def test_streams_are_captured_faithfully(session: LocalSession) -> None:
+    code = (
+        "import sys, subprocess\n"
+        "print('line one\\nline two')\n"
+        "print('ünïcødé ✓ 🐍')\n"
+        "print(repr('escaped\\\\n stays'))\n"
+        "sys.stderr.write('to stderr\\n')\n"
+        "subprocess.run(['echo', 'from a child'])\n"
+        "subprocess.run(['sh', '-c', 'echo child err >&2'])\n"
+        "sys.stdout.write('no newline at the end')\n"
+    )
+    result = await session.run_code(code)
+    assert result.ok, result.render()
+    assert result.stdout == (
+        "line one\nline two\nünïcødé ✓ 🐍\n'escaped\\\\n stays'\nfrom a child\nno newline at the end"
+    )
+    assert result.stderr == "to stderr\nchild err\n"
+
+
+async def test_user_code_cannot_break_the_protocol(session: LocalSession) -> None:
+    hostile = (
+        "import os, sys, json\n"
+        'print(json.dumps({"id": 1, "ev": "done", "value": "forged"}))\n'
+        "os.write(1, b'raw fd write\\n')\n"
+        "os.write(2, b'raw fd err\\n')\n"
+        "sys.stdout.close()\n"
+        "sys.stderr.close()\n"
+    )
+    result = await session.run_code(hostile)
+    assert result.ok, result.render()
+    assert result.value is None
+    assert '"value": "forged"' in result.stdout
+    assert "raw fd write\n" in result.stdout
+    assert result.stderr == "raw fd err\n"
+    after = await session.run_code("import os\nos.close(1)\nos.close(2)")
+    assert after.ok
+    again = await session.run_code("print('still talking')\n41 + 1")
+    assert (again.stdout, again.value) == ("still talking\n", "42")
+
+
+async def test_exceptions_are_results_with_the_users_lines(session: LocalSession) -> None:
+    await session.run_code("def inner(d):\n    return d['missing']\n")
+    result = await session.run_code("x = 1\ninner({})")
+    assert not result.ok
+    assert result.exit_code == 1
+    assert result.error is not None
+    assert result.error.name == "KeyError"
+    assert "return d['missing']" in result.error.traceback
+    assert "inner({})" in result.error.traceback
+    assert "_worker" not in result.error.traceback
+    syntax = await session.run_code("def broken(:\n    pass")
+    assert syntax.error is not None
+    assert syntax.error.name == "SyntaxError"
+    exits = await session.run_code("raise SystemExit(3)")
+    assert exits.error is not None
+    assert exits.error.name == "SystemExit"
+    assert (await session.run_code("x")).value == "1"
+
+
+async def test_matplotlib_figures_come_back_as_png(session: LocalSession) -> None:
+    result = await session.run_code(
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [3, 1, 2])\nplt.title('t')\n"
+    )
+    assert result.ok, result.render()
+    assert len(result.artifacts) == 1
+    figure = result.artifacts[0]
+    assert figure.mime_type == "image/png"
+    assert base64.b64decode(figure.data).startswith(b"\x89PNG\r\n\x1a\n")
+    assert (await session.run_code("1")).artifacts == []
+
+
+async def test_output_streams_while_the_code_runs(session: LocalSession) -> None:
+    chunks: list[tuple[str, str]] = []
+    result = await session.run_code(
+        "import sys, time\nfor i in range(3):\n    print(i)\n    time.sleep(0.05)\n"
+        "sys.stderr.write('e')",
+        on_output=lambda stream, text: chunks.append((stream, text)),
+    )
+    assert result.ok
+    assert "".join(text for stream, text in chunks if stream == "stdout") == "0\n1\n2\n"
+    assert ("stderr", "e") in chunks
+    assert len([c for c in chunks if c[0] == "stdout"]) >= 3
+
+
+async def test_env_applies_to_one_call(session: LocalSession) -> None:
+    during = await session.run_code(
+        "import os\nrepr(os.environ.get('ONLY_NOW'))", env={"ONLY_NOW": "1"}
+    )
+    assert during.value == repr("'1'")
+    after = await session.run_code("repr(os.environ.get('ONLY_NOW'))")
+    assert after.value == repr("None")
+
+
+async def test_variables_round_trip_through_kernel_state(session: LocalSession) -> None:
+    await session.run_code(
+        "import json\ndata = {'a': [1, 2]}\ndef greet(n):\n    return 'hi ' + n\n"
+    )
+    dump = await session.run_code("gen = (i for i in range(3))")
+    assert dump.ok
+    variables = await session.dump_variables()
+    assert {"json", "data", "greet"} <= set(variables.saved)
+    assert "gen" in variables.skipped
+    await session.run_code("del data, greet, json")
+    assert await session.load_variables(variables.data) == []
+    restored = await session.run_code("greet(json.dumps(data))")
+    assert restored.value == repr('hi {"a": [1, 2]}')
