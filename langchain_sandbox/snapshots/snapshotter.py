@@ -30,12 +30,13 @@ restore waits it out once after writing, so neither has to read those files agai
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from langchain_sandbox.errors import (
     InvalidInputError,
@@ -263,53 +264,67 @@ class Snapshotter:
             for info in to_read:
                 hashes.pop(info.path, None)
 
-        horizon_ns = await _wait_out_racy_window(to_read, listed_at_ns)
-        sizes = {info.path: info.size for info in selected}
-        bytes_read = bytes_written = blobs_written = 0
-        for batch in _batches(to_read, lambda info: info.size, self.limits.batch_bytes):
-            contents = await _read_batch(session, [info.path for info in batch], omitted)
-            bytes_read += sum(len(data) for data in contents.values())
-            for path, data in contents.items():
-                if len(data) > max_file:
-                    omitted[path] = f"{len(data)} bytes, over the {max_file}-byte file limit"
-                    continue
-                sizes[path] = len(data)
-            digests = await _digest_all({p: d for p, d in contents.items() if p not in omitted})
-            hashes.update(digests)
-            written = await self._put_new({digests[p]: contents[p] for p in digests})
-            bytes_written += written[0]
-            blobs_written += written[1]
+        # The variables are dumped by the sandbox's interpreter while the host reads the files,
+        # and blobs are stored while the next batch is read (one batch in flight bounds memory).
+        variables_task = asyncio.ensure_future(self._capture_variables(session, max_file))
+        puts: list[asyncio.Future[tuple[int, int]]] = []
+        try:
+            horizon_ns = await _wait_out_racy_window(to_read, listed_at_ns)
+            sizes = {info.path: info.size for info in selected}
+            bytes_read = 0
+            for batch in _batches(to_read, lambda info: info.size, self.limits.batch_bytes):
+                contents = await _read_batch(session, [info.path for info in batch], omitted)
+                bytes_read += sum(len(data) for data in contents.values())
+                for path, data in contents.items():
+                    if len(data) > max_file:
+                        omitted[path] = f"{len(data)} bytes, over the {max_file}-byte file limit"
+                        continue
+                    sizes[path] = len(data)
+                digests = await _digest_all({p: d for p, d in contents.items() if p not in omitted})
+                hashes.update(digests)
+                if puts:
+                    await puts[-1]
+                puts.append(
+                    asyncio.ensure_future(self._put_new({digests[p]: contents[p] for p in digests}))
+                )
 
-        by_path = {info.path: info for info in selected}
-        files = {
-            path: FileEntry(
-                sha256=hashes[path],
-                size=sizes[path],
-                mode=by_path[path].mode & 0o7777,
-                mtime_ns=by_path[path].mtime_ns,
+            by_path = {info.path: info for info in selected}
+            files = {
+                path: FileEntry(
+                    sha256=hashes[path],
+                    size=sizes[path],
+                    mode=by_path[path].mode & 0o7777,
+                    mtime_ns=by_path[path].mtime_ns,
+                )
+                for path in sorted(hashes)
+                if path not in omitted
+            }
+            variables, variables_blob, notices = await variables_task
+            manifest = Manifest(
+                revision=revision,
+                created_at=horizon_ns / 1e9,
+                parent=base,
+                files=files,
+                dirs=tuple(sorted(_empty_dirs(dirs, files, omitted))),
+                omitted=dict(sorted(omitted.items())),
+                variables=variables,
             )
-            for path in sorted(hashes)
-            if path not in omitted
-        }
-        variables, variables_blob, notices = await self._capture_variables(session, max_file)
-        if variables is not None:
-            written = await self._put_new({variables.sha256: variables_blob})
-            bytes_written += written[0]
-            blobs_written += written[1]
-        manifest = Manifest(
-            revision=revision,
-            created_at=horizon_ns / 1e9,
-            parent=base,
-            files=files,
-            dirs=tuple(sorted(_empty_dirs(dirs, files, omitted))),
-            omitted=dict(sorted(omitted.items())),
-            variables=variables,
-        )
-        encoded = manifest.encode()
-        ref = digest(encoded)
-        written = await self._put_new({ref: encoded})
-        bytes_written += written[0]
-        blobs_written += written[1]
+            encoded = manifest.encode()
+            ref = digest(encoded)
+            final = {ref: encoded}
+            if variables is not None:
+                final[variables.sha256] = variables_blob
+            # The manifest may land before the file blobs: nothing names it until this returns.
+            puts.append(asyncio.ensure_future(self._put_new(final)))
+            written = await asyncio.gather(*puts)
+        except BaseException:
+            pending: list[asyncio.Future[Any]] = [variables_task, *puts]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            raise
+        bytes_written = sum(count for count, _ in written)
+        blobs_written = sum(blobs for _, blobs in written)
         self._seen[session] = _Seen(
             {p: (by_path[p].size, by_path[p].mtime_ns, e.sha256) for p, e in files.items()},
             horizon_ns,
@@ -488,8 +503,9 @@ class Snapshotter:
 
     async def _fetch_verified(self, sizes: Mapping[str, int]) -> dict[str, bytes]:
         blobs = await self.store.get_many(sizes)
+        digests = await _digest_all(blobs)
         for key, data in blobs.items():
-            _verify(key, data, sizes[key])
+            _verify(key, data, sizes[key], digests[key])
         return blobs
 
     async def _restore_variables(
@@ -602,8 +618,8 @@ class Snapshotter:
             return None
 
 
-def _verify(key: str, data: bytes, size: int | None) -> None:
-    if (size is not None and len(data) != size) or digest(data) != key:
+def _verify(key: str, data: bytes, size: int | None, computed: str | None = None) -> None:
+    if (size is not None and len(data) != size) or (computed or digest(data)) != key:
         raise UnsafeArchiveError(
             f"Snapshot blob {key} does not match its hash; the snapshot store is corrupt or was "
             "tampered with. Nothing was restored from it."
@@ -698,10 +714,24 @@ async def _read_batch(
 
 
 async def _digest_all(contents: Mapping[str, bytes]) -> dict[str, str]:
-    """sha256 of each value; large batches are hashed in a thread (hashlib releases the GIL)."""
+    """sha256 of each value. Large batches are hashed in threads, one group per CPU (hashlib
+    releases the GIL), so hashing uses every core and never blocks the event loop."""
     if sum(len(data) for data in contents.values()) < _HASH_IN_THREAD_BYTES:
-        return {path: digest(data) for path, data in contents.items()}
-    return await asyncio.to_thread(lambda: {path: digest(data) for path, data in contents.items()})
+        return {name: digest(data) for name, data in contents.items()}
+    groups: list[list[str]] = [[] for _ in range(os.cpu_count() or 1)]
+    loads = [0] * len(groups)
+    for name in sorted(contents, key=lambda n: len(contents[n]), reverse=True):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(name)
+        loads[lightest] += len(contents[name])
+    results = await asyncio.gather(
+        *(
+            asyncio.to_thread(lambda names: {n: digest(contents[n]) for n in names}, group)
+            for group in groups
+            if group
+        )
+    )
+    return {name: value for result in results for name, value in result.items()}
 
 
 def _plan_restore(
