@@ -15,7 +15,7 @@ first use, so ``import langchain_sandbox`` stays cheap and never needs an option
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_sandbox.errors import (
     AuthenticationError,
@@ -44,13 +44,61 @@ from langchain_sandbox.providers.base import (
     SessionSpec,
 )
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
+from langchain_sandbox.state import SandboxState, merge_sandbox_state
 
-_LAZY: dict[str, str] = {}
+if TYPE_CHECKING:
+    from langchain_sandbox.graph import (
+        SandboxAgentState,
+        SandboxGraphState,
+        SandboxMiddleware,
+        SandboxToolNode,
+    )
+    from langchain_sandbox.providers.e2b import E2BProvider
+    from langchain_sandbox.providers.local import LocalProvider
+    from langchain_sandbox.providers.runloop import RunloopProvider
+    from langchain_sandbox.runtime import SandboxRuntime, get_default_runtime
+    from langchain_sandbox.snapshots import (
+        LangGraphStoreBlobStore,
+        LocalDirectoryBlobStore,
+        Snapshotter,
+    )
+    from langchain_sandbox.tools import (
+        SandboxExecTool,
+        SandboxInstallPackagesTool,
+        SandboxListFilesTool,
+        SandboxReadFileTool,
+        SandboxShellTool,
+        SandboxToolkit,
+        SandboxWriteFileTool,
+    )
+
+_LAZY: dict[str, str] = {
+    "SandboxRuntime": "langchain_sandbox.runtime",
+    "get_default_runtime": "langchain_sandbox.runtime",
+    "SandboxExecTool": "langchain_sandbox.tools",
+    "SandboxShellTool": "langchain_sandbox.tools",
+    "SandboxWriteFileTool": "langchain_sandbox.tools",
+    "SandboxReadFileTool": "langchain_sandbox.tools",
+    "SandboxListFilesTool": "langchain_sandbox.tools",
+    "SandboxInstallPackagesTool": "langchain_sandbox.tools",
+    "SandboxToolkit": "langchain_sandbox.tools",
+    "SandboxToolNode": "langchain_sandbox.graph",
+    "SandboxMiddleware": "langchain_sandbox.graph",
+    "SandboxGraphState": "langchain_sandbox.graph",
+    "SandboxAgentState": "langchain_sandbox.graph",
+    "Snapshotter": "langchain_sandbox.snapshots",
+    "LocalDirectoryBlobStore": "langchain_sandbox.snapshots",
+    "LangGraphStoreBlobStore": "langchain_sandbox.snapshots",
+    "LocalProvider": "langchain_sandbox.providers.local",
+    "E2BProvider": "langchain_sandbox.providers.e2b",
+    "RunloopProvider": "langchain_sandbox.providers.runloop",
+}
 
 __all__ = [
     "Artifact",
     "AuthenticationError",
     "Capabilities",
+    "E2BProvider",
     "ExecutionError",
     "ExecutionResult",
     "FileInfo",
@@ -58,22 +106,46 @@ __all__ = [
     "InvalidPackageNameError",
     "InvalidPathError",
     "IsolationUnavailableError",
+    "LangGraphStoreBlobStore",
     "Limits",
+    "LocalDirectoryBlobStore",
+    "LocalProvider",
     "MissingDependencyError",
     "Provider",
     "ProviderUnavailableError",
     "QuotaExceededError",
+    "RunloopProvider",
+    "SandboxAgentState",
     "SandboxError",
+    "SandboxExecTool",
     "SandboxGoneError",
+    "SandboxGraphState",
+    "SandboxInstallPackagesTool",
+    "SandboxListFilesTool",
+    "SandboxMiddleware",
+    "SandboxReadFileTool",
+    "SandboxRuntime",
+    "SandboxShellTool",
+    "SandboxState",
     "SandboxTimeoutError",
+    "SandboxToolNode",
+    "SandboxToolkit",
+    "SandboxWriteFileTool",
     "Session",
     "SessionClosedError",
     "SessionRecord",
     "SessionSpec",
     "SnapshotNotFoundError",
+    "Snapshotter",
     "UnsafeArchiveError",
+    "get_default_runtime",
     "get_provider",
+    "merge_sandbox_state",
 ]
+
+
+def __dir__() -> list[str]:
+    return __all__
 
 
 def __getattr__(name: str) -> Any:
