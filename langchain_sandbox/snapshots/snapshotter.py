@@ -432,6 +432,10 @@ class Snapshotter:
             return any(view.hash_of(info) == entry.sha256 for view in views)
 
         removals, writes, make_dirs = _plan_restore(manifest, listing, unchanged)
+        # A name the sandbox allows but the session API refuses (a backslash, say) cannot be
+        # removed through it; it is left in place and reported rather than failing the restore.
+        stuck = {path: "could not be removed" for path in removals if not _portable(path)}
+        removals = [path for path in removals if path not in stuck]
         needed = {manifest.files[path].sha256: manifest.files[path].size for path in writes}
         if manifest.variables is not None:
             needed[manifest.variables.sha256] = manifest.variables.size
@@ -483,6 +487,10 @@ class Snapshotter:
             },
             horizon_ns,
         )
+        if stuck:
+            notices.append(
+                f"{len(stuck)} path(s) not in the snapshot were left in place: {_describe(stuck)}."
+            )
         if manifest.omitted:
             notices.append(
                 f"{len(manifest.omitted)} path(s) were not part of the snapshot and are not "
@@ -634,9 +642,7 @@ def _select(
     dirs: set[str] = set()
     omitted: dict[str, str] = {}
     for info in listing:
-        try:
-            check_relative_path(info.path)
-        except UnsafeArchiveError:
+        if not _portable(info.path):
             omitted[_printable(info.path)] = "name cannot be restored portably"
             continue
         if info.kind == "symlink":
@@ -648,6 +654,14 @@ def _select(
         else:
             selected.append(info)
     return selected, dirs, omitted
+
+
+def _portable(path: str) -> bool:
+    try:
+        check_relative_path(path)
+    except UnsafeArchiveError:
+        return False
+    return True
 
 
 def _printable(path: str) -> str:

@@ -217,3 +217,22 @@ def test_restored_modes_are_made_safe() -> None:
     assert safe_mode(0o000) == 0o600
     assert safe_mode(0o611) == 0o600
     assert safe_mode(0o2750) == 0o750
+
+
+async def test_special_files_and_unportable_names_are_reported_not_fatal(
+    new_session: SessionFactory, snapshotter: Snapshotter
+) -> None:
+    session = await new_session()
+    await session.write_files({"plain.txt": b"plain"})
+    await check(session, "mkfifo pipe && printf x > 'back\\slash'")
+    info = await snapshotter.capture(session)
+    assert info.files == 1
+    assert info.omitted["pipe"] == "vanished or became unreadable during the capture"
+    assert list(info.omitted.values()).count("name cannot be restored portably") == 1
+
+    # Restoring onto the session leaves the name it cannot address, and says so.
+    report = await snapshotter.restore(session, info.ref)
+    assert any("back\\slash (could not be removed)" in n for n in report.notices)
+    fresh = await new_session()
+    await snapshotter.restore(fresh, info.ref)
+    assert await fresh.read_files(["plain.txt"]) == {"plain.txt": b"plain"}
