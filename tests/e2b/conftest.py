@@ -20,6 +20,19 @@ LIVE_E2B_KEY = os.environ.get("E2B_API_KEY", "")
 FAKE_KEY = "e2b_fake_0123456789abcdefDISTINCTIVE"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The one allowed skip: live tests need a real key."""
+    gate = pytest.mark.skipif(not LIVE_E2B_KEY, reason="E2B_API_KEY is not set")
+    for item in items:
+        if item.get_closest_marker("live_e2b") is not None:
+            item.add_marker(gate)
+
+
+@pytest.fixture
+def live_e2b_key() -> str:
+    return LIVE_E2B_KEY
+
+
 @pytest.fixture
 def emulator() -> Iterator[E2BEmulator]:
     with E2BEmulator(api_key=FAKE_KEY) as running:
