@@ -246,6 +246,7 @@ def run_config(args: argparse.Namespace) -> Any:
     configurable = {"thread_id": args.thread}
     if args.checkpoint_id:
         configurable["checkpoint_id"] = args.checkpoint_id
+        configurable["checkpoint_ns"] = ""
     return {"configurable": configurable}
 
 
@@ -312,6 +313,7 @@ def main() -> None:
     parser.add_argument("--message")
     parser.add_argument("--resume", help="JSON value for Command(resume=...)")
     parser.add_argument("--checkpoint-id")
+    parser.add_argument("--update-message", help="update_state with this message, then continue")
     parser.add_argument("--block-at-turn", type=int)
     parser.add_argument("--async", dest="use_async", action="store_true")
     parser.add_argument("--serve", action="store_true")
@@ -325,7 +327,11 @@ def main() -> None:
         if args.serve:
             serve(graph, args, runtime)
             return
-        result = graph.invoke(payload(args), run_config(args), durability="sync")
+        config = run_config(args)
+        if args.update_message is not None:
+            update = {"messages": [HumanMessage(args.update_message)]}
+            config = graph.update_state(config, update, as_node="tools")
+        result = graph.invoke(payload(args), config, durability="sync")
         thread = {"configurable": {"thread_id": args.thread}}
         history = [history_row(s) for s in graph.get_state_history(thread)]
         emit_done(result, graph.get_state(thread).values, history, runtime)
