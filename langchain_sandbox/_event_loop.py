@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -56,7 +57,9 @@ class LoopThread:
         if not self.alive:
             coro.close()
             raise SessionClosedError("The sandbox runtime is closed; its event loop is stopped.")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+        # In a fresh context: the work is shared by every caller, so no caller's context
+        # variables (a LangChain run's config, a LangGraph step's runtime) may leak into it.
+        return contextvars.Context().run(asyncio.run_coroutine_threadsafe, coro, self.loop)
 
     def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop and block until it finishes.

@@ -18,9 +18,11 @@ turns ``artifact["sandbox"]`` into a state update. Infrastructure failures becom
 ``ToolException`` the model reads (``handle_tool_error=True``), never a crash of the agent.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: LangChain resolves ``_run``'s annotations with
+# ``get_type_hints`` on every call (to find the injected ``config``), and live annotations spare it
+# compiling the strings each time.
 import contextlib
+import contextvars
 from abc import abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -163,7 +165,8 @@ def _output_forwarder(
     """A callback handing output chunks to LangGraph's stream writer (``stream_mode="custom"``).
 
     It runs on the runtime's loop thread; LangGraph's writers are thread-safe (sync streams
-    queue, async streams hop with ``call_soon_threadsafe``).
+    queue, async streams hop with ``call_soon_threadsafe``) but read the step's config from a
+    context variable, so each chunk is written inside a copy of the caller's context.
     """
     writer = getattr(tool_runtime, "stream_writer", None)
     if writer is None:
@@ -176,17 +179,20 @@ def _output_forwarder(
     if writer is None:
         return None
 
+    caller_context = contextvars.copy_context()
+
     def _forward(stream: Literal["stdout", "stderr"], text: str) -> None:
         # A broken consumer must not break the run that feeds it.
         with contextlib.suppress(Exception):
-            writer(
+            caller_context.run(
+                writer,
                 {
                     "type": OUTPUT_EVENT,
                     "stream": stream,
                     "text": text,
                     "thread_id": thread_id,
                     "tool_call_id": call_id,
-                }
+                },
             )
 
     return _forward
