@@ -102,7 +102,7 @@ class HostWorkspace:
                 fd = os.open(name, flags, dir_fd=parent)
             except OSError as exc:
                 raise _path_error(exc, path) from None
-            with os.fdopen(fd, "rb") as handle:
+            try:
                 info = os.fstat(fd)
                 if not stat.S_ISREG(info.st_mode):
                     kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
@@ -112,7 +112,10 @@ class HostWorkspace:
                         f"{path!r} has {info.st_size} bytes, more than the {self.max_file_bytes} "
                         "a read returns; read it in parts from code instead."
                     )
-                data = handle.read(self.max_file_bytes + 1)
+                with os.fdopen(os.dup(fd), "rb") as handle:
+                    data = handle.read(self.max_file_bytes + 1)
+            finally:
+                os.close(fd)
             if len(data) > self.max_file_bytes:
                 raise InvalidInputError(f"{path!r} grew past {self.max_file_bytes} bytes.")
             return data

@@ -1,0 +1,136 @@
+"""Life and death of local sessions: close, dead workers, attach, leftovers of dead processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from langchain_sandbox.errors import InvalidInputError, SessionClosedError
+from langchain_sandbox.providers.local import WORKER_RESTARTED, LocalProvider
+from langchain_sandbox.providers.local._cgroups import SessionCgroup, detect_cgroups
+
+
+def _gone(*paths: str) -> bool:
+    return not any(os.path.exists(path) for path in paths)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_close_kills_every_process_and_removes_everything(provider: LocalProvider) -> None:
+    session = await provider.create()
+    # A process that left the worker's process group and session, as escapes go.
+    await session.run_code(
+        "import subprocess\nsubprocess.Popen(['sleep', '300'], start_new_session=True)"
+    )
+    await session.run_command("setsid sleep 301 > /dev/null 2>&1 &")
+    pids = session.cgroup.pids()
+    assert len(pids) >= 4  # bubblewrap, worker, two sleeps
+    cgroup_dirs = list(session.cgroup.directories.values())
+    assert cgroup_dirs
+    await session.close()
+    for _ in range(100):
+        if not any(_exists(pid) for pid in pids):
+            break
+        await asyncio.sleep(0.05)
+    assert not any(_exists(pid) for pid in pids)
+    assert _gone(session.directory)
+    assert _gone(*cgroup_dirs)
+    await session.close()  # idempotent
+    assert not await session.is_alive()
+    with pytest.raises(SessionClosedError):
+        await session.run_code("1")
+    with pytest.raises(SessionClosedError):
+        await session.read_files(["x"])
+    assert await provider.attach(session.record) is None
+
+
+async def test_a_killed_worker_is_restarted_with_a_notice(provider: LocalProvider) -> None:
+    async with await provider.create() as session:
+        await session.run_code("x = 1")
+        await session.write_files({"kept.txt": b"files survive"})
+        pid = session.worker_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(100):
+            if session.worker_pid is None:
+                break
+            await asyncio.sleep(0.02)
+        assert await session.is_alive()
+        result = await session.run_code("'x' in globals()")
+        assert result.value == "False"
+        assert WORKER_RESTARTED in result.notices
+        assert (await session.read_files(["kept.txt"]))["kept.txt"] == b"files survive"
+        assert (await session.run_code("1")).notices == []
+
+
+async def test_worker_killed_by_its_own_code_is_reported(provider: LocalProvider) -> None:
+    async with await provider.create() as session:
+        result = await session.run_code("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+        assert not result.ok
+        assert result.error is not None
+        assert result.error.name == "SandboxWorkerDied"
+        assert any(WORKER_RESTARTED in n for n in result.notices)
+        assert (await session.run_code("2 + 2")).value == "4"
+
+
+async def test_attach_and_records(provider: LocalProvider) -> None:
+    async with await provider.create() as session:
+        record = session.record
+        json.dumps(record)
+        assert record["provider"] == "local"
+        assert await provider.attach(record) is session
+        assert await provider.attach({"provider": "local", "session_id": "0" * 32}) is None
+        assert not provider.capabilities.attach_across_processes
+        assert session.directory not in json.dumps(record)
+
+
+async def test_leftovers_of_a_dead_process_are_listed_and_destroyed(tmp_path: Path) -> None:
+    base = tmp_path / "sandboxes"
+    script = textwrap.dedent(
+        f"""
+        import asyncio, os
+        from langchain_sandbox.providers.base import SessionSpec
+        from langchain_sandbox.providers.local import LocalProvider
+
+        async def main():
+            provider = LocalProvider(base_dir={str(base)!r})
+            session = await provider.create(SessionSpec(metadata={{"thread_id": "t-1"}}))
+            await session.run_command("setsid sleep 300 > /dev/null 2>&1 &")
+            print(session.session_id, flush=True)
+            os._exit(0)  # dies without closing anything
+
+        asyncio.run(main())
+        """
+    )
+    completed = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    session_id = completed.stdout.strip()
+    provider = LocalProvider(base_dir=base)
+    records = await provider.list_sessions({"thread_id": "t-1"})
+    assert [r["session_id"] for r in records] == [session_id]
+    assert records[0]["state"]["orphaned"] is True
+    assert await provider.list_sessions({"thread_id": "other"}) == []
+    leftover_cgroups = SessionCgroup.leftover(detect_cgroups(), session_id)
+    assert leftover_cgroups.directories, "the dead process left its cgroups behind"
+    assert await provider.destroy(records[0]) is True
+    assert not (base / "sessions" / session_id).exists()
+    assert _gone(*leftover_cgroups.directories.values())
+    assert await provider.destroy(records[0]) is False
+    with pytest.raises(InvalidInputError):
+        await provider.destroy({"provider": "local", "session_id": "../../etc"})
