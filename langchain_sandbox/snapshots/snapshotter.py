@@ -61,6 +61,7 @@ RACY_WINDOW_NS = 10_000_000
 
 _DIR_PLACEHOLDER = ".langchain-sandbox-keep"
 _HASH_IN_THREAD_BYTES = 1024 * 1024
+_FETCH_CHUNK_BYTES = 4 * 1024 * 1024
 _MAX_COMMAND_CHARS = 64 * 1024
 _MAX_NAMES_IN_NOTICE = 10
 
@@ -510,11 +511,24 @@ class Snapshotter:
         )
 
     async def _fetch_verified(self, sizes: Mapping[str, int]) -> dict[str, bytes]:
-        blobs = await self.store.get_many(sizes)
-        digests = await _digest_all(blobs)
-        for key, data in blobs.items():
-            _verify(key, data, sizes[key], digests[key])
-        return blobs
+        """Fetch blobs and check each against its size and hash.
+
+        Chunks are fetched and hashed concurrently, so reading one chunk overlaps hashing
+        another (hashlib and file reads both release the GIL).
+        """
+        gate = asyncio.Semaphore((os.cpu_count() or 1) + 1)
+
+        async def fetch(chunk: list[tuple[str, int]]) -> dict[str, bytes]:
+            async with gate:
+                blobs = await self.store.get_many(key for key, _ in chunk)
+                digests = await asyncio.to_thread(lambda: {k: digest(d) for k, d in blobs.items()})
+            for key, data in blobs.items():
+                _verify(key, data, sizes[key], digests[key])
+            return blobs
+
+        chunks = list(_batches(list(sizes.items()), _second, _FETCH_CHUNK_BYTES))
+        fetched = await asyncio.gather(*(fetch(chunk) for chunk in chunks))
+        return {key: data for blobs in fetched for key, data in blobs.items()}
 
     async def _restore_variables(
         self,
