@@ -448,10 +448,11 @@ class Snapshotter:
             )
         in_memory = sum(needed.values()) <= self.limits.restore_memory_bytes
         blobs: dict[str, bytes] = {}
-        for batch in _batches(list(needed.items()), _second, self.limits.batch_bytes):
-            fetched = await self._fetch_verified(dict(batch))
-            if in_memory:
-                blobs.update(fetched)
+        if in_memory:
+            blobs = await self._fetch_verified(needed)
+        else:
+            for batch in _batches(list(needed.items()), _second, self.limits.batch_bytes):
+                await self._fetch_verified(dict(batch))
 
         if removals:
             await session.remove_files(removals)

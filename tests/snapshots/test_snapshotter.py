@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from langchain_sandbox.errors import InvalidInputError
+from langchain_sandbox.errors import InvalidInputError, UnsafeArchiveError
 from langchain_sandbox.providers.base import Session
 from langchain_sandbox.snapshots import (
     LocalDirectoryBlobStore,
@@ -236,3 +236,27 @@ async def test_special_files_and_unportable_names_are_reported_not_fatal(
     fresh = await new_session()
     await snapshotter.restore(fresh, info.ref)
     assert await fresh.read_files(["plain.txt"]) == {"plain.txt": b"plain"}
+
+
+async def test_restore_larger_than_the_memory_budget_streams_in_batches(
+    new_session: SessionFactory, store: LocalDirectoryBlobStore
+) -> None:
+    """Two passes (verify, then fetch-verify-write) in small batches give the same workspace."""
+    source = await new_session()
+    await source.write_files({f"d{i % 3}/f{i}.bin": os.urandom(3000 + i) for i in range(30)})
+    small = Snapshotter(store, limits=SnapshotLimits(batch_bytes=10_000, restore_memory_bytes=1))
+    info = await small.capture(source)
+    target = await new_session()
+    report = await small.restore(target, info.ref)
+    assert report.files_written == 30
+    assert await workspace_state(target) == await workspace_state(source)
+
+    # A blob damaged in the store is caught by the first pass: nothing is written.
+    victim = (await small.load_manifest(info.ref)).files["d1/f7.bin"].sha256
+    blob = store.root / victim[:2] / victim[2:]
+    blob.write_bytes(bytes(len(blob.read_bytes())))
+    other = await new_session()
+    before = await workspace_state(other)
+    with pytest.raises(UnsafeArchiveError, match=victim):
+        await small.restore(other, info.ref)
+    assert await workspace_state(other) == before
