@@ -1,53 +1,47 @@
-"""What runs code behind the E2B emulator: one "machine" per emulated sandbox.
+"""What runs code behind the E2B emulator: one "machine" per emulated sandbox, on the local provider.
 
-A machine is a host directory seen as ``/home/user`` (through a bubblewrap mount namespace, so
-absolute paths in user code mean what they mean on E2B), a persistent Python worker per
-code-interpreter context (variables survive between cells, like E2B's Jupyter kernel) and
-``bash -c`` for commands. This is test infrastructure, not a security boundary: it only gives the
-emulator real, path-faithful execution. The environment is scrubbed to an allow-list plus what the
-caller passes, so the host's secrets never reach emulated code.
+Each machine is a :class:`~langchain_sandbox.providers.local.LocalSession`: its bubblewrap sandbox
+(private ``/home/user``, non-root user, allow-listed environment, no network unless asked, cgroup
+limits) is where everything runs. E2B's protocol needs two things that session's own calls do not
+offer: a cell that is *interrupted* when the client closes the ``/execute`` stream, and a command
+that can be *killed* by pid (``SendSignal``). So the machine starts its own processes inside that
+same sandbox, through the session's launcher: a persistent Python worker per code-interpreter
+context (variables survive between cells, like E2B's Jupyter kernel, and an interrupt request
+raises ``KeyboardInterrupt`` in it) and ``bash -c`` for commands (killed with their sandbox).
 
-Everything here is async and runs on the emulator's event-loop thread; cancelling a call stops
-what it runs (a cell is interrupted with SIGINT, then killed; a command's process group is killed).
+Host-side file operations (envd's file API) stay inside the workspace: symlinks that lead out are
+not followed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import json
 import os
-import shutil
 import signal
-import sys
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from langchain_sandbox.providers.base import Limits, SessionSpec
+from langchain_sandbox.providers.local import INTERRUPT_GRACE, LocalProvider, LocalSession
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 OutputSink = Callable[[str, str], None]
 """Receives ``(stream, text)`` for each chunk of output; ``stream`` is ``stdout`` or ``stderr``."""
 
-_INTERRUPT_GRACE = 3.0
-_BASE_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "HOME": WORKSPACE_ROOT,
-    "LANG": "C.UTF-8",
-    "PYTHONUNBUFFERED": "1",
-    "MPLBACKEND": "Agg",
-    # Keep tool caches out of the workspace, which tests (and snapshots) look at.
-    "MPLCONFIGDIR": "/tmp/.matplotlib",
-    "XDG_CACHE_HOME": "/tmp/.cache",
-}
+# A command starts in its cwd with its own variables, then runs as E2B runs it (bash -c).
+_COMMAND_SHIM = 'cd -- "$1" || exit 1; shift; exec /usr/bin/env "$@"'
+_SANDBOX_TIMEOUT = 24 * 3600.0  # the machine never times out by itself: E2B's lease does
 
 # The worker speaks JSON lines: one request per line on stdin, events on its original stdout.
 # Cells are registered in linecache so functions and classes defined in them have source
 # (kernel_state relies on it, as it does on IPython's cell cache).
 _WORKER = r"""
-import ast, base64, io, json, linecache, os, sys, threading, time, traceback
+import ast, base64, io, json, linecache, os, queue, signal, sys, threading, time, traceback
 _pipe = sys.stdout
 _pipe_lock = threading.Lock()
 def _emit(obj):
@@ -75,13 +69,25 @@ class _Stream(io.TextIOBase):
             text, self._parts, self._size = "".join(self._parts), [], 0
         if text:
             _emit({"type": self._name, "text": text})
+_requests = queue.Queue()
+_running = threading.Event()
+def _reader():
+    # Requests are queued for the main thread; an interrupt is delivered to it at once.
+    for line in sys.stdin:
+        message = json.loads(line)
+        if message.get("interrupt"):
+            if _running.is_set():
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        else:
+            _requests.put(message)
+    _requests.put(None)
 def _flusher():
     while True:
         time.sleep(0.05)
         sys.stdout.flush(); sys.stderr.flush()
 sys.stdout, sys.stderr = _Stream("stdout"), _Stream("stderr")
+threading.Thread(target=_reader, daemon=True).start()
 threading.Thread(target=_flusher, daemon=True).start()
-_emit({"type": "ready", "pid": os.getpid()})
 _ns = {"__name__": "__main__", "__builtins__": __builtins__}
 _count = 0
 def _figures():
@@ -93,12 +99,13 @@ def _figures():
         plt.figure(num).savefig(buf, format="png")
         _emit({"type": "display", "png": base64.b64encode(buf.getvalue()).decode()})
     plt.close("all")
-for _line in sys.stdin:
-    _req = json.loads(_line)
+def _run(_req):
+    global _count
     _count += 1
     _saved_env = dict(os.environ)
     os.environ.update(_req.get("env") or {})
     _name = "<cell-%d>" % _count
+    _running.set()
     try:
         _code = _req["code"]
         linecache.cache[_name] = (len(_code), None, _code.splitlines(True), _name)
@@ -119,10 +126,20 @@ for _line in sys.stdin:
         _emit({"type": "error", "name": type(_exc).__name__, "value": str(_exc),
                "traceback": "".join(traceback.format_exception(type(_exc), _exc, _tb))})
     finally:
+        _running.clear()
         sys.stdout.flush(); sys.stderr.flush()
         os.environ.clear()
         os.environ.update(_saved_env)
-        _emit({"type": "end"})
+_emit({"type": "ready"})
+while True:
+    try:
+        _req = _requests.get()
+        if _req is None:
+            break
+        _run(_req)
+    except KeyboardInterrupt:
+        pass  # an interrupt that arrived as the cell was ending
+    _emit({"type": "end"})
 """
 
 
@@ -150,19 +167,30 @@ class Entry:
 
 
 class Machine:
-    """The execution backend of one emulated sandbox."""
+    """The execution backend of one emulated sandbox, inside a local-provider session."""
 
-    def __init__(self, env: Mapping[str, str] | None = None, *, network: bool = True) -> None:
-        self._network = network
-        self._root = Path(tempfile.mkdtemp(prefix="e2b-emulated-"))
-        self.workspace = self._root / "home-user"
-        self.workspace.mkdir()
-        self._env = {**_BASE_ENV, **dict(env or {})}
+    def __init__(self, session: LocalSession) -> None:
+        self._session = session
+        self.workspace = Path(session.workspace_dir)
+        self._real_workspace = os.path.realpath(self.workspace)
         self._workers: dict[str, _Worker] = {}
         self._closed = False
 
-    def host_path(self, path: str) -> Path:
-        """Map an absolute sandbox path to the host; only the workspace exists in the emulator."""
+    @classmethod
+    async def create(
+        cls, provider: LocalProvider, env: Mapping[str, str], *, network: bool
+    ) -> Machine:
+        spec = SessionSpec(env=dict(env), network=network, limits=Limits(timeout=_SANDBOX_TIMEOUT))
+        return cls(await provider.create(spec))
+
+    # -- files, seen from the host -----------------------------------------------------------
+
+    def host_path(self, path: str, *, follow: bool = True) -> Path:
+        """Map an absolute sandbox path to the host; only the workspace exists in the emulator.
+
+        Symlinks must not lead out of the workspace: the parent always resolves inside it, and
+        the path itself too when it will be followed (read, written, listed).
+        """
         if path == WORKSPACE_ROOT:
             return self.workspace
         if not path.startswith(WORKSPACE_ROOT + "/"):
@@ -170,7 +198,12 @@ class Machine:
         parts = [p for p in path[len(WORKSPACE_ROOT) + 1 :].split("/") if p not in ("", ".")]
         if ".." in parts:
             raise FileNotFoundError(path)
-        return self.workspace.joinpath(*parts)
+        host = self.workspace.joinpath(*parts)
+        for checked in (host.parent, host) if follow else (host.parent,):
+            real = os.path.realpath(checked)
+            if real != self._real_workspace and not real.startswith(self._real_workspace + "/"):
+                raise FileNotFoundError(path)
+        return host
 
     def sandbox_path(self, host: Path) -> str:
         rel = host.relative_to(self.workspace).as_posix()
@@ -206,40 +239,33 @@ class Machine:
                     pending.append((child, level + 1))
         return entries
 
-    def _bwrap(self, argv: list[str], cwd: str) -> list[str]:
-        bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
-        return [
-            bwrap,
-            "--ro-bind", "/", "/",
-            "--dev", "/dev",
-            "--proc", "/proc",
-            "--tmpfs", "/tmp",
-            "--tmpfs", "/home",
-            "--bind", str(self.workspace), WORKSPACE_ROOT,
-            *(() if self._network else ("--unshare-net",)),
-            "--chdir", cwd,
-            "--die-with-parent",
-            "--",
-            *argv,
-        ]  # fmt: skip
+    # -- processes, inside the session's sandbox ------------------------------------------
 
-    async def spawn(self, argv: list[str], env: Mapping[str, str], cwd: str) -> Any:
-        return await asyncio.create_subprocess_exec(
-            *self._bwrap(argv, cwd),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**self._env, **dict(env)},
-            start_new_session=True,
-        )
+    async def _spawn(self, argv: list[str]) -> Any:
+        session = self._session
+        launcher = session.launcher
+        wrapped = launcher.wrap(argv, network=session.spec.network)
+        with launcher.spawnable(wrapped) as (command, fds):
+            return await asyncio.create_subprocess_exec(
+                *command,
+                pass_fds=fds,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=launcher.process_env(),
+                cwd=launcher.process_cwd(),
+                preexec_fn=session.cgroup.preexec(),
+                start_new_session=True,  # one group to kill: bubblewrap takes its sandbox along
+            )
 
     async def run_command(
         self, command: str, env: Mapping[str, str], cwd: str, sink: OutputSink
     ) -> int:
-        """Run ``bash -c command``; cancelling kills its whole process group."""
+        """Run ``bash -c command`` in ``cwd``; cancelling kills it."""
         self.host_path(cwd)
-        proc = await self.spawn(["/bin/bash", "-c", command], env, cwd)
-        assert proc.stdin is not None
+        assignments = [f"{key}={value}" for key, value in env.items()]
+        argv = ["/bin/bash", "-c", _COMMAND_SHIM, "shim", cwd, *assignments]
+        proc = await self._spawn([*argv, "/bin/bash", "-c", command])
         proc.stdin.close()
         try:
             await asyncio.gather(
@@ -258,8 +284,8 @@ class Machine:
         """Run a cell in the context's persistent worker; cancelling interrupts it."""
         worker = self._workers.get(context)
         if worker is None or worker.proc.returncode is not None:
-            proc = await self.spawn([sys.executable, "-u", "-c", _WORKER], {}, WORKSPACE_ROOT)
-            worker = await _Worker.start(proc)
+            python = self._session.launcher.python_executable
+            worker = await _Worker.start(await self._spawn([python, "-u", "-c", _WORKER]))
             self._workers[context] = worker
         return await worker.run(code, env, sink)
 
@@ -270,37 +296,38 @@ class Machine:
         for worker in self._workers.values():
             await worker.stop()
         self._workers.clear()
-        shutil.rmtree(self._root, ignore_errors=True)
+        await self._session.close()
 
 
 class _Worker:
-    def __init__(self, proc: Any, pid: int) -> None:
+    def __init__(self, proc: Any) -> None:
         self.proc = proc
-        self._pid = pid
         self._count = 0
         self._lock = asyncio.Lock()
 
     @classmethod
     async def start(cls, proc: Any) -> _Worker:
-        """Wait for the worker's first line, which names its pid (bubblewrap forks it)."""
         line = await proc.stdout.readline()
         if not line:
             stderr = (await proc.stderr.read()).decode(errors="replace")
             raise RuntimeError(f"the emulated kernel did not start: {stderr.strip()}")
-        return cls(proc, int(json.loads(line)["pid"]))
+        return cls(proc)
 
     async def run(self, code: str, env: Mapping[str, str], sink: OutputSink) -> CellOutcome:
         async with self._lock:
             self._count += 1
             outcome = CellOutcome(count=self._count)
-            self.proc.stdin.write((json.dumps({"code": code, "env": dict(env)}) + "\n").encode())
-            await self.proc.stdin.drain()
+            await self._send({"code": code, "env": dict(env)})
             try:
                 await self._collect(outcome, sink)
             except asyncio.CancelledError:
                 await self._interrupt()
                 raise
             return outcome
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        await self.proc.stdin.drain()
 
     async def _collect(self, outcome: CellOutcome, sink: OutputSink) -> None:
         while True:
@@ -326,13 +353,12 @@ class _Worker:
                 outcome.error = {k: event[k] for k in ("name", "value", "traceback")}
 
     async def _interrupt(self) -> None:
-        """SIGINT first so variables survive; kill the worker if the cell ignores it."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self._pid, signal.SIGINT)
+        """Interrupt first so variables survive; kill the worker if the cell ignores it."""
         try:
-            async with asyncio.timeout(_INTERRUPT_GRACE):
+            await self._send({"interrupt": True})
+            async with asyncio.timeout(INTERRUPT_GRACE):
                 await self._collect(CellOutcome(), lambda _s, _t: None)
-        except TimeoutError:
+        except (TimeoutError, OSError):
             await self.stop()
 
     async def stop(self) -> None:
@@ -353,8 +379,6 @@ async def _pump(stream: Any, write: Callable[[str], None]) -> None:
 
 class _Utf8:
     def __init__(self) -> None:
-        import codecs
-
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def feed(self, data: bytes, final: bool = False) -> str:

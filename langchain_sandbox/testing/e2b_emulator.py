@@ -49,6 +49,7 @@ import select
 import shlex
 import shutil
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -60,6 +61,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, parse_qsl, unquote, urlsplit
 
+from langchain_sandbox.providers.local import LocalProvider
 from langchain_sandbox.testing._e2b_machine import CellOutcome, Machine
 from langchain_sandbox.testing._e2b_wire import (
     END_STREAM,
@@ -170,16 +172,16 @@ class E2BEmulator:
         self._serve_thread: threading.Thread | None = None
         self._loop = asyncio.new_event_loop()
         self._loop_thread: threading.Thread | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._machines: LocalProvider | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> E2BEmulator:
         if self._server is not None:
             return self
-        if shutil.which("bwrap") is None:
-            raise RuntimeError(
-                "the E2B emulator needs bubblewrap (bwrap) to give sandboxes /home/user"
-            )
+        self._tmp = tempfile.TemporaryDirectory(prefix="e2b-emulator-")
+        self._machines = LocalProvider(base_dir=self._tmp.name)
         self._loop_thread = threading.Thread(
             target=self._loop.run_forever, name="e2b-emulator-loop", daemon=True
         )
@@ -209,10 +211,17 @@ class E2BEmulator:
         server.server_close()
         if self._serve_thread is not None:
             self._serve_thread.join(timeout=10)
+        if self._machines is not None:
+            with contextlib.suppress(Exception):
+                self._submit(self._machines.aclose()).result(timeout=30)
+            self._machines = None
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._loop_thread is not None:
             self._loop_thread.join(timeout=10)
         self._loop.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
 
     def __enter__(self) -> E2BEmulator:
         return self.start()
@@ -428,6 +437,11 @@ class E2BEmulator:
             ),
         }
 
+    def _new_machine(self, env: dict[str, str], *, network: bool) -> Machine:
+        if self._machines is None:
+            raise _api_error(503, "the emulator is stopping")
+        return self._submit(Machine.create(self._machines, env, network=network)).result()
+
     def _create(self, body: dict[str, Any], idempotency_key: str | None) -> dict[str, Any]:
         if idempotency_key:
             with self._lock:
@@ -442,7 +456,7 @@ class E2BEmulator:
             sandbox_id="i" + secrets.token_hex(10),
             template=str(body.get("templateID") or "base"),
             metadata={str(k): str(v) for k, v in (body.get("metadata") or {}).items()},
-            machine=Machine(env, network=allow is not False),
+            machine=self._new_machine(env, network=allow is not False),
             access_token=secrets.token_urlsafe(24),
             allow_internet_access=allow,
             auto_pause=bool(body.get("autoPause")),

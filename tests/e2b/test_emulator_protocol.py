@@ -43,7 +43,7 @@ async def test_async_sdk_full_flow(sdk_env: E2BEmulator) -> None:
         assert bytes(await sandbox.files.read("/home/user/data/in.bin", format="bytes")) == bytes(
             range(256)
         )
-        listed = await sandbox.files.list("/home/user", depth=2)
+        listed = [e for e in await sandbox.files.list("/home/user", depth=2) if e.name[0] != "."]
         assert [(e.path, e.type.value, e.size) for e in listed] == [
             ("/home/user/data", "dir", 0),
             ("/home/user/data/in.bin", "file", 256),
@@ -233,12 +233,31 @@ def test_stopping_leaves_no_threads_processes_or_directories(
     sandbox.commands.run("sleep 30", background=True)
     workspace = emulator.workspace(sandbox.sandbox_id)
     for _ in range(200):  # the command's process starts just after its start event
-        if len(_bwrap_children()) == 2:
+        if len(_bwrap_children()) >= 3:
             break
         time.sleep(0.05)
-    assert (workspace.is_dir(), len(_bwrap_children())) == (True, 2)  # the kernel and the command
+    # The local session's own worker, the emulated kernel and the command, all sandboxed.
+    assert (workspace.is_dir(), len(_bwrap_children())) == (True, 3)
     emulator.stop()
     assert not workspace.exists()
     leftover = [t.name for t in threading.enumerate() if t.ident not in before]
     assert [name for name in leftover if name.startswith("e2b-emulator")] == []
     assert _bwrap_children() == []
+
+
+async def test_emulated_sandboxes_are_isolated_and_links_do_not_lead_out(
+    sdk_env: E2BEmulator,
+) -> None:
+    sandbox = await AsyncSandbox.create()
+    probe = await sandbox.commands.run(
+        "id -u; test -e /root && echo host-home-visible; ln -s /etc /home/user/etc-link; echo ok"
+    )
+    assert probe.stdout == "1000\nok\n"  # non-root, and the host's home is not there
+    # Host-side file operations do not follow a link out of the workspace.
+    with pytest.raises(FileNotFoundException):
+        await sandbox.files.read("/home/user/etc-link/hostname")
+    with pytest.raises(Exception, match="cannot write"):
+        await sandbox.files.write("/home/user/etc-link/planted", b"x")
+    names = [e.name for e in await sandbox.files.list("/home/user")]
+    assert "etc-link" in names  # listed as a link, never followed
+    await sandbox.kill()

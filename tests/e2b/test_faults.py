@@ -108,7 +108,7 @@ async def test_reads_and_listing_are_retried_on_5xx(
         emulator.inject("envd ListDir", status=503, times=1)
         emulator.inject("GET /v2/sandboxes", status=500, times=1)
         assert await session.read_files(["a.txt"]) == {"a.txt": b"A"}
-        assert [f.path for f in await session.list_files()] == ["a.txt"]
+        assert [f.path for f in await session.list_files() if f.path[0] != "."] == ["a.txt"]
         assert len(await provider.list_sessions()) == 1
         assert emulator.count("envd GET /files") == 2
         assert emulator.count("envd ListDir") == 2
