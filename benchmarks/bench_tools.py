@@ -26,11 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from pydantic import BaseModel
 
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 from langchain_sandbox.tools import SandboxExecTool
+from langchain_sandbox.tools.exec import SandboxExecArgs
 
 
 class _NoOpTool(BaseTool):
@@ -91,21 +94,37 @@ class _ProviderClock:
         session.run_code = _timed  # type: ignore[method-assign]
 
 
-def _paired(
-    call: Callable[[], object], clock: _ProviderClock, n: int
-) -> tuple[list[float], list[float], list[float]]:
-    """(wall ms, provider ms, overhead ms) per call; main-thread CPU ms is the 4th view."""
-    for _ in range(10):
-        call()
-    wall, provider, overhead = [], [], []
+class _SchemaNoOpTool(BaseTool):
+    """What LangChain itself costs for a tool shaped like ours: an args schema with the injected
+    ``runtime`` field and a ``config: RunnableConfig`` parameter, doing nothing."""
+
+    name: str = "schema_noop"
+    description: str = "Does nothing."
+    args_schema: type[BaseModel] = SandboxExecArgs
+
+    def _run(
+        self, *, config: RunnableConfig, runtime: Any = None, **args: Any
+    ) -> tuple[str, dict[str, Any]]:
+        return "", {}
+
+
+def _round_robin(
+    calls: dict[str, Callable[[], object]], n: int, clock: _ProviderClock
+) -> dict[str, list[float]]:
+    """Wall ms per call, the calls interleaved so that machine load drifts onto all of them
+    alike; ``<name> provider`` series hold the provider's time inside the same call."""
+    for call in calls.values():
+        for _ in range(10):
+            call()
+    out: dict[str, list[float]] = {}
     for _ in range(n):
-        start = time.perf_counter()
-        call()
-        total = (time.perf_counter() - start) * 1000
-        wall.append(total)
-        provider.append(clock.last_ms)
-        overhead.append(total - clock.last_ms)
-    return wall, provider, overhead
+        for name, call in calls.items():
+            clock.last_ms = 0.0
+            start = time.perf_counter()
+            call()
+            out.setdefault(name, []).append((time.perf_counter() - start) * 1000)
+            out.setdefault(f"{name} provider", []).append(clock.last_ms)
+    return out
 
 
 def _caller_cpu_ms(call: Callable[[], object], n: int) -> list[float]:
@@ -120,43 +139,82 @@ def _caller_cpu_ms(call: Callable[[], object], n: int) -> list[float]:
 
 
 def bench_overhead(root: Path, n: int) -> None:
-    noop = _NoOpTool()
-    bare = _timings_ms(lambda: noop.invoke({"code": "n += 1"}), n)
-    rows: list[tuple[str, list[float]]] = [("bare BaseTool.invoke (no-op tool)", bare)]
-    medians: dict[str, float] = {}
+    noop, schema_noop = _NoOpTool(), _SchemaNoOpTool()
+    med = statistics.median
+    rows: list[tuple[str, list[float]]] = []
+    summary: dict[str, float] = {}
     for policy in ("never", "every_call"):
         with _runtime(root, f"tool-{policy}", persist=policy) as runtime:
             tool = SandboxExecTool(runtime=runtime)
             tool.invoke({"code": "n = 0"})
             clock = _ProviderClock(runtime, "default")
-            invoke = lambda t=tool: t.invoke({"code": "n += 1"})  # noqa: E731
-            direct = lambda rt=runtime: rt.run_code("default", "n += 1")  # noqa: E731
-            t_wall, t_prov, t_over = _paired(invoke, clock, n)
-            r_wall, _, r_over = _paired(direct, clock, n)
-            rows += [
-                (f"[{policy}] provider session.run_code (inside the call)", t_prov),
-                (f"[{policy}] runtime.run_code, wall", r_wall),
-                (f"[{policy}] SandboxExecTool.invoke, wall", t_wall),
-                (f"[{policy}] runtime overhead (wall - provider)", r_over),
-                (f"[{policy}] tool overhead (wall - provider)", t_over),
-                (f"[{policy}] tool.invoke, caller-thread CPU", _caller_cpu_ms(invoke, n)),
+            calls: dict[str, Callable[[], object]] = {
+                "bare BaseTool.invoke (no-op)": lambda: noop.invoke({"code": "n += 1"}),
+                "BaseTool.invoke, our schema (no-op)": lambda: schema_noop.invoke(
+                    {"code": "n += 1"}
+                ),
+                "runtime.run_code": lambda rt=runtime: rt.run_code("default", "n += 1"),
+                "SandboxExecTool.invoke": lambda t=tool: t.invoke({"code": "n += 1"}),
+            }
+            t = _round_robin(calls, n, clock)
+            tool_over = [
+                w - p
+                for w, p in zip(
+                    t["SandboxExecTool.invoke"], t["SandboxExecTool.invoke provider"], strict=True
+                )
             ]
-            medians[f"{policy}-tool-wall"] = statistics.median(t_wall)
-            medians[f"{policy}-tool-over"] = statistics.median(t_over)
-            medians[f"{policy}-rt-over"] = statistics.median(r_over)
+            rt_over = [
+                w - p
+                for w, p in zip(t["runtime.run_code"], t["runtime.run_code provider"], strict=True)
+            ]
+            if policy == "never":
+                rows += [
+                    ("bare BaseTool.invoke (no-op tool)", t["bare BaseTool.invoke (no-op)"]),
+                    (
+                        "BaseTool.invoke, same schema + config (no-op)",
+                        t["BaseTool.invoke, our schema (no-op)"],
+                    ),
+                ]
+            rows += [
+                (
+                    f"[{policy}] provider session.run_code (inside the call)",
+                    t["SandboxExecTool.invoke provider"],
+                ),
+                (f"[{policy}] runtime.run_code, wall", t["runtime.run_code"]),
+                (f"[{policy}] SandboxExecTool.invoke, wall", t["SandboxExecTool.invoke"]),
+                (f"[{policy}] runtime overhead (wall - provider)", rt_over),
+                (f"[{policy}] tool overhead (wall - provider)", tool_over),
+                (
+                    f"[{policy}] tool.invoke, caller-thread CPU",
+                    _caller_cpu_ms(calls["SandboxExecTool.invoke"], n),
+                ),
+            ]
+            summary[f"{policy} wall"] = med(t["SandboxExecTool.invoke"])
+            summary[f"{policy} tool over"] = med(tool_over)
+            summary[f"{policy} runtime over"] = med(rt_over)
+            summary["langchain"] = med(t["BaseTool.invoke, our schema (no-op)"])
+            summary[f"{policy} tool - runtime"] = med(
+                [
+                    a - b
+                    for a, b in zip(t["SandboxExecTool.invoke"], t["runtime.run_code"], strict=True)
+                ]
+            )
             final = tool.invoke({"code": "n"})
             assert "value:" in final, final
 
-    _header(f"1-2. Per-call cost of `n += 1` ({n} calls each, after warm-up)")
+    _header(f"1-2. Per-call cost of `n += 1` ({n} rounds, calls interleaved, after warm-up)")
     for name, samples in rows:
         print(_row(name, samples))
     print(
-        f"\n  tool overhead over the provider call, median: {medians['never-tool-over']:.3f} ms "
-        f"(runtime alone: {medians['never-rt-over']:.3f} ms)"
+        f"\n  tool overhead over the provider call, median of per-call differences: "
+        f"{summary['never tool over']:.3f} ms"
+        f"\n    of which the runtime (loop hop, lock, record):   {summary['never runtime over']:.3f} ms"
+        f"\n    SandboxExecTool.invoke - runtime.run_code, same round: {summary['never tool - runtime']:.3f} ms"
+        f"\n    (LangChain's own BaseTool.invoke for a tool with this schema: {summary['langchain']:.3f} ms)"
     )
     print(
-        f"  warm SandboxExecTool.invoke of n += 1, median: {medians['never-tool-wall']:.3f} ms "
-        f"with persist='never', {medians['every_call-tool-wall']:.3f} ms with 'every_call' "
+        f"  warm SandboxExecTool.invoke of n += 1, median: {summary['never wall']:.3f} ms with "
+        f"persist='never', {summary['every_call wall']:.3f} ms with 'every_call' "
         "(an incremental snapshot per call)"
     )
 
