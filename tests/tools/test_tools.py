@@ -330,3 +330,48 @@ def test_description_and_schema_hide_the_injected_runtime() -> None:
         assert "runtime" not in schema["properties"]
         assert len(tool.description) > 80
     assert isinstance(SandboxListFilesTool().args_schema.model_json_schema(), dict)  # type: ignore[union-attr]
+
+
+def test_parallel_calls_of_one_message_share_the_sandbox(runtime: SandboxRuntime) -> None:
+    """ToolNode runs the two calls in parallel threads; both carry the same (stale) record."""
+    graph = _graph([SandboxExecTool(runtime=runtime)])
+    config = {"configurable": {"thread_id": "p"}}
+    setup = graph.invoke(_ask("sandbox_exec", {"code": "seen = []"}, call_id="setup"), config)
+    calls = [
+        {
+            "name": "sandbox_exec",
+            "args": {"code": f"seen.append({i})\nlen(seen)"},
+            "id": f"c{i}",
+            "type": "tool_call",
+        }
+        for i in range(2)
+    ]
+    state = {
+        "messages": [*setup["messages"], AIMessage(content="", tool_calls=calls)],
+        "sandbox": setup["messages"][-1].artifact["sandbox"],
+    }
+    result = graph.invoke(state, config)
+    replies = [
+        m
+        for m in result["messages"]
+        if isinstance(m, ToolMessage) and m.tool_call_id in ("c0", "c1")
+    ]
+    assert sorted(m.artifact["result"]["value"] for m in replies) == ["1", "2"]
+    assert all(not m.artifact["result"]["notices"] for m in replies), "no restore between siblings"
+    assert len(runtime.live_sessions()) == 1
+    after = runtime.run_code(
+        "p",
+        "sorted(seen)",
+        record=max((m.artifact["sandbox"] for m in replies), key=lambda r: r["revision"]),
+    )
+    assert after.value.value == "[0, 1]"
+
+
+def test_huge_output_is_capped_and_the_thread_stays_usable(runtime: SandboxRuntime) -> None:
+    tool = SandboxExecTool(runtime=runtime)
+    flood = _call(
+        tool, {"code": "import sys\nfor _ in range(200):\n    sys.stdout.write('x' * 100_000)"}
+    )
+    assert len(_text(flood)) < 50_000
+    assert "cut" in _text(flood) or "truncated" in _text(flood)
+    assert "ok" in _text(_call(tool, {"code": "print('ok')"}))
