@@ -132,3 +132,15 @@ async def test_variables_round_trip_through_kernel_state(session: LocalSession) 
     assert await session.load_variables(variables.data) == []
     restored = await session.run_code("greet(json.dumps(data))")
     assert restored.value == repr('hi {"a": [1, 2]}')
+
+
+async def test_cell_sources_reach_inspect_and_traceback(session: LocalSession) -> None:
+    # The first cell imports inspect (and so linecache) itself: its own source must be there.
+    result = await session.run_code(
+        "import inspect\ndef helper():\n    return 'body'\ninspect.getsource(helper)"
+    )
+    assert result.value == repr("def helper():\n    return 'body'\n")
+    printed = await session.run_code(
+        "import traceback\ntry:\n    helper(1)\nexcept TypeError:\n    traceback.print_exc()"
+    )
+    assert "helper(1)" in printed.stderr

@@ -6,41 +6,63 @@ into results, and sends matplotlib figures back as PNG bytes. It also spawns she
 command sees the same ``/tmp`` and processes as the code.
 
 The host talks to it on three dedicated pipes, never on stdin/stdout/stderr, so nothing user code
-prints (or closes) can break the protocol. Every message is one JSON line:
+prints (or closes) can break the protocol:
 
-* requests (host -> worker): ``{"id", "op": "exec" | "command" | "dump" | "load" | "ping", ...}``;
-* control (host -> worker): ``{"op": "interrupt", "id"}``, read by a thread so it arrives while
-  the main thread is busy running user code;
-* events (worker -> host): ``{"ev": "ready"}`` once, then per request any number of
-  ``{"id", "ev": "out", "stream", "data"}`` and one ``{"id", "ev": "done", ...}``.
+* requests (host -> worker): frames of a 4-byte little-endian length and a ``marshal``-encoded dict
+  ``{"id", "op": "exec" | "command" | "dump" | "load" | "invalidate_caches" | "ping", ...}``
+  (the host is trusted, and marshal needs no import);
+* control (host -> worker): lines ``interrupt <id>``, read by a thread so they arrive while the
+  main thread is busy running user code;
+* events (worker -> host): JSON lines, because the host must parse what a hostile sandbox sends:
+  ``{"ev": "ready"}`` once, then per request any number of ``{"id", "ev": "out", "stream",
+  "data"}`` and one ``{"id", "ev": "done", ...}``.
 
 Output bytes travel as latin-1 text (one character per byte), so they round-trip exactly through
 JSON and the host decodes them once, whole. Each stream is capped here, inside the sandbox: the
 first half of the budget is forwarded as it is produced, then only the most recent bytes are kept,
 so printing gigabytes costs the host nothing.
+
+Start-up time is part of every session's cold start, so this module imports only built-in or
+already-loaded modules up front (no ``json``, ``ast``, ``re``, ``typing``, ``subprocess``); heavier
+ones are imported when a request first needs them.
 """
 
 from __future__ import annotations
 
-import ast
-import base64
-import contextlib
-import importlib
+import _ast
+import _thread
 import io
-import json
-import linecache
+import marshal
 import os
 import select
 import signal
-import subprocess
 import sys
-import threading
 import time
-import traceback
-import types
-from typing import Any
+from _json import encode_basestring_ascii
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    import types
+    from typing import Any
 
 _READ_CHUNK = 65536
+
+
+def _to_json(value: Any) -> str:
+    """JSON text of the plain values events carry (``json`` itself would import ``re``)."""
+    if isinstance(value, str):
+        return str(encode_basestring_ascii(value))
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, dict):
+        items = (f"{encode_basestring_ascii(str(k))}:{_to_json(v)}" for k, v in value.items())
+        return "{" + ",".join(items) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_to_json(item) for item in value) + "]"
+    return str(encode_basestring_ascii(repr(value)))
 
 
 class _Events:
@@ -48,10 +70,10 @@ class _Events:
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
 
     def send(self, message: dict[str, Any]) -> None:
-        data = (json.dumps(message, separators=(",", ":")) + "\n").encode("ascii")
+        data = (_to_json(message) + "\n").encode("ascii")
         with self._lock:
             view = memoryview(data)
             while view:
@@ -122,10 +144,10 @@ class _FdCapture:
         self.target_fd = target_fd
         self._read_fd = read_fd
         self._write_fd = write_fd
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self.sink: _StreamLimiter | None = None
         self.restore()
-        threading.Thread(target=self._pump, name=f"capture-{target_fd}", daemon=True).start()
+        _thread.start_new_thread(self._pump, ())
 
     def restore(self) -> None:
         """(Re)point the target descriptor at the pipe, in case user code closed or replaced it."""
@@ -173,7 +195,8 @@ class _Interrupter:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
+        self._main_thread = _thread.get_ident()
         self._running_id: int | None = None
         self._command: subprocess.Popen[bytes] | None = None
         signal.signal(signal.SIGINT, self._on_sigint)
@@ -194,14 +217,55 @@ class _Interrupter:
                 return
             if self._command is not None:
                 # A command is stopped with its whole process group, not interrupted.
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self._command.pid, signal.SIGKILL)
+                _kill_group(self._command.pid)
                 return
-            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            signal.pthread_kill(self._main_thread, signal.SIGINT)
 
     def _on_sigint(self, signum: int, frame: types.FrameType | None) -> None:
         if self._running_id is not None and self._command is None:
             raise KeyboardInterrupt
+
+
+class _CellSources:
+    """The source of every cell, for tracebacks, ``inspect.getsource`` and variable dumps.
+
+    They belong in ``linecache.cache``, but importing ``linecache`` costs more than the rest of
+    the worker's start-up (it brings ``tokenize`` and ``re``). So sources wait here until
+    something imports ``linecache``; a one-shot import hook registers them the moment it is
+    loaded, and later cells go straight into it.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[str, tuple[int, None, list[str], str]] = {}
+        sys.meta_path.insert(0, self)
+
+    def add(self, filename: str, code: str) -> None:
+        entry = (len(code), None, code.splitlines(keepends=True), filename)
+        linecache = sys.modules.get("linecache")
+        if linecache is not None:
+            linecache.cache[filename] = entry
+        else:
+            self._pending[filename] = entry
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "linecache" or self not in sys.meta_path:
+            return None
+        sys.meta_path.remove(self)
+        from importlib.machinery import PathFinder
+
+        spec = PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module
+        pending = self._pending
+
+        def exec_module(module: types.ModuleType) -> None:
+            load(module)
+            module.cache.update(pending)
+            pending.clear()
+
+        setattr(spec.loader, "exec_module", exec_module)  # noqa: B010 - an instance override
+        return spec
 
 
 class Worker:
@@ -212,12 +276,13 @@ class Worker:
         self.requests = os.fdopen(request_fd, "rb")
         self.control_fd = control_fd
         self.kernel_state_path = kernel_state
-        self.module = types.ModuleType("__main__")
+        self.module = type(sys)("__main__")
         self.module.__dict__["__builtins__"] = __builtins__
         # Pickle and inspect look user classes and functions up in sys.modules["__main__"].
         sys.modules["__main__"] = self.module
         self.namespace: dict[str, Any] = self.module.__dict__
         self.cell_count = 0
+        self.sources = _CellSources()
         self.stdout = _FdCapture(1)
         self.stderr = _FdCapture(2)
         self.interrupter = _Interrupter()
@@ -236,35 +301,33 @@ class Worker:
                 setattr(sys, f"__{name}__", current)
 
     def serve(self) -> None:
-        threading.Thread(target=self._control_loop, name="control", daemon=True).start()
+        _thread.start_new_thread(self._control_loop, ())
         self.events.send({"ev": "ready", "pid": os.getpid()})
-        buffer = b""
         while True:
             try:
-                chunk = self.requests.readline()
+                request = self._read_request()
             except KeyboardInterrupt:
-                continue
-            if not chunk:
-                return
-            buffer += chunk
-            if not buffer.endswith(b"\n"):
-                continue
-            line, buffer = buffer, b""
-            try:
-                request = json.loads(line)
-            except ValueError:
-                continue
+                continue  # a stray interrupt between requests
+            except (EOFError, ValueError):
+                return  # the host closed the pipe (or broke the framing): nothing left to do
             self._handle(request)
+
+    def _read_request(self) -> dict[str, Any]:
+        header = self.requests.read(4)
+        if len(header) < 4:
+            raise EOFError
+        body = self.requests.read(int.from_bytes(header, "little"))
+        request = marshal.loads(body)
+        if not isinstance(request, dict):
+            raise ValueError("a request is a dict")
+        return request
 
     def _control_loop(self) -> None:
         control = os.fdopen(self.control_fd, "rb")
         for line in control:
-            try:
-                message = json.loads(line)
-                if message.get("op") == "interrupt":
-                    self.interrupter.interrupt(int(message["id"]))
-            except (ValueError, KeyError, TypeError):
-                continue
+            words = line.split()
+            if len(words) == 2 and words[0] == b"interrupt" and words[1].isdigit():
+                self.interrupter.interrupt(int(words[1]))
 
     def _handle(self, request: dict[str, Any]) -> None:
         request_id = int(request.get("id", 0))
@@ -279,6 +342,8 @@ class Worker:
             elif op == "load":
                 reply = self._load(request)
             elif op == "invalidate_caches":
+                import importlib
+
                 importlib.invalidate_caches()
                 reply = {}
             elif op == "ping":
@@ -332,26 +397,29 @@ class Worker:
         return reply
 
     def _run_cell(self, code: str) -> Any:
+        """Run a cell like Jupyter: statements, then the value of a last bare expression."""
         self.cell_count += 1
         filename = f"<cell-{self.cell_count}>"
-        # Registered so tracebacks show the user's lines and inspect.getsource finds functions.
-        linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
-        tree = ast.parse(code, filename=filename, mode="exec")
-        last: ast.expr | None = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = tree.body.pop().value  # type: ignore[attr-defined]
+        self.sources.add(filename, code)
+        tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST)
+        assert isinstance(tree, _ast.Module)
+        last: _ast.expr | None = None
+        final = tree.body[-1] if tree.body else None
+        if isinstance(final, _ast.Expr):
+            last = final.value
+            tree.body.pop()
         if tree.body:
             exec(compile(tree, filename, "exec"), self.namespace)
         if last is None:
             return None
-        expression = ast.Expression(body=last)
-        return eval(compile(expression, filename, "eval"), self.namespace)
+        return eval(compile(_ast.Expression(body=last), filename, "eval"), self.namespace)
 
     def _flush_streams(self) -> None:
         for name in ("stdout", "stderr"):
-            stream = getattr(sys, name)
-            with contextlib.suppress(Exception):
-                stream.flush()
+            try:
+                getattr(sys, name).flush()
+            except Exception:
+                continue  # a stream user code broke must not break the reply
 
     def _collect_figures(self) -> list[str]:
         pyplot = sys.modules.get("matplotlib.pyplot")
@@ -362,9 +430,11 @@ class Worker:
             for number in pyplot.get_fignums():
                 buffer = io.BytesIO()
                 pyplot.figure(number).savefig(buffer, format="png")
-                figures.append(base64.b64encode(buffer.getvalue()).decode("ascii"))
+                figures.append(_base64(buffer.getvalue()))
             pyplot.close("all")
         except Exception:
+            import traceback
+
             traceback.print_exc()
         return figures
 
@@ -390,6 +460,8 @@ class Worker:
             "stdout": _StreamLimiter(self.events, request_id, "stdout", limit),
             "stderr": _StreamLimiter(self.events, request_id, "stderr", limit),
         }
+        import subprocess
+
         env = dict(os.environ)
         env.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
         started = time.perf_counter()
@@ -431,8 +503,7 @@ class Worker:
         self.interrupter.stop()
         # What the command left running in its process group ends with it (a fork bomb too);
         # long-lived services are started with setsid or from Python with start_new_session.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        _kill_group(process.pid)
         process.stdout.close()
         process.stderr.close()
         return {
@@ -446,7 +517,7 @@ class Worker:
     def _kernel_state(self) -> types.ModuleType:
         module = sys.modules.get("_sandbox_kernel_state")
         if module is None:
-            module = types.ModuleType("_sandbox_kernel_state")
+            module = type(sys)("_sandbox_kernel_state")
             module.__file__ = self.kernel_state_path
             with open(self.kernel_state_path, encoding="utf-8") as handle:
                 source = handle.read()
@@ -455,13 +526,27 @@ class Worker:
         return module
 
     def _dump(self) -> dict[str, Any]:
-        blob, saved, skipped = self._kernel_state().dump_namespace(self.namespace)
-        return {"data": base64.b64encode(blob).decode("ascii"), "saved": saved, "skipped": skipped}
+        kernel_state = self._kernel_state()  # imports linecache: pending cell sources land there
+        blob, saved, skipped = kernel_state.dump_namespace(self.namespace)
+        return {"data": _base64(blob), "saved": saved, "skipped": skipped}
 
     def _load(self, request: dict[str, Any]) -> dict[str, Any]:
-        blob = base64.b64decode(request["data"])
+        blob = bytes(request["data"])
         failed = self._kernel_state().load_namespace(self.namespace, blob)
         return {"failed": failed}
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return  # the group is already gone
+
+
+def _base64(data: bytes) -> str:
+    import binascii
+
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
 
 
 def _safe_repr(value: Any) -> str:
@@ -472,6 +557,8 @@ def _safe_repr(value: Any) -> str:
 
 
 def _describe_exception(exc: BaseException) -> dict[str, str]:
+    import traceback
+
     if isinstance(exc, SyntaxError):
         lines = traceback.format_exception_only(type(exc), exc)
         return {"name": type(exc).__name__, "value": str(exc), "traceback": "".join(lines)}

@@ -1,8 +1,9 @@
 """The host's handle on one sandboxed worker: start it, send requests, interrupt it, kill it.
 
-The worker (:mod:`._worker`) speaks JSON lines on three pipes created here and handed to the
-sandbox by descriptor number: requests, events (output chunks and replies) and control
-(interrupts). A background task reads events and routes them to the request in flight, so output
+The worker (:mod:`._worker`) talks on three pipes created here and handed to the sandbox by
+descriptor number: requests (length-prefixed ``marshal`` frames: the host is trusted), events
+(JSON lines, output chunks and replies: parsed safely whatever the sandbox sends) and control
+(interrupt lines). A background task reads events and routes them to the request in flight, so output
 streams to ``on_output`` while code runs. When the worker's event pipe closes, every waiter learns
 the worker is gone (:class:`WorkerDied`) instead of hanging.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import marshal
 import os
 import signal
 from collections.abc import Callable, Sequence
@@ -199,13 +201,13 @@ class WorkerProcess:
             future.set_exception(WorkerDied("the worker is not running"))
             return request_id, future
         self._pending[request_id] = (future, on_event)
-        message = {**payload, "id": request_id, "op": op}
-        self._requests.write((json.dumps(message, separators=(",", ":")) + "\n").encode())
+        body = marshal.dumps({**payload, "id": request_id, "op": op})
+        self._requests.write(len(body).to_bytes(4, "little") + body)
         return request_id, future
 
     def interrupt(self, request_id: int) -> None:
         """Ask the worker to stop request ``request_id`` (SIGINT for code, SIGKILL for commands)."""
-        line = json.dumps({"op": "interrupt", "id": request_id}).encode() + b"\n"
+        line = f"interrupt {request_id}\n".encode()
         with contextlib.suppress(OSError):
             os.write(self._control_fd, line)
 

@@ -461,7 +461,7 @@ class LocalSession(Session):
     async def load_variables(self, data: bytes) -> list[str]:
         if not isinstance(data, bytes):
             raise InvalidInputError("Variables must be the bytes of a VariablesDump.")
-        reply = await self._simple_request("load", {"data": base64.b64encode(data).decode()})
+        reply = await self._simple_request("load", {"data": data})
         return [str(name) for name in reply.get("failed", [])]
 
 

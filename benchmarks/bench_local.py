@@ -1,0 +1,107 @@
+"""Benchmark of the local provider: what a session costs to start and what one call costs.
+
+Run it with ``python benchmarks/bench_local.py`` (``--quick`` for fewer repetitions). It prints one
+table of medians, measured in this run, and the ratios the design cares about:
+
+* cold start: ``LocalProvider.create()`` until the sandboxed worker answers;
+* warm round trip: ``x += 1`` through ``LocalSession.run_code`` (the agent's per-call cost);
+* the same work as one ``python -c`` subprocess per call (what a stateless tool pays);
+* the same work as ``exec()`` in this process (the floor: no isolation, no IPC);
+* a recursive ``list_files`` of a workspace of 100 files / 100 MB (what an incremental snapshot
+  pays to find changes).
+
+No assertions: numbers on a shared machine vary; the table is for people.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+
+from langchain_sandbox.providers.local import LocalProvider
+
+
+async def _time_async(operation: Callable[[], Awaitable[object]], repeat: int) -> list[float]:
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        await operation()
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def _time_sync(operation: Callable[[], object], repeat: int) -> list[float]:
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        operation()
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+async def main(quick: bool) -> None:
+    scale = 0.2 if quick else 1.0
+    rows: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as base_dir:
+        provider = LocalProvider(base_dir=base_dir)
+        await (await provider.create()).close()  # interpreter facts are cached per provider
+
+        async def cold_start() -> None:
+            session = await provider.create()
+            cold.append(session)
+
+        cold: list[object] = []
+        rows["cold start to a ready worker"] = await _time_async(cold_start, int(30 * scale) or 3)
+        await provider.aclose()
+
+        session = await provider.create()
+        await session.run_code("x = 0")
+        for _ in range(200):
+            await session.run_code("x += 1")
+        rows["warm round trip: run_code('x += 1')"] = await _time_async(
+            lambda: session.run_code("x += 1"), int(3000 * scale)
+        )
+
+        files = {f"data/{i // 10}/file-{i}.bin": b"\0" * 1_000_000 for i in range(100)}
+        await session.write_files(files)
+        rows["list_files(recursive) of 100 files, 100 MB"] = await _time_async(
+            lambda: session.list_files(".", recursive=True), int(200 * scale)
+        )
+        await session.close()
+
+    rows["python -c 'x = 0; x += 1' per call"] = _time_sync(
+        lambda: subprocess.run([sys.executable, "-c", "x = 0; x += 1"], check=True),
+        int(40 * scale) or 5,
+    )
+    namespace: dict[str, object] = {"x": 0}
+    rows["exec('x += 1') in-process (floor)"] = _time_sync(
+        lambda: exec("x += 1", namespace), int(20000 * scale)
+    )
+
+    medians = {name: statistics.median(samples) for name, samples in rows.items()}
+    width = max(len(name) for name in rows)
+    print(f"{'measurement':<{width}}  {'median ms':>10}  {'p90 ms':>9}  {'n':>6}")
+    for name, samples in rows.items():
+        p90 = statistics.quantiles(samples, n=10)[-1] if len(samples) > 1 else samples[0]
+        print(f"{name:<{width}}  {medians[name]:>10.4f}  {p90:>9.4f}  {len(samples):>6}")
+    warm = medians["warm round trip: run_code('x += 1')"]
+    subprocess_call = medians["python -c 'x = 0; x += 1' per call"]
+    floor = medians["exec('x += 1') in-process (floor)"]
+    print()
+    print(f"python -c per call / warm round trip: {subprocess_call / warm:8.1f}x  (target >= 50x)")
+    print(f"warm round trip / in-process exec:    {warm / floor:8.1f}x")
+    print(f"warm round trip median:               {warm:8.4f} ms (target < 0.5 ms)")
+    cold_ms = medians["cold start to a ready worker"]
+    print(f"cold start median:                    {cold_ms:8.2f} ms (target < 60 ms)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    asyncio.run(main(parser.parse_args().quick))
