@@ -78,6 +78,7 @@ T = TypeVar("T")
 ENVD_VERSION = "0.6.7"
 DEFAULT_SANDBOX_TIMEOUT = 300
 _POLL = 0.05
+_DONE = ("", "")  # queued when a run ends
 _REDACTED_HEADERS = ("x-api-key", "x-access-token", "e2b-traffic-access-token", "authorization")
 
 
@@ -773,16 +774,21 @@ def _drain(
     gone: Callable[[], bool] | None = None,
 ) -> Iterator[tuple[str, str]]:
     """Yield output until the run ends, its deadline passes or the client goes away."""
+    future.add_done_callback(lambda _f: output.put(_DONE))  # wakes the wait below at once
     while True:
         try:
-            yield output.get(timeout=_POLL)
-            continue
+            item = output.get(timeout=_POLL)
         except queue.Empty:
-            pass
-        if future.done():
+            item = None
+        if item is _DONE:
             while not output.empty():
-                yield output.get_nowait()
+                item = output.get_nowait()
+                if item is not _DONE:
+                    yield item
             return
+        if item is not None:
+            yield item
+            continue
         if deadline is not None and time.monotonic() >= deadline:
             return
         if gone is not None and gone():
@@ -828,6 +834,9 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers, body and stream chunks go out in separate writes; with Nagle's algorithm each one
+    # would wait for the client's delayed ACK (~40 ms).
+    disable_nagle_algorithm = True
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
