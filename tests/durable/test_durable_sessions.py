@@ -147,6 +147,8 @@ def test_fork_and_time_travel_see_the_workspace_of_their_checkpoint(
     # the original branch, continued later, still sees its own state
     later = story.run("--checkpoint-id", original_head, "--message", "orig")
     assert "now 2 two" in later["tools"][-1]
+    # before_agent restored it; the model reads that with the thread's next sandbox result
+    assert "restored from the snapshot of revision 2" in later["tools"][-1]
     later_head = later["history"][0]["id"]
 
     # the fork, continued after that, does not see what the original branch wrote

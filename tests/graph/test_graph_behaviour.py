@@ -191,3 +191,55 @@ def test_hostile_input_leaves_the_thread_usable(runtime: SandboxRuntime, thread:
     assert "fine" in big
     assert "output truncated at the source" in big
     assert len(big) < 20_000  # the model sees head and tail, not 3 MB
+
+
+def test_tool_node_replays_parallel_sandbox_calls_after_an_interrupt(
+    runtime: SandboxRuntime, thread: str
+) -> None:
+    """Three sandbox calls and an approval in one AI message, in one ToolNode run. The approval
+    interrupts the node; on resume the node runs again, and each sandbox call's result is
+    replayed (to its own call) instead of being executed a second time."""
+    from langchain_core.tools import tool
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import tools_condition
+    from langgraph.types import interrupt
+
+    from langchain_sandbox.graph import SandboxGraphState, SandboxToolNode
+    from langchain_sandbox.tools import SandboxExecTool
+
+    @tool
+    def ask_approval(question: str) -> str:
+        """Ask a human."""
+        return str(interrupt(question))
+
+    tools = [SandboxExecTool(), ask_approval]
+    appends = [
+        call("sandbox_exec", code=f"open('log.txt', 'a').write('{c}')\nprint('{c}')") for c in "abc"
+    ]
+    model = ScriptedToolModel(
+        script=[
+            [*appends, call("ask_approval", question="ok?")],
+            call("sandbox_exec", code="print(open('log.txt').read())"),
+            "done",
+        ]
+    ).bind_tools(tools)
+    graph = StateGraph(SandboxGraphState)
+    graph.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
+    graph.add_node("tools", SandboxToolNode(tools, runtime=runtime))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    app = graph.compile(checkpointer=InMemorySaver())
+
+    assert app.invoke({"messages": [HumanMessage("go")]}, cfg(thread))["__interrupt__"]
+    state = app.invoke(Command(resume="yes"), cfg(thread))
+    by_call = {m.tool_call_id: m.text for m in tool_messages(state["messages"])}
+    assert [by_call[f"call_0_{i}"].strip() for i in range(3)] == [
+        "stdout:\na",
+        "stdout:\nb",
+        "stdout:\nc",
+    ]
+    assert by_call["call_0_3"] == "yes"
+    final = by_call["call_1_0"]
+    assert sorted(final.split("stdout:\n", 1)[1].strip()) == ["a", "b", "c"]  # each ran once
+    assert state["sandbox"]["exec_count"] == 4
