@@ -150,6 +150,7 @@ class LocalSession(Session):
         )
         self._lock = asyncio.Lock()
         self._worker: WorkerProcess | None = None
+        self._oom_kills_seen = 0
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -181,6 +182,8 @@ class LocalSession(Session):
             self._worker = await self._start_worker()
 
     async def _start_worker(self) -> WorkerProcess:
+        # Out-of-memory kills counted from here on are this worker's (read once, off the hot path).
+        self._oom_kills_seen = self.cgroup.oom_kills()
         return await WorkerProcess.start(
             self.launcher.worker_command,
             prepare=self.launcher.spawnable,
@@ -236,7 +239,6 @@ class LocalSession(Session):
         on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> _Outcome:
         """Send one request and wait for it: interrupt on timeout, kill if that is not enough."""
-        oom_before = self.cgroup.oom_kills()
         started = time.perf_counter()
         request_id, future = worker.send(op, payload, on_event)
 
@@ -244,13 +246,16 @@ class LocalSession(Session):
             return (time.perf_counter() - started) * 1000
 
         try:
+            # shield: a timeout must not cancel the reply, which is still awaited after it.
             try:
-                reply = await asyncio.wait_for(asyncio.shield(future), timeout)
+                async with asyncio.timeout(timeout):
+                    reply = await asyncio.shield(future)
                 return _Outcome(reply, elapsed_ms=elapsed())
             except TimeoutError:
                 worker.interrupt(request_id)
             try:
-                reply = await asyncio.wait_for(asyncio.shield(future), INTERRUPT_GRACE)
+                async with asyncio.timeout(INTERRUPT_GRACE):
+                    reply = await asyncio.shield(future)
                 return _Outcome(reply, timed_out=True, elapsed_ms=elapsed())
             except TimeoutError:
                 await self._discard_worker(worker)
@@ -262,7 +267,7 @@ class LocalSession(Session):
                 )
         except WorkerDied:
             await self._discard_worker(worker)
-            if self.cgroup.oom_kills() > oom_before:
+            if self.cgroup.oom_kills() > self._oom_kills_seen:
                 limit = self.spec.limits.memory_mb
                 why = f"it ran out of memory (the session's limit is {limit} MB)"
             else:
