@@ -143,6 +143,8 @@ def _translate(
         return make(QuotaExceededError)
     if isinstance(exc, (e2b.NotFoundException, e2b.SandboxNotRunningException)) or status == 404:
         return make(SandboxGoneError)
+    # The edge's 502 for a sandbox that no longer exists arrives, through the code interpreter,
+    # as a plain exception whose text is all there is; the SDK itself tells envd's case by it.
     if "was not found" in message or "was killed" in message:
         return make(SandboxGoneError)
     if isinstance(exc, e2b.SandboxUnreachableException) or (status is not None and status >= 500):
@@ -154,6 +156,34 @@ def _translate(
     if isinstance(exc, e2b.InvalidArgumentException | e2b.TemplateException):
         return make(InvalidInputError)
     return make(SandboxError, retryable=False)
+
+
+class _Streams:
+    """Output of one call: capped at the source, and passed on to the caller's callback."""
+
+    def __init__(self, limit: int, on_output: OutputCallback | None) -> None:
+        self._captures = {"stdout": OutputCapture(limit), "stderr": OutputCapture(limit)}
+        self._on_output = on_output
+
+    def sink(self, stream: Literal["stdout", "stderr"]) -> Callable[[Any], None]:
+        """A callback for the SDK; it passes ``str`` (commands) or ``OutputMessage`` (code)."""
+
+        def write(chunk: Any) -> None:
+            text = chunk if isinstance(chunk, str) else str(getattr(chunk, "line", chunk))
+            self._captures[stream].write(text.encode())
+            if self._on_output is not None:
+                self._on_output(stream, text)
+
+        return write
+
+    def fields(self) -> dict[str, Any]:
+        out, err = self._captures["stdout"], self._captures["stderr"]
+        return {
+            "stdout": out.text(),
+            "stderr": err.text(),
+            "truncated": out.truncated or err.truncated,
+            "omitted_bytes": out.omitted + err.omitted,
+        }
 
 
 class E2BSession(Session):
@@ -257,25 +287,6 @@ class E2BSession(Session):
             raise InvalidInputError("timeout must be a positive number of seconds.")
         return float(limit)
 
-    def _captures(
-        self, on_output: OutputCallback | None
-    ) -> tuple[OutputCapture, OutputCapture, Callable[[Any], None], Callable[[Any], None]]:
-        out = OutputCapture(self.spec.limits.max_output_bytes)
-        err = OutputCapture(self.spec.limits.max_output_bytes)
-
-        def sink(
-            capture: OutputCapture, stream: Literal["stdout", "stderr"]
-        ) -> Callable[[Any], None]:
-            def write(chunk: Any) -> None:
-                text = chunk if isinstance(chunk, str) else str(getattr(chunk, "line", chunk))
-                capture.write(text.encode())
-                if on_output is not None:
-                    on_output(stream, text)
-
-            return write
-
-        return out, err, sink(out, "stdout"), sink(err, "stderr")
-
     # -- code and commands -------------------------------------------------------------------
 
     async def run_code(
@@ -290,36 +301,33 @@ class E2BSession(Session):
 
         limit = self._timeout(timeout)
         await self._ready(limit)
-        out, err, on_stdout, on_stderr = self._captures(on_output)
+        streams = _Streams(self.spec.limits.max_output_bytes, on_output)
         started = time.monotonic()
         execution: Any = None
-        timed_out = False
         try:
             async with asyncio.timeout(limit) as deadline:
                 execution = await self._sandbox.run_code(
                     code,
                     envs=dict(env) if env else None,
-                    on_stdout=on_stdout,
-                    on_stderr=on_stderr,
+                    on_stdout=streams.sink("stdout"),
+                    on_stderr=streams.sink("stderr"),
                     timeout=limit + _BACKSTOP,
                 )
         except Exception as exc:
             # Our deadline, or the SDK's own one (its ReadTimeout, when a busy stream kept the
             # event loop from firing ours first). Closing the stream interrupts the cell.
-            timed_out = deadline.expired() or isinstance(exc.__context__, httpx.ReadTimeout)
-            if not timed_out:
+            if not (deadline.expired() or isinstance(exc.__context__, httpx.ReadTimeout)):
                 raise await self._failure(exc, "run code") from exc
-        result = ExecutionResult(
-            kind="code",
-            stdout=out.text(),
-            stderr=err.text(),
-            duration_ms=(time.monotonic() - started) * 1000,
-            truncated=out.truncated or err.truncated,
-            omitted_bytes=out.omitted + err.omitted,
-        )
-        if timed_out:
-            return result.model_copy(update={"timed_out": True, "exit_code": None})
-        return result.model_copy(update=_execution_fields(execution))
+        fields: dict[str, Any] = {
+            "duration_ms": (time.monotonic() - started) * 1000,
+            **streams.fields(),
+            **(
+                {"timed_out": True, "exit_code": None}
+                if execution is None
+                else _execution_fields(execution)
+            ),
+        }
+        return ExecutionResult(kind="code", **fields)
 
     async def run_command(
         self,
@@ -335,7 +343,7 @@ class E2BSession(Session):
         limit = self._timeout(timeout)
         directory = resolve_path(cwd or ".")
         await self._ready(limit)
-        out, err, on_stdout, on_stderr = self._captures(on_output)
+        streams = _Streams(self.spec.limits.max_output_bytes, on_output)
         started = time.monotonic()
         try:
             handle = await self._sandbox.commands.run(
@@ -343,8 +351,8 @@ class E2BSession(Session):
                 background=True,
                 envs=dict(env) if env else None,
                 cwd=directory,
-                on_stdout=on_stdout,
-                on_stderr=on_stderr,
+                on_stdout=streams.sink("stdout"),
+                on_stderr=streams.sink("stderr"),
                 timeout=limit + _BACKSTOP,
                 retain_output=False,
             )
@@ -366,13 +374,10 @@ class E2BSession(Session):
             raise await self._failure(exc, "run the command") from exc
         return ExecutionResult(
             kind="command",
-            stdout=out.text(),
-            stderr=err.text(),
             exit_code=exit_code,
             timed_out=timed_out,
             duration_ms=(time.monotonic() - started) * 1000,
-            truncated=out.truncated or err.truncated,
-            omitted_bytes=out.omitted + err.omitted,
+            **streams.fields(),
         )
 
     async def _kill(self, handle: Any) -> None:
