@@ -16,10 +16,7 @@ from langchain_sandbox.providers.base import Limits, Provider, SessionSpec
 
 async def test_python_state_persists_and_last_value_is_returned(provider: Provider) -> None:
     async with await provider.create() as session:
-        if not session.capabilities.stateful_python:
-            result = await session.run_code("print(6 * 7)")
-            assert result.stdout == "42\n"
-            return
+        assert session.capabilities.stateful_python
         first = await session.run_code("import math\nx = 40\ndef f(a):\n    return a + 1\n")
         assert first.ok, first.render()
         second = await session.run_code("x = f(x) + 1\nmath.floor(x + 0.5)")
@@ -61,7 +58,9 @@ async def test_commands_exit_codes_cwd_env(provider: Provider) -> None:
         assert failed.exit_code == 3
         assert not failed.ok
         await session.run_command("mkdir -p sub/dir")
-        where = await session.run_command("pwd; echo $GREETING", cwd="sub/dir", env={"GREETING": "hey"})
+        where = await session.run_command(
+            "pwd; echo $GREETING", cwd="sub/dir", env={"GREETING": "hey"}
+        )
         assert where.stdout == "/home/user/sub/dir\nhey\n"
         home = await session.run_command("pwd")
         assert home.stdout == "/home/user\n"
@@ -127,8 +126,7 @@ async def test_huge_output_is_truncated_at_the_source(provider: Provider) -> Non
 
 async def test_variables_move_to_a_new_session(provider: Provider) -> None:
     async with await provider.create() as source:
-        if not source.capabilities.variables:
-            return
+        assert source.capabilities.variables
         await source.run_code("import threading\nnums = [1, 2, 3]\nlock = threading.Lock()")
         dump = await source.dump_variables()
         assert "nums" in dump.saved
@@ -169,8 +167,7 @@ async def test_record_is_json_and_attach_finds_the_session(provider: Provider) -
 
 async def test_figures_come_back_as_png(provider: Provider) -> None:
     async with await provider.create() as session:
-        if not session.capabilities.figures:
-            return
+        assert session.capabilities.figures
         result = await session.run_code(
             "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()"
         )
@@ -178,3 +175,59 @@ async def test_figures_come_back_as_png(provider: Provider) -> None:
         pngs = [a for a in result.artifacts if a.mime_type == "image/png"]
         assert pngs
         assert pngs[0].to_bytes().startswith(b"\x89PNG")
+
+
+async def test_pause_then_attach_keeps_files_and_memory(provider: Provider) -> None:
+    session = await provider.create()
+    try:
+        await session.run_code("counter = 41")
+        await session.write_files({"kept.txt": b"kept"})
+        await session.pause()
+        await session.pause()
+        again = await provider.attach(session.record)
+        assert again is not None
+        assert (await again.read_files(["kept.txt"]))["kept.txt"] == b"kept"
+        # Providers with pause keep memory across it; the others keep the sandbox running.
+        assert (await again.run_code("counter + 1")).value == "42"
+    finally:
+        await session.close()
+
+
+async def test_network_is_denied_unless_asked_for(provider: Provider) -> None:
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    accepted: list[bool] = []
+
+    def accept() -> None:
+        server.settimeout(10)
+        try:
+            conn, _ = server.accept()
+            accepted.append(True)
+            conn.close()
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    probe = (
+        "import socket\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {port}), timeout=3).close()\n"
+        "    print('connected')\n"
+        "except OSError as exc:\n"
+        "    print('refused', type(exc).__name__)\n"
+    )
+    try:
+        async with await provider.create() as session:
+            result = await session.run_code(probe)
+            if provider.capabilities.network_control:
+                assert result.stdout.startswith("refused"), result.render()
+                assert not accepted
+            else:
+                assert result.ok, result.render()
+    finally:
+        server.close()
+        thread.join(timeout=15)
