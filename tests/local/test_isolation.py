@@ -178,3 +178,22 @@ def test_probe_reports_what_is_enforced_here() -> None:
     missing = probe_isolation("/nonexistent/bwrap")
     assert not missing.bubblewrap_usable
     assert any("bubblewrap" in problem for problem in missing.problems)
+
+
+async def test_bubblewrap_without_user_namespaces_refuses_with_a_fix(tmp_path: Path) -> None:
+    # What bubblewrap prints where unprivileged user namespaces are disabled; the provider must
+    # turn it into an error that says how to fix it, and leave nothing behind.
+    failing = tmp_path / "bwrap"
+    failing.write_text(
+        "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n"
+    )
+    failing.chmod(0o755)
+    provider = LocalProvider(base_dir=tmp_path / "b", bwrap=str(failing))
+    with pytest.raises(IsolationUnavailableError) as caught:
+        await provider.create()
+    assert "user namespaces" in str(caught.value)
+    assert "Permission denied" in str(caught.value)
+    assert list((tmp_path / "b" / "sessions").iterdir()) == []
+    report = probe_isolation(str(failing))
+    assert not report.bubblewrap_usable
+    assert any("user namespaces" in problem for problem in report.problems)

@@ -24,8 +24,9 @@ from langchain_sandbox.errors import IsolationUnavailableError, SandboxError
 
 EventHandler = Callable[[dict[str, Any]], None]
 
-# Replies carry figures and variable dumps; a line may be large, but not unbounded.
-_MAX_LINE = 512 * 1024 * 1024
+# Replies carry figures and variable dumps, so a line may be large; the bound keeps a hostile
+# sandbox from making the host buffer without limit (past it the worker counts as broken).
+_MAX_LINE = 64 * 1024 * 1024
 _STARTUP_TIMEOUT = 60.0
 
 
@@ -215,10 +216,10 @@ class WorkerProcess:
         """Kill the worker and its sandbox (bubblewrap's namespace dies with it). Idempotent."""
         self.exited = True
         if self._process.returncode is None:
+            # The process leads its own group. Not Process.kill(): Popen.send_signal polls, which
+            # can reap the child behind asyncio's child watcher ("Unknown child process").
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._process.pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                self._process.kill()
             await self._process.wait()
         self._requests.close()
         with contextlib.suppress(OSError):
