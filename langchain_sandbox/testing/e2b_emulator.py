@@ -38,17 +38,14 @@ import base64
 import contextlib
 import datetime as dt
 import gzip
-import io
 import itertools
 import json
 import posixpath
 import queue
 import re
 import secrets
-import select
 import shlex
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -56,12 +53,19 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, parse_qsl, unquote, urlsplit
 
 from langchain_sandbox.providers.local import LocalProvider
+from langchain_sandbox.testing._e2b_http import (
+    EmulatorServer,
+    Fault,
+    Handler,
+    RecordedRequest,
+    api_error,
+    connect_error,
+)
 from langchain_sandbox.testing._e2b_machine import CellOutcome, Machine
 from langchain_sandbox.testing._e2b_wire import (
     END_STREAM,
@@ -69,7 +73,6 @@ from langchain_sandbox.testing._e2b_wire import (
     envelope,
     parse_envelope,
     parse_multipart,
-    read_body,
 )
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
@@ -79,43 +82,6 @@ ENVD_VERSION = "0.6.7"
 DEFAULT_SANDBOX_TIMEOUT = 300
 _POLL = 0.05
 _DONE = ("", "")  # queued when a run ends
-_REDACTED_HEADERS = ("x-api-key", "x-access-token", "e2b-traffic-access-token", "authorization")
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One request the emulator received. Credential headers are redacted.
-
-    Attributes:
-        route: What it was, e.g. ``"POST /v2/sandboxes"``, ``"envd Start"``, ``"jupyter execute"``.
-        status: The status answered (0 when the connection was dropped on purpose).
-        body: The JSON body (the message of a Connect envelope), when there was one.
-    """
-
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: dict[str, str]
-    sandbox_id: str | None
-    route: str
-    status: int = 0
-    at: float = 0.0
-    body: Any = None
-    seq: int = 0
-
-
-@dataclass
-class Fault:
-    """A switch that makes matching requests fail; see :meth:`E2BEmulator.inject`."""
-
-    route: re.Pattern[str]
-    status: int | None = None
-    drop: bool = False
-    lose_response: bool = False
-    delay: float = 0.0
-    times: int | None = 1
-    should_retry: bool | None = False
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -132,22 +98,6 @@ class _Sandbox:
     state: str = "running"
     processes: dict[int, Future[int]] = field(default_factory=dict)
     contexts: dict[str, str] = field(default_factory=lambda: {"default": WORKSPACE_ROOT})
-
-
-class _HttpError(Exception):
-    def __init__(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None):
-        super().__init__(body.get("message", ""))
-        self.status = status
-        self.body = body
-        self.headers = headers or {}
-
-
-def _api_error(status: int, message: str) -> _HttpError:
-    return _HttpError(status, {"code": status, "message": message})
-
-
-def _connect_error(status: int, code: str, message: str) -> _HttpError:
-    return _HttpError(status, {"code": code, "message": message})
 
 
 class E2BEmulator:
@@ -169,7 +119,7 @@ class E2BEmulator:
         self._pids = itertools.count(1000)
         self._sequence = itertools.count()
         self._clock_offset = 0.0
-        self._server: _Server | None = None
+        self._server: EmulatorServer | None = None
         self._serve_thread: threading.Thread | None = None
         self._loop = asyncio.new_event_loop()
         self._loop_thread: threading.Thread | None = None
@@ -187,7 +137,7 @@ class E2BEmulator:
             target=self._loop.run_forever, name="e2b-emulator-loop", daemon=True
         )
         self._loop_thread.start()
-        self._server = _Server((self._host, 0), _Handler, self)
+        self._server = EmulatorServer((self._host, 0), self)
         self._serve_thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.1},
@@ -365,6 +315,9 @@ class E2BEmulator:
             self._requests.append(request)
             return request.seq
 
+    def _next_seq(self) -> int:
+        return next(self._sequence)
+
     def _update(self, seq: int, **changes: Any) -> None:
         """Complete a logged request (body, status); a no-op once the log was cleared."""
         with self._lock:
@@ -390,7 +343,7 @@ class E2BEmulator:
         with self._lock:
             sandbox = self._sandboxes.get(sandbox_id)
         if sandbox is None:
-            raise _api_error(404, f"sandbox {sandbox_id} not found")
+            raise api_error(404, f"sandbox {sandbox_id} not found")
         return sandbox
 
     def _reachable(self, sandbox_id: str, token: str | None) -> _Sandbox:
@@ -399,9 +352,9 @@ class E2BEmulator:
         with self._lock:
             sandbox = self._sandboxes.get(sandbox_id)
         if sandbox is None or sandbox.state != "running":
-            raise _api_error(502, f"The sandbox {sandbox_id} was not found")
+            raise api_error(502, f"The sandbox {sandbox_id} was not found")
         if token != sandbox.access_token:
-            raise _api_error(401, "invalid access token")
+            raise api_error(401, "invalid access token")
         return sandbox
 
     # -- control plane -----------------------------------------------------------------------
@@ -440,7 +393,7 @@ class E2BEmulator:
 
     def _new_machine(self, env: dict[str, str], *, network: bool) -> Machine:
         if self._machines is None:
-            raise _api_error(503, "the emulator is stopping")
+            raise api_error(503, "the emulator is stopping")
         return self._submit(Machine.create(self._machines, env, network=network)).result()
 
     def _create(self, body: dict[str, Any], idempotency_key: str | None) -> dict[str, Any]:
@@ -487,9 +440,9 @@ class E2BEmulator:
         next_token = str(start + limit) if start + limit < len(matching) else None
         return [self._detail(s) for s in page], next_token
 
-    def handle_api(self, handler: _Handler, method: str, path: str, body: bytes) -> None:
+    def handle_api(self, handler: Handler, method: str, path: str, body: bytes) -> None:
         if self.api_key is not None and handler.headers.get("X-API-KEY") != self.api_key:
-            raise _api_error(401, "Invalid API key")
+            raise api_error(401, "Invalid API key")
         query = parse_qs(urlsplit(handler.path).query)
         data = json.loads(body) if body.strip() else {}
         if method == "POST" and path == "/v2/sandboxes":
@@ -501,7 +454,7 @@ class E2BEmulator:
             return
         match = re.fullmatch(r"/(?:v2/)?sandboxes/([^/]+)(?:/(\w+))?", path)
         if match is None:
-            raise _api_error(404, f"no route {method} {path}")
+            raise api_error(404, f"no route {method} {path}")
         sandbox = self._sandbox(match.group(1))
         action = match.group(2)
         if method == "POST" and action == "connect":
@@ -521,7 +474,7 @@ class E2BEmulator:
                 already = sandbox.state == "paused"
                 sandbox.state = "paused"
             if already:
-                raise _api_error(409, f"sandbox {sandbox.sandbox_id} is already paused")
+                raise api_error(409, f"sandbox {sandbox.sandbox_id} is already paused")
             handler.send_empty(204)
         elif method == "GET" and action is None:
             handler.send_json(200, self._detail(sandbox))
@@ -529,11 +482,11 @@ class E2BEmulator:
             self.expire(sandbox.sandbox_id)
             handler.send_empty(204)
         else:
-            raise _api_error(404, f"no route {method} {path}")
+            raise api_error(404, f"no route {method} {path}")
 
     # -- envd and the code interpreter ---------------------------------------------------------
 
-    def handle_sandbox(self, handler: _Handler, method: str, path: str, body: bytes) -> None:
+    def handle_sandbox(self, handler: Handler, method: str, path: str, body: bytes) -> None:
         sandbox_id = handler.headers.get("E2b-Sandbox-Id", "")
         sandbox = self._reachable(sandbox_id, handler.headers.get("X-Access-Token"))
         machine = sandbox.machine
@@ -550,7 +503,7 @@ class E2BEmulator:
             pid = int((json.loads(body or b"{}").get("process") or {}).get("pid", 0))
             process = sandbox.processes.get(pid)
             if process is None:
-                raise _connect_error(404, "not_found", f"process with pid {pid} not found")
+                raise connect_error(404, "not_found", f"process with pid {pid} not found")
             process.cancel()
             handler.send_json(200, {})
         elif path.startswith("/filesystem.Filesystem/"):
@@ -560,7 +513,7 @@ class E2BEmulator:
         elif path == "/contexts" and method == "POST":
             data = json.loads(body or b"{}")
             if data.get("language") not in (None, "python"):
-                raise _api_error(400, "the emulator runs Python only")
+                raise api_error(400, "the emulator runs Python only")
             context_id = uuid.uuid4().hex
             sandbox.contexts[context_id] = data.get("cwd") or WORKSPACE_ROOT
             handler.send_json(
@@ -572,20 +525,20 @@ class E2BEmulator:
                 [{"id": k, "language": "python", "cwd": v} for k, v in sandbox.contexts.items()],
             )
         else:
-            raise _api_error(404, f"no route {method} {path}")
+            raise api_error(404, f"no route {method} {path}")
 
-    def _read_file(self, handler: _Handler, machine: Machine, path: str) -> None:
+    def _read_file(self, handler: Handler, machine: Machine, path: str) -> None:
         try:
             host = machine.host_path(path)
             if host.is_dir():
-                raise _api_error(400, f"path '{path}' is a directory")
+                raise api_error(400, f"path '{path}' is a directory")
             data = host.read_bytes()
         except (FileNotFoundError, NotADirectoryError):
-            raise _api_error(404, f"file '{path}' not found") from None
+            raise api_error(404, f"file '{path}' not found") from None
         handler.send_bytes(200, data, "application/octet-stream")
 
     def _write_files(
-        self, handler: _Handler, machine: Machine, path: str | None, body: bytes
+        self, handler: Handler, machine: Machine, path: str | None, body: bytes
     ) -> None:
         content_type = handler.headers.get("Content-Type", "")
         if content_type.startswith("multipart/form-data"):
@@ -603,7 +556,7 @@ class E2BEmulator:
                 host.parent.mkdir(parents=True, exist_ok=True)
                 host.write_bytes(data)
             except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-                raise _api_error(400, f"cannot write '{target}'") from None
+                raise api_error(400, f"cannot write '{target}'") from None
             written.append({"name": posixpath.basename(target), "type": "file", "path": target})
         handler.send_json(200, written)
 
@@ -626,7 +579,7 @@ class E2BEmulator:
             if method == "MakeDir":
                 host = machine.host_path(data["path"])
                 if host.exists():
-                    raise _connect_error(409, "already_exists", f"'{data['path']}' exists")
+                    raise connect_error(409, "already_exists", f"'{data['path']}' exists")
                 host.mkdir(parents=True)
                 return {"entry": entry_json(machine.entry(host))}
             if method == "Move":
@@ -636,10 +589,10 @@ class E2BEmulator:
                 source.rename(destination)
                 return {"entry": entry_json(machine.entry(destination))}
         except (FileNotFoundError, NotADirectoryError):
-            raise _connect_error(404, "not_found", "path not found") from None
-        raise _connect_error(404, "unimplemented", f"filesystem.Filesystem/{method}")
+            raise connect_error(404, "not_found", "path not found") from None
+        raise connect_error(404, "unimplemented", f"filesystem.Filesystem/{method}")
 
-    def _start_process(self, handler: _Handler, sandbox: _Sandbox, request: dict[str, Any]) -> None:
+    def _start_process(self, handler: Handler, sandbox: _Sandbox, request: dict[str, Any]) -> None:
         process = request.get("process") or {}
         argv = [process.get("cmd", "/bin/bash"), *process.get("args", [])]
         # commands.run always sends bash -l -c <cmd>; anything else runs as given.
@@ -649,7 +602,7 @@ class E2BEmulator:
         try:
             sandbox.machine.host_path(cwd)
         except FileNotFoundError:
-            raise _connect_error(400, "invalid_argument", f"cwd '{cwd}' not found") from None
+            raise connect_error(400, "invalid_argument", f"cwd '{cwd}' not found") from None
         timeout_ms = int(handler.headers.get("connect-timeout-ms") or 0)
         deadline = time.monotonic() + timeout_ms / 1000 if timeout_ms else None
         output: queue.Queue[tuple[str, str]] = queue.Queue()
@@ -690,12 +643,12 @@ class E2BEmulator:
             handler.write_chunk(envelope(trailer, END_STREAM))
             handler.end_stream()
 
-    def _execute(self, handler: _Handler, sandbox: _Sandbox, request: dict[str, Any]) -> None:
+    def _execute(self, handler: Handler, sandbox: _Sandbox, request: dict[str, Any]) -> None:
         context = request.get("context_id") or "default"
         if context not in sandbox.contexts:
-            raise _api_error(404, f"context {context} not found")
+            raise api_error(404, f"context {context} not found")
         if request.get("language") not in (None, "python"):
-            raise _api_error(400, "the emulator runs Python only")
+            raise api_error(400, "the emulator runs Python only")
         output: queue.Queue[tuple[str, str]] = queue.Queue()
         future = self._submit(
             sandbox.machine.run_cell(
@@ -728,17 +681,6 @@ class E2BEmulator:
             handler.write_line({"type": "error", **outcome.error})
         handler.write_line({"type": "end_of_execution"})
         handler.end_stream()
-
-
-def _json_of(body: bytes, content_type: str) -> Any:
-    try:
-        if content_type.startswith("application/connect+json"):
-            return parse_envelope(body)
-        if content_type.startswith("application/json") and body:
-            return json.loads(body)
-    except ValueError:
-        pass
-    return None
 
 
 def _result(**fields: Any) -> dict[str, Any]:
@@ -793,191 +735,6 @@ def _drain(
             return
         if gone is not None and gone():
             return
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], handler: type[_Handler], emulator: E2BEmulator):
-        self.emulator = emulator
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
-        self._connection_threads: list[threading.Thread] = []
-        super().__init__(address, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._connections_lock:
-            self._connections.add(request)
-        thread = threading.Thread(
-            target=self.process_request_thread,
-            args=(request, client_address),
-            name="e2b-emulator-conn",
-            daemon=True,
-        )
-        self._connection_threads = [t for t in self._connection_threads if t.is_alive()] + [thread]
-        thread.start()
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._connections_lock:
-            self._connections.discard(request)
-        super().shutdown_request(request)
-
-    def close_connections(self) -> None:
-        with self._connections_lock:
-            connections = list(self._connections)
-        for connection in connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
-        for thread in self._connection_threads:
-            thread.join(timeout=10)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    # Headers, body and stream chunks go out in separate writes; with Nagle's algorithm each one
-    # would wait for the client's delayed ACK (~40 ms).
-    disable_nagle_algorithm = True
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Requests go to :attr:`E2BEmulator.requests`, not to stderr."""
-
-    def do_GET(self) -> None:
-        self._dispatch()
-
-    def do_POST(self) -> None:
-        self._dispatch()
-
-    def do_DELETE(self) -> None:
-        self._dispatch()
-
-    def do_PUT(self) -> None:
-        self._dispatch()
-
-    def _route(self, path: str) -> tuple[str, str | None]:
-        sandbox_id = self.headers.get("E2b-Sandbox-Id")
-        if sandbox_id is None:
-            return f"{self.command} {path}", None
-        if path.startswith(("/process.", "/filesystem.")):
-            return f"envd {path.rsplit('/', 1)[1]}", sandbox_id
-        if path in ("/execute", "/contexts") or path.startswith("/contexts/"):
-            return f"jupyter {path.strip('/').split('/')[0]}", sandbox_id
-        return f"envd {self.command} {path}", sandbox_id
-
-    def _dispatch(self) -> None:
-        emulator = self.server.emulator
-        path = urlsplit(self.path).path
-        route, sandbox_id = self._route(path)
-        headers = {
-            k.lower(): ("<redacted>" if k.lower() in _REDACTED_HEADERS else v)
-            for k, v in self.headers.items()
-        }
-        index = emulator._record(
-            RecordedRequest(
-                method=self.command,
-                path=path,
-                query=parse_qs(urlsplit(self.path).query),
-                headers=headers,
-                sandbox_id=sandbox_id,
-                route=route,
-                at=time.time(),
-                seq=next(emulator._sequence),
-            )
-        )
-        self._status = 0
-        self._swallow = False
-        try:
-            body = read_body(self.rfile, self.headers)
-            emulator._update(index, body=_json_of(body, self.headers.get("Content-Type", "")))
-            fault = emulator._take_fault(route)
-            if fault is not None:
-                if fault.delay:
-                    time.sleep(fault.delay)
-                if fault.drop:
-                    self.abort()
-                    return
-                if fault.status is not None:
-                    extra = dict(fault.headers)
-                    if fault.should_retry is not None:
-                        extra["Should-Retry"] = "true" if fault.should_retry else "false"
-                    raise _HttpError(
-                        fault.status, {"code": fault.status, "message": "injected fault"}, extra
-                    )
-            if fault is not None and fault.lose_response:
-                self._swallow = True
-            if sandbox_id is None:
-                emulator.handle_api(self, self.command, path, body)
-            else:
-                emulator.handle_sandbox(self, self.command, path, body)
-        except _HttpError as error:
-            self.send_json(error.status, error.body, error.headers)
-        except (ValueError, KeyError) as error:
-            self.send_json(400, {"code": 400, "message": f"bad request: {error}"})
-        except OSError:
-            self.close_connection = True
-        finally:
-            if self._swallow:
-                self.abort()
-            emulator._update(index, status=self._status)
-
-    # -- responses -------------------------------------------------------------------------
-
-    def _head(self, status: int, headers: dict[str, str]) -> None:
-        self._status = status
-        if self._swallow:
-            self.wfile = io.BytesIO()  # handled, but the answer never leaves
-        self.send_response(status)
-        for key, value in headers.items():
-            self.send_header(key, value)
-        self.end_headers()
-
-    def send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-        self.send_bytes(status, json.dumps(body).encode(), "application/json", headers)
-
-    def send_bytes(
-        self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
-    ) -> None:
-        self._head(
-            status,
-            {"Content-Type": content_type, "Content-Length": str(len(data)), **(headers or {})},
-        )
-        self.wfile.write(data)
-
-    def send_empty(self, status: int) -> None:
-        self._head(status, {"Content-Length": "0"})
-
-    def start_stream(self, status: int, content_type: str) -> None:
-        self._head(status, {"Content-Type": content_type, "Transfer-Encoding": "chunked"})
-
-    def write_chunk(self, data: bytes) -> bool:
-        """Send one chunk; ``False`` when the client has gone."""
-        try:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
-            return True
-        except OSError:
-            self.close_connection = True
-            return False
-
-    def write_line(self, message: dict[str, Any]) -> bool:
-        return self.write_chunk(json.dumps(message).encode() + b"\n")
-
-    def end_stream(self) -> None:
-        self.write_chunk(b"")
-
-    def abort(self) -> None:
-        """Close the connection mid-response, as a proxy does when the sandbox behind it dies."""
-        self.close_connection = True
-        with contextlib.suppress(OSError):
-            self.connection.shutdown(socket.SHUT_RDWR)
-
-    def client_gone(self) -> bool:
-        """Whether the client closed its side (it would send nothing else mid-response)."""
-        try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
-        except OSError:
-            return True
 
 
 @contextlib.asynccontextmanager
