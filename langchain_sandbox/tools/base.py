@@ -24,7 +24,7 @@ turns ``artifact["sandbox"]`` into a state update. Infrastructure failures becom
 import contextlib
 import contextvars
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -271,9 +271,11 @@ class SandboxTool(BaseTool):
     async def _acall(self, call: SandboxCall, args: dict[str, Any]) -> ToolReply:
         """Do the tool's work for one call; ``args`` are the validated arguments."""
 
-    async def _guarded(self, call: SandboxCall, args: dict[str, Any]) -> ToolReply:
+    @contextlib.contextmanager
+    def _tool_errors(self) -> Iterator[None]:
+        """Infrastructure failures and refused input become a message the model reads."""
         try:
-            return await self._acall(call, args)
+            yield
         except SandboxError as exc:
             raise ToolException(f"{self.name} failed: {exc}") from exc
 
@@ -285,8 +287,9 @@ class SandboxTool(BaseTool):
         run_manager: CallbackManagerForToolRun | None = None,
         **args: Any,
     ) -> tuple[Content, dict[str, Any]]:
-        call = self._prepare(config, runtime)
-        reply = call.runtime.run_sync(self._guarded(call, args))
+        with self._tool_errors():
+            call = self._prepare(config, runtime)
+            reply = call.runtime.run_sync(self._acall(call, args))
         return reply.content, reply.artifact
 
     async def _arun(
@@ -297,8 +300,9 @@ class SandboxTool(BaseTool):
         run_manager: AsyncCallbackManagerForToolRun | None = None,
         **args: Any,
     ) -> tuple[Content, dict[str, Any]]:
-        call = self._prepare(config, runtime)
-        reply = await self._guarded(call, args)
+        with self._tool_errors():
+            call = self._prepare(config, runtime)
+            reply = await self._acall(call, args)
         return reply.content, reply.artifact
 
 

@@ -375,3 +375,11 @@ def test_huge_output_is_capped_and_the_thread_stays_usable(runtime: SandboxRunti
     assert len(_text(flood)) < 50_000
     assert "cut" in _text(flood) or "truncated" in _text(flood)
     assert "ok" in _text(_call(tool, {"code": "print('ok')"}))
+
+
+def test_a_closed_runtime_is_a_message_not_a_crash(tmp_path: Path) -> None:
+    closed = make_local_runtime(tmp_path)
+    closed.close()
+    message = _call(SandboxExecTool(runtime=closed), {"code": "print(1)"})
+    assert message.status == "error"
+    assert "closed" in _text(message)
