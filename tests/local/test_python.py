@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 
+import pytest
+
+from langchain_sandbox.errors import SandboxError
 from langchain_sandbox.providers.local import LocalSession
 
 
@@ -144,3 +147,19 @@ async def test_cell_sources_reach_inspect_and_traceback(session: LocalSession) -
         "import traceback\ntry:\n    helper(1)\nexcept TypeError:\n    traceback.print_exc()"
     )
     assert "helper(1)" in printed.stderr
+
+
+async def test_a_forged_reply_is_a_clear_error_and_the_session_goes_on(
+    session: LocalSession,
+) -> None:
+    forge = (
+        "import os\n"
+        "argv = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
+        "event_fd = int(argv[5])\n"
+        "for request_id in range(1, 20):\n"
+        '    os.write(event_fd, b\'{"id": %d, "ev": "done", "error": {"bogus": 1}}\\n\''
+        " % request_id)\n"
+    )
+    with pytest.raises(SandboxError, match="malformed reply"):
+        await session.run_code(forge)
+    assert (await session.run_code("1 + 1")).value == "2"

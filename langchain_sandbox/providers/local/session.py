@@ -81,6 +81,7 @@ class _Outcome:
     reply: dict[str, Any] | None
     timed_out: bool = False
     lost: str | None = None  # why the worker is gone, when it is
+    out_of_memory: bool = False
     elapsed_ms: float = 0.0
 
 
@@ -151,6 +152,7 @@ class LocalSession(Session):
         self._lock = asyncio.Lock()
         self._worker: WorkerProcess | None = None
         self._oom_kills_seen = 0
+        self._restart_notice = False
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -192,18 +194,21 @@ class LocalSession(Session):
             cwd=self.launcher.process_cwd(),
         )
 
-    async def _ready_worker(self) -> tuple[WorkerProcess, list[str]]:
-        """The running worker, restarting one that died since the last call (with a notice)."""
+    async def _ready_worker(self) -> WorkerProcess:
+        """The running worker, restarting one that died since the last call.
+
+        The restart is told to the model in the next code or command result
+        (:data:`WORKER_RESTARTED`), whichever request noticed it.
+        """
         self._check_open()
-        notices: list[str] = []
         worker = self._worker
         if worker is not None and not worker.alive:
             await worker.kill()
-            notices.append(WORKER_RESTARTED)
+            self._restart_notice = True
             worker = None
         if worker is None:
             worker = self._worker = await self._start_worker()
-        return worker, notices
+        return worker
 
     def _check_open(self) -> None:
         if self._closed:
@@ -267,12 +272,18 @@ class LocalSession(Session):
                 )
         except WorkerDied:
             await self._discard_worker(worker)
-            if self.cgroup.oom_kills() > self._oom_kills_seen:
+            out_of_memory = self.cgroup.oom_kills() > self._oom_kills_seen
+            if out_of_memory:
                 limit = self.spec.limits.memory_mb
                 why = f"it ran out of memory (the session's limit is {limit} MB)"
             else:
                 why = "its process was killed or crashed"
-            return _Outcome(None, lost=f"the Python worker died: {why}", elapsed_ms=elapsed())
+            return _Outcome(
+                None,
+                lost=f"the Python worker died: {why}",
+                out_of_memory=out_of_memory,
+                elapsed_ms=elapsed(),
+            )
 
     async def _discard_worker(self, worker: WorkerProcess) -> None:
         await worker.kill()
@@ -282,7 +293,7 @@ class LocalSession(Session):
     async def _simple_request(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:
         """A request whose failure is an infrastructure error (variables, cache refresh)."""
         async with self._lock:
-            worker, _ = await self._ready_worker()
+            worker = await self._ready_worker()
             outcome = await self._request(worker, op, payload, timeout=self.spec.limits.timeout)
         if outcome.reply is None or outcome.timed_out:
             raise SandboxError(
@@ -346,10 +357,29 @@ class LocalSession(Session):
         limit = _checked_timeout(timeout, self.spec.limits.timeout)
         streams = _Streams(self.spec.limits.max_output_bytes, on_output)
         async with self._lock:
-            worker, notices = await self._ready_worker()
+            worker = await self._ready_worker()
+            notices = [WORKER_RESTARTED] if self._restart_notice else []
+            self._restart_notice = False
             outcome = await self._request(
                 worker, op, payload, timeout=limit, on_event=streams.on_event
             )
+        try:
+            return self._result(kind, outcome, streams, notices)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            # User code can write to the worker's event pipe; a forged reply is its own fault,
+            # but it must surface as a clear error, not as a crash in the host.
+            raise SandboxError(
+                f"The sandbox sent a malformed reply ({type(exc).__name__}: {exc}).",
+                provider="local",
+            ) from None
+
+    @staticmethod
+    def _result(
+        kind: Literal["code", "command"],
+        outcome: _Outcome,
+        streams: _Streams,
+        notices: list[str],
+    ) -> ExecutionResult:
         reply = outcome.reply or {}
         if "failure" in reply:
             raise SandboxError(f"The worker failed: {reply['failure']}", provider="local")
@@ -358,11 +388,11 @@ class LocalSession(Session):
         if "error" in reply:
             error = ExecutionError(**reply["error"])
         elif outcome.lost is not None and not outcome.timed_out:
-            name = "MemoryError" if "memory" in outcome.lost else "SandboxWorkerDied"
+            name = "MemoryError" if outcome.out_of_memory else "SandboxWorkerDied"
             error = ExecutionError(name=name, value=outcome.lost)
         if kind == "command":
             code = reply.get("exit_code")
-            exit_code = None if code is None else (code if code >= 0 else 128 - code)
+            exit_code = None if code is None else (int(code) if code >= 0 else 128 - int(code))
         else:
             exit_code = 1 if error is not None else (None if outcome.timed_out else 0)
         if outcome.lost is not None:
@@ -371,15 +401,14 @@ class LocalSession(Session):
             Artifact.from_bytes(f"figure-{index}.png", "image/png", base64.b64decode(png))
             for index, png in enumerate(reply.get("figures", []), start=1)
         ]
+        duration = outcome.elapsed_ms if outcome.timed_out else reply.get("duration_ms")
         return ExecutionResult(
             kind=kind,
             exit_code=exit_code,
             error=error,
             value=reply.get("value"),
             artifacts=artifacts,
-            duration_ms=outcome.elapsed_ms
-            if outcome.timed_out
-            else reply.get("duration_ms", outcome.elapsed_ms),
+            duration_ms=float(duration if duration is not None else outcome.elapsed_ms),
             timed_out=outcome.timed_out,
             notices=notices,
             **fields,
