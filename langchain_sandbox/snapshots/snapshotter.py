@@ -239,31 +239,10 @@ class Snapshotter:
             raise InvalidInputError(f"Snapshot ref {base!r} is not a sha256 hex digest.")
         listed_at_ns = time.time_ns()
         listing = await session.list_files(".", recursive=True)
-        views = [view for view in [self._seen.get(session)] if view is not None]
-        if base is not None:
-            base_manifest = await self._load_optional(base)
-            if base_manifest is not None:
-                views.append(_Seen.of_manifest(base_manifest))
-
         max_file = min(self.limits.max_file_bytes, session.spec.limits.max_file_bytes)
         selected, dirs, omitted = _select(listing, max_file)
         self._check_capacity(selected, dirs, omitted)
-
-        hashes: dict[str, str] = {}
-        to_read: list[FileInfo] = []
-        for info in selected:
-            known = next((h for view in views if (h := view.hash_of(info)) is not None), None)
-            if known is not None:
-                hashes[info.path] = known
-            else:
-                to_read.append(info)
-        absent = await self.store.missing(set(hashes.values()))
-        if absent:
-            # A blob of an unchanged file is gone from the store (gc'd with an old snapshot): the
-            # file is read again so the new snapshot is complete.
-            to_read += [info for info in selected if hashes.get(info.path) in absent]
-            for info in to_read:
-                hashes.pop(info.path, None)
+        hashes, to_read = await self._known_hashes(session, base, selected)
 
         # The variables are dumped by the sandbox's interpreter while the host reads the files,
         # and blobs are stored while the next batch is read (one batch in flight bounds memory).
@@ -348,6 +327,26 @@ class Snapshotter:
             omitted=manifest.omitted,
             notices=tuple(notices),
         )
+
+    async def _known_hashes(
+        self, session: Session, base: str | None, selected: Sequence[FileInfo]
+    ) -> tuple[dict[str, str], list[FileInfo]]:
+        """Hashes of the files unchanged since this session's last capture or restore, or since
+        ``base``, whose blobs the store still holds; and the files that must be read."""
+        views = [view for view in [self._seen.get(session)] if view is not None]
+        if base is not None:
+            base_manifest = await self._load_optional(base)
+            if base_manifest is not None:
+                views.append(_Seen.of_manifest(base_manifest))
+        hashes: dict[str, str] = {}
+        for info in selected:
+            known = next((h for view in views if (h := view.hash_of(info)) is not None), None)
+            if known is not None:
+                hashes[info.path] = known
+        # A blob gone from the store (gc'd with an old snapshot) is written again from the file.
+        absent = await self.store.missing(set(hashes.values()))
+        hashes = {path: sha for path, sha in hashes.items() if sha not in absent}
+        return hashes, [info for info in selected if info.path not in hashes]
 
     async def _load_optional(self, ref: str) -> Manifest | None:
         try:
