@@ -12,6 +12,7 @@ the snapshot store connect them. It prints one JSON object per line on stdout:
 
 Stories (``--story``):
 
+* ``attach``: a variable that cannot be pickled (a lock), to tell an attach from a restore;
 * ``crash``: stateful steps with a file, a variable and two parallel calls (create_agent +
   SandboxMiddleware);
 * ``fork``: two steps that each change a variable and a file, then a step per new human message
@@ -75,6 +76,15 @@ CRASH_STEPS: list[Any] = [
         "sandbox_exec",
         code="print(x, y, open('notes.txt').read(), open('data/table.csv').read().split())",
     ),
+    "done",
+]
+
+ATTACH_STEPS: list[Any] = [
+    call(
+        "sandbox_exec",
+        code="import threading\nlock = threading.Lock()\ncount = 1\n_ = open('a.txt', 'w').write('kept')",
+    ),
+    call("sandbox_exec", code="print(type(lock).__name__, count, open('a.txt').read())"),
     "done",
 ]
 
@@ -176,7 +186,7 @@ def sandbox_runtime(args: argparse.Namespace) -> Iterator[SandboxRuntime]:
         with PostgresStore.from_conn_string(args.blobs) as store:
             store.setup()
             runtime = SandboxRuntime(
-                "local", snapshotter=Snapshotter(LangGraphStoreBlobStore(store))
+                args.provider, snapshotter=Snapshotter(LangGraphStoreBlobStore(store))
             )
             try:
                 yield runtime
@@ -184,7 +194,7 @@ def sandbox_runtime(args: argparse.Namespace) -> Iterator[SandboxRuntime]:
                 runtime.close()
         return
     runtime = SandboxRuntime(
-        "local", snapshotter=Snapshotter(LocalDirectoryBlobStore(Path(args.blobs)))
+        args.provider, snapshotter=Snapshotter(LocalDirectoryBlobStore(Path(args.blobs)))
     )
     try:
         yield runtime
@@ -207,6 +217,7 @@ def build(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -> Any:
     )
     script: Any = {
         "crash": _blocking(CRASH_STEPS, args.block_at_turn),
+        "attach": _blocking(ATTACH_STEPS, args.block_at_turn),
         "fork": fork_script,
         "count": count_script,
         "hitl": HITL_STEPS,
@@ -310,6 +321,9 @@ def main() -> None:
     parser.add_argument("--target", required=True, help="SQLite file or Postgres DSN")
     parser.add_argument("--blobs", required=True, help="blob directory, or a Postgres DSN")
     parser.add_argument("--thread", required=True)
+    parser.add_argument(
+        "--provider", default="local", help="local, or e2b (its SDK's env settings)"
+    )
     parser.add_argument("--message")
     parser.add_argument("--resume", help="JSON value for Command(resume=...)")
     parser.add_argument("--checkpoint-id")

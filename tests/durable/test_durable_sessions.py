@@ -31,10 +31,10 @@ def _events(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
-def run_worker(*args: str) -> dict[str, Any]:
+def run_worker(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run one worker to the end; return its ``done`` event."""
     proc = subprocess.run(
-        _command(*args), capture_output=True, text=True, timeout=HANG_GUARD, check=False
+        _command(*args), capture_output=True, text=True, timeout=HANG_GUARD, check=False, env=env
     )
     done = [e for e in _events(proc.stdout) if e["event"] == "done"]
     if proc.returncode != 0 or not done:
@@ -45,14 +45,23 @@ def run_worker(*args: str) -> dict[str, Any]:
 class Story:
     """Arguments shared by every process of one story: saver, blob store, thread."""
 
-    def __init__(self, story: str, saver: str, target: str, blobs: str, *extra: str) -> None:
+    def __init__(
+        self,
+        story: str,
+        saver: str,
+        target: str,
+        blobs: str,
+        *extra: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.env = env
         self.base = [
             "--story", story, "--saver", saver, "--target", target,
             "--blobs", blobs, "--thread", f"t-{uuid.uuid4().hex[:8]}", *extra,
         ]  # fmt: skip
 
     def run(self, *args: str) -> dict[str, Any]:
-        return run_worker(*self.base, *args)
+        return run_worker(*self.base, *args, env=self.env)
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
@@ -61,6 +70,7 @@ class Story:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=self.env,
         )
 
 
@@ -117,6 +127,29 @@ def test_sigkill_mid_run_then_resume_in_a_new_process(
     # one record merged from the two parallel calls of step 2, then counted on
     assert resumed["sandbox"]["revision"] == 5
     assert resumed["sandbox"]["exec_count"] == 4
+
+
+def _kill_while_blocked(story: Story, *args: str) -> None:
+    doomed = story.start(*args)
+    try:
+        read_event(doomed, "blocked")
+    finally:
+        os.kill(doomed.pid, signal.SIGKILL)
+        doomed.communicate(timeout=HANG_GUARD)
+    assert doomed.returncode == -signal.SIGKILL
+
+
+def test_after_sigkill_a_local_sandbox_is_restored_and_says_what_was_lost(
+    tmp_path: Path, blobs: str
+) -> None:
+    """A local sandbox dies with its process: the next process restores the snapshot, and the
+    model is told which variable could not be kept."""
+    story = Story("attach", "sqlite", str(tmp_path / "cp.sqlite"), blobs)
+    _kill_while_blocked(story, "--message", "go", "--block-at-turn", "1")
+    text = story.run()["tools"][-1]
+    assert "restored from the snapshot of revision 1" in text
+    assert "lock" in text.split("[error]")[0]  # the notice names the variable that is gone
+    assert "NameError: name 'lock' is not defined" in text
 
 
 # -- fork and time travel ------------------------------------------------------------------------
