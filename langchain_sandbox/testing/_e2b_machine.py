@@ -107,6 +107,8 @@ def _run(_req):
     _name = "<cell-%d>" % _count
     _running.set()
     try:
+        if _req.get("cwd"):
+            os.chdir(_req["cwd"])  # a new context starts in its own directory
         _code = _req["code"]
         linecache.cache[_name] = (len(_code), None, _code.splitlines(True), _name)
         _tree = ast.parse(_code, _name)
@@ -279,15 +281,27 @@ class Machine:
                 await proc.wait()
 
     async def run_cell(
-        self, code: str, env: Mapping[str, str], sink: OutputSink, context: str = "default"
+        self,
+        code: str,
+        env: Mapping[str, str],
+        sink: OutputSink,
+        context: str = "default",
+        *,
+        cwd: str = WORKSPACE_ROOT,
     ) -> CellOutcome:
         """Run a cell in the context's persistent worker; cancelling interrupts it."""
         worker = self._workers.get(context)
         if worker is None or worker.proc.returncode is not None:
             python = self._session.launcher.python_executable
-            worker = await _Worker.start(await self._spawn([python, "-u", "-c", _WORKER]))
+            worker = await _Worker.start(await self._spawn([python, "-u", "-c", _WORKER]), cwd)
             self._workers[context] = worker
         return await worker.run(code, env, sink)
+
+    async def drop_context(self, context: str) -> None:
+        """Stop a context's worker (its variables are lost; the next cell starts afresh)."""
+        worker = self._workers.pop(context, None)
+        if worker is not None:
+            await worker.stop()
 
     async def close(self) -> None:
         if self._closed:
@@ -300,24 +314,26 @@ class Machine:
 
 
 class _Worker:
-    def __init__(self, proc: Any) -> None:
+    def __init__(self, proc: Any, cwd: str) -> None:
         self.proc = proc
+        self._cwd: str | None = cwd  # sent with the first cell
         self._count = 0
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def start(cls, proc: Any) -> _Worker:
+    async def start(cls, proc: Any, cwd: str) -> _Worker:
         line = await proc.stdout.readline()
         if not line:
             stderr = (await proc.stderr.read()).decode(errors="replace")
             raise RuntimeError(f"the emulated kernel did not start: {stderr.strip()}")
-        return cls(proc)
+        return cls(proc, cwd)
 
     async def run(self, code: str, env: Mapping[str, str], sink: OutputSink) -> CellOutcome:
         async with self._lock:
             self._count += 1
             outcome = CellOutcome(count=self._count)
-            await self._send({"code": code, "env": dict(env)})
+            cwd, self._cwd = self._cwd, None
+            await self._send({"code": code, "env": dict(env), "cwd": cwd})
             try:
                 await self._collect(outcome, sink)
             except asyncio.CancelledError:

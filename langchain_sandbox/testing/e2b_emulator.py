@@ -346,14 +346,18 @@ class E2BEmulator:
             raise api_error(404, f"sandbox {sandbox_id} not found")
         return sandbox
 
-    def _reachable(self, sandbox_id: str, token: str | None) -> _Sandbox:
-        """The running sandbox an envd / Jupyter request names; the edge answers 502 otherwise."""
+    def _reachable(self, sandbox_id: str, token: str | None, path: str) -> _Sandbox:
+        """The running sandbox an envd / Jupyter request names; the edge answers 502 otherwise.
+
+        envd and ``/execute`` require the sandbox's access token; the SDK sends none with the
+        code-context calls, so those pass without it.
+        """
         self._sweep()
         with self._lock:
             sandbox = self._sandboxes.get(sandbox_id)
         if sandbox is None or sandbox.state != "running":
             raise api_error(502, f"The sandbox {sandbox_id} was not found")
-        if token != sandbox.access_token:
+        if token != sandbox.access_token and not path.startswith("/contexts"):
             raise api_error(401, "invalid access token")
         return sandbox
 
@@ -488,7 +492,7 @@ class E2BEmulator:
 
     def handle_sandbox(self, handler: Handler, method: str, path: str, body: bytes) -> None:
         sandbox_id = handler.headers.get("E2b-Sandbox-Id", "")
-        sandbox = self._reachable(sandbox_id, handler.headers.get("X-Access-Token"))
+        sandbox = self._reachable(sandbox_id, handler.headers.get("X-Access-Token"), path)
         machine = sandbox.machine
         query = parse_qs(urlsplit(handler.path).query)
         if path == "/health":
@@ -524,6 +528,14 @@ class E2BEmulator:
                 200,
                 [{"id": k, "language": "python", "cwd": v} for k, v in sandbox.contexts.items()],
             )
+        elif match := re.fullmatch(r"/contexts/([^/]+)(/restart)?", path):
+            context_id, restart = match.groups()
+            if context_id not in sandbox.contexts or method != ("POST" if restart else "DELETE"):
+                raise api_error(404, f"context {context_id} not found")
+            self._submit(machine.drop_context(context_id)).result()
+            if not restart:
+                del sandbox.contexts[context_id]
+            handler.send_empty(204)
         else:
             raise api_error(404, f"no route {method} {path}")
 
@@ -656,6 +668,7 @@ class E2BEmulator:
                 request.get("env_vars") or {},
                 lambda s, t: output.put((s, t)),
                 context,
+                cwd=sandbox.contexts[context],
             )
         )
         handler.start_stream(200, "application/x-ndjson")

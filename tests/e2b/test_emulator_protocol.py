@@ -261,3 +261,22 @@ async def test_emulated_sandboxes_are_isolated_and_links_do_not_lead_out(
     names = [e.name for e in await sandbox.files.list("/home/user")]
     assert "etc-link" in names  # listed as a link, never followed
     await sandbox.kill()
+
+
+async def test_code_contexts_are_separate_kernels(sdk_env: E2BEmulator) -> None:
+    sandbox = await AsyncSandbox.create()
+    await sandbox.files.write("/home/user/sub/marker.txt", b"here")
+    context = await sandbox.create_code_context(cwd="/home/user/sub")
+    await sandbox.run_code("name = 'default'")
+    await sandbox.run_code("name = 'other'", context=context)
+    assert (await sandbox.run_code("name")).text == "'default'"
+    in_context = await sandbox.run_code("import os\nname, os.listdir('.')", context=context)
+    assert in_context.text == "('other', ['marker.txt'])"
+    assert {c.id for c in await sandbox.list_code_contexts()} == {"default", context.id}
+    await sandbox.restart_code_context(context)
+    restarted = await sandbox.run_code("name", context=context)
+    assert restarted.error is not None
+    assert restarted.error.name == "NameError"
+    await sandbox.remove_code_context(context)
+    assert [c.id for c in await sandbox.list_code_contexts()] == ["default"]
+    await sandbox.kill()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -255,3 +256,40 @@ async def test_variables_round_trip_between_sessions(provider: E2BProvider) -> N
     async with await provider.create() as target:
         assert await target.load_variables(dump.data) == []
         assert (await target.run_code("area(1), sum(rows)")).value == "(3.14, 6)"
+
+
+async def test_sessions_run_concurrently_without_mixing(provider: E2BProvider) -> None:
+    sessions = await asyncio.gather(*(provider.create() for _ in range(3)))
+    await asyncio.gather(*(s.run_code(f"me = {i}") for i, s in enumerate(sessions)))
+    await asyncio.gather(
+        *(s.write_files({"id.txt": str(i).encode()}) for i, s in enumerate(sessions))
+    )
+    values = await asyncio.gather(*(s.run_code("me") for s in sessions))
+    files = await asyncio.gather(*(s.read_files(["id.txt"]) for s in sessions))
+    assert [v.value for v in values] == ["0", "1", "2"]
+    assert [f["id.txt"] for f in files] == [b"0", b"1", b"2"]
+    await asyncio.gather(*(s.close() for s in sessions))
+
+
+async def test_code_output_streams_while_the_cell_runs(provider: E2BProvider) -> None:
+    async with await provider.create() as session:
+        first_chunk = asyncio.Event()
+        seen: list[tuple[str, str]] = []
+
+        def on_output(stream: str, text: str) -> None:
+            seen.append((stream, text))
+            first_chunk.set()
+
+        task = asyncio.create_task(
+            session.run_code(
+                "import sys, time\nprint('early', flush=True)\n"
+                "sys.stderr.write('warn\\n')\ntime.sleep(2)\nprint('late')",
+                on_output=on_output,
+            )
+        )
+        await asyncio.wait_for(first_chunk.wait(), 30)
+        assert not task.done()  # the first chunk arrived before the cell ended
+        result = await task
+        assert result.stdout == "early\nlate\n"
+        assert result.stderr == "warn\n"
+        assert "".join(t for s, t in seen if s == "stdout") == "early\nlate\n"
