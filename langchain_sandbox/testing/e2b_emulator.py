@@ -715,8 +715,9 @@ def _result(**fields: Any) -> dict[str, Any]:
     return {"type": "result", **blank, "extra": {}, **fields}
 
 
-def _existing(machine: Machine, path: str) -> Any:
-    host = machine.host_path(path)
+def _existing(machine: Machine, path: str) -> Path:
+    """An existing entry, not followed if it is a link (stat, remove and move act on the link)."""
+    host = machine.host_path(path, follow=False)
     if not host.exists() and not host.is_symlink():
         raise FileNotFoundError(path)
     return host

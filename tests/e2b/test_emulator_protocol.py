@@ -260,6 +260,10 @@ async def test_emulated_sandboxes_are_isolated_and_links_do_not_lead_out(
         await sandbox.files.write("/home/user/etc-link/planted", b"x")
     names = [e.name for e in await sandbox.files.list("/home/user")]
     assert "etc-link" in names  # listed as a link, never followed
+    info = await sandbox.files.get_info("/home/user/etc-link")
+    assert (info.type.value, info.symlink_target) == ("symlink", "/etc")
+    await sandbox.files.remove("/home/user/etc-link")  # removes the link, not its target
+    assert not await sandbox.files.exists("/home/user/etc-link")
     await sandbox.kill()
 
 
