@@ -167,16 +167,22 @@ def test_size_limits_are_enforced_before_anything_is_restored() -> None:
         parse_manifest(_bytes(_doc(files={"a": entry, "b": entry})), limits)
 
 
-def test_a_manifest_listing_a_million_files_is_refused() -> None:
+def _manifest_with_files(count: int) -> bytes:
     entry = json.dumps({"sha256": SHA, "size": 1, "mode": 420, "mtime_ns": 0})
-    files = ",".join(f'"f{i}":{entry}' for i in range(1_000_000))
-    data = (
+    files = ",".join(f'"f{i}":{entry}' for i in range(count))
+    return (
         '{"format":1,"revision":0,"created_at":0,"parent":null,"dirs":[],"omitted":{},'
         f'"variables":null,"files":{{{files}}}}}'
     ).encode()
-    # Refused by size before parsing with the default limits...
+
+
+def test_a_manifest_listing_a_million_files_is_refused_before_parsing() -> None:
     with pytest.raises(UnsafeArchiveError, match="max_manifest_bytes"):
-        parse_manifest(data)
-    # ...and by count when the byte limit is raised.
+        parse_manifest(_manifest_with_files(1_000_000))
+
+
+def test_a_manifest_listing_more_files_than_allowed_is_refused() -> None:
+    data = _manifest_with_files(1001)
+    assert len(parse_manifest(data, SnapshotLimits(max_files=1001)).files) == 1001
     with pytest.raises(UnsafeArchiveError, match="max_files"):
-        parse_manifest(data, SnapshotLimits(max_manifest_bytes=len(data)))
+        parse_manifest(data, SnapshotLimits(max_files=1000))
