@@ -3,7 +3,8 @@
 Any ``BaseStore`` works (``InMemoryStore``, ``SqliteStore``, ``PostgresStore``, LangGraph
 Server's store); with a Postgres store, every worker that reaches the database can restore any
 thread's snapshot, which is what a multi-worker deployment needs. Only the store's async methods
-are used (``abatch``, ``asearch``), batched so a restore is one round trip for its blobs.
+are used (``abatch``), batched so a restore is one round trip per chunk of blobs; a store without
+async methods (the synchronous ``SqliteStore``) is driven through its ``batch`` in a worker thread.
 
 ``BaseStore`` values are JSON objects, so each blob is kept in two items under ``namespace``:
 
@@ -17,12 +18,13 @@ names a blob whose data is there. Vector indexing is disabled for both (``index=
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
-from langgraph.store.base import BaseStore, GetOp, Item, PutOp
+from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, Result, SearchOp
 
 from langchain_sandbox.errors import SnapshotNotFoundError, UnsafeArchiveError
 from langchain_sandbox.snapshots.manifest import is_digest
@@ -53,6 +55,12 @@ class LangGraphStoreBlobStore(BlobStore):
     def __repr__(self) -> str:
         return f"LangGraphStoreBlobStore({type(self.store).__name__}, namespace={self.namespace!r})"
 
+    async def _batch(self, ops: Sequence[Op]) -> list[Result]:
+        try:
+            return await self.store.abatch(ops)
+        except NotImplementedError:
+            return await asyncio.to_thread(self.store.batch, ops)
+
     async def get(self, key: str) -> bytes:
         return (await self.get_many([key]))[key]
 
@@ -60,9 +68,7 @@ class LangGraphStoreBlobStore(BlobStore):
         unique = list(dict.fromkeys(check_key(key) for key in keys))
         if not unique:
             return {}
-        items = await self.store.abatch(
-            [GetOp(self._data_ns, key, refresh_ttl=False) for key in unique]
-        )
+        items = await self._batch([GetOp(self._data_ns, key, refresh_ttl=False) for key in unique])
         blobs: dict[str, bytes] = {}
         for key, item in zip(unique, items, strict=True):
             if not isinstance(item, Item):
@@ -89,7 +95,7 @@ class LangGraphStoreBlobStore(BlobStore):
         checked = {check_key(key): data for key, data in blobs.items()}
         if not checked:
             return
-        await self.store.abatch(
+        await self._batch(
             [
                 PutOp(
                     self._data_ns, key, {"b64": base64.b64encode(data).decode("ascii")}, index=False
@@ -97,7 +103,7 @@ class LangGraphStoreBlobStore(BlobStore):
                 for key, data in checked.items()
             ]
         )
-        await self.store.abatch(
+        await self._batch(
             [
                 PutOp(self._index_ns, key, {"size": len(data)}, index=False)
                 for key, data in checked.items()
@@ -108,9 +114,7 @@ class LangGraphStoreBlobStore(BlobStore):
         unique = list(dict.fromkeys(check_key(key) for key in keys))
         if not unique:
             return set()
-        items = await self.store.abatch(
-            [GetOp(self._index_ns, key, refresh_ttl=False) for key in unique]
-        )
+        items = await self._batch([GetOp(self._index_ns, key, refresh_ttl=False) for key in unique])
         return {key for key, item in zip(unique, items, strict=True) if not isinstance(item, Item)}
 
     async def delete(self, keys: Iterable[str]) -> None:
@@ -118,16 +122,20 @@ class LangGraphStoreBlobStore(BlobStore):
         if not unique:
             return
         # Index first: a blob without an index entry is simply re-uploaded by the next capture.
-        await self.store.abatch([PutOp(self._index_ns, key, None) for key in unique])
-        await self.store.abatch([PutOp(self._data_ns, key, None) for key in unique])
+        await self._batch([PutOp(self._index_ns, key, None) for key in unique])
+        await self._batch([PutOp(self._data_ns, key, None) for key in unique])
 
     async def iter_blobs(self) -> AsyncIterator[BlobInfo]:
         offset = 0
         while True:
-            page = await self.store.asearch(
-                self._index_ns, limit=_PAGE, offset=offset, refresh_ttl=False
+            [page] = await self._batch(
+                [SearchOp(self._index_ns, limit=_PAGE, offset=offset, refresh_ttl=False)]
             )
+            if not isinstance(page, list):
+                return
             for item in page:
+                if not isinstance(item, Item):
+                    continue
                 size = item.value.get("size")
                 if (
                     item.namespace == self._index_ns

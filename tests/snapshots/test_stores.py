@@ -20,12 +20,19 @@ from langchain_sandbox.snapshots.local_store import (
 from langchain_sandbox.snapshots.store import BlobStore, digest
 
 
-@pytest.fixture(params=["local", "memory", "sqlite"])
+@pytest.fixture(params=["local", "memory", "sqlite", "sqlite-sync"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BlobStore]:
     if request.param == "local":
         yield LocalDirectoryBlobStore(tmp_path / "blobs")
     elif request.param == "memory":
         yield LangGraphStoreBlobStore(InMemoryStore())
+    elif request.param == "sqlite-sync":
+        # A store without async methods: driven through its sync batch in a thread.
+        from langgraph.store.sqlite import SqliteStore
+
+        with SqliteStore.from_conn_string(str(tmp_path / "sync.db")) as sync_store:
+            sync_store.setup()
+            yield LangGraphStoreBlobStore(sync_store)
     else:
         from langgraph.store.sqlite.aio import AsyncSqliteStore
 
