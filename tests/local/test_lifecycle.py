@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,10 @@ import pytest
 from langchain_sandbox.errors import InvalidInputError, SessionClosedError
 from langchain_sandbox.providers.local import WORKER_RESTARTED, LocalProvider
 from langchain_sandbox.providers.local._cgroups import SessionCgroup, detect_cgroups
+
+
+def _mode(path: str) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
 
 
 def _gone(*paths: str) -> bool:
@@ -89,6 +94,8 @@ async def test_worker_killed_by_its_own_code_is_reported(provider: LocalProvider
 
 async def test_attach_and_records(provider: LocalProvider) -> None:
     async with await provider.create() as session:
+        assert _mode(session.directory) == 0o700
+        assert _mode(session.workspace_dir) == 0o700
         record = session.record
         json.dumps(record)
         assert record["provider"] == "local"

@@ -16,6 +16,7 @@ import json
 import marshal
 import os
 import signal
+import subprocess
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -106,7 +107,8 @@ class WorkerProcess:
                     env=env if env is not None else {},
                     cwd=cwd,
                 )
-        except OSError as exc:
+        except (OSError, subprocess.SubprocessError) as exc:
+            # SubprocessError: the preexec_fn failed (e.g. a cgroup refused the new process).
             for fd in (*child_fds, request_w, event_r, control_w):
                 os.close(fd)
             raise IsolationUnavailableError(

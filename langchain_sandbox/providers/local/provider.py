@@ -184,7 +184,7 @@ class LocalProvider(Provider):
     ) -> dict[str, str]:
         directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         directory.mkdir(mode=0o700)
-        (directory / "workspace").mkdir(mode=0o755)
+        (directory / "workspace").mkdir(mode=0o700)
         (directory / "workspace" / PACKAGES_DIR).mkdir(mode=0o755)
         (directory / "etc").mkdir(mode=0o755)
         record: dict[str, Any] = {
