@@ -168,7 +168,7 @@ async def test_a_command_can_be_killed_and_streams_output(sdk_env: E2BEmulator) 
     handle = await sandbox.commands.run(
         "echo started; sleep 60", background=True, on_stdout=chunks.append
     )
-    for _ in range(100):
+    for _ in range(600):
         if chunks:
             break
         await asyncio.sleep(0.05)
@@ -232,7 +232,7 @@ def test_stopping_leaves_no_threads_processes_or_directories(
     sandbox.run_code("x = 1")
     sandbox.commands.run("sleep 30", background=True)
     workspace = emulator.workspace(sandbox.sandbox_id)
-    for _ in range(200):  # the command's process starts just after its start event
+    for _ in range(600):  # the command's process starts just after its start event
         if len(_bwrap_children()) >= 3:
             break
         time.sleep(0.05)
