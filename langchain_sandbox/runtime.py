@@ -61,9 +61,12 @@ PersistPolicy = Literal["every_call", "never"]
 DEFAULT_THREAD_ID = "default"
 """The thread used when a call names none (a tool invoked outside a graph)."""
 
-_HEAD_MARKER = "/tmp/.langchain_sandbox_head"
-"""Where a sandbox that outlives its process records its head, so a later attach can check it.
-Outside the workspace on purpose: snapshots and the model's file listings never see it."""
+_HEAD_VARIABLE = "_langchain_sandbox_head"
+"""Global of the sandbox's Python interpreter holding its head, so a later attach can check it.
+
+In the interpreter, not in a file: attaching is worth it for the memory it keeps, so a sandbox
+whose interpreter restarted (variables lost) must not match and is restored from its snapshot
+instead. The leading underscore keeps it out of variable snapshots."""
 
 
 class SnapshotInfoLike(Protocol):
@@ -439,9 +442,8 @@ class SandboxRuntime:
             slot.start_batch(None)
         else:
             slot.batch_applied.add(step_call.call_id)
-        if self.persist != "every_call":
-            return
-        if self.snapshotter is None:
+        await self._mark_head(session, slot.head)
+        if self.persist != "every_call" or self.snapshotter is None:
             return
         snapshotter = self.snapshotter
         revision = slot.revision
@@ -467,7 +469,6 @@ class SandboxRuntime:
             )
             return
         slot.snapshot, slot.snapshot_revision = info.ref, revision
-        await self._mark_head(session, slot.head)
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -509,18 +510,24 @@ class SandboxRuntime:
         return None
 
     async def _mark_head(self, session: Session, head: str | None) -> None:
+        """Record the head in a sandbox another process may attach to (one extra round trip
+        per changing call, on providers whose sandboxes outlive their process only)."""
         capabilities = session.capabilities
-        if head is None or not (capabilities.shell and capabilities.attach_across_processes):
+        if head is None or not (
+            capabilities.stateful_python and capabilities.attach_across_processes
+        ):
             return
         with contextlib.suppress(SandboxError):
-            await session.run_command(f"printf %s {head} > {_HEAD_MARKER}", timeout=30)
+            await session.run_code(f"{_HEAD_VARIABLE} = {head!r}", timeout=30)
 
     async def _read_head(self, session: Session) -> str | None:
         try:
-            result = await session.run_command(f"cat {_HEAD_MARKER}", timeout=30)
+            result = await session.run_code(_HEAD_VARIABLE, timeout=30)
         except SandboxError:
             return None
-        return result.stdout.strip() if result.exit_code == 0 else None
+        if not result.ok or result.value is None:
+            return None
+        return result.value.strip("'\"")
 
     async def _restore_into(
         self, session: Session, record: SandboxState, notices: list[str]

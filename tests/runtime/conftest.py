@@ -200,6 +200,12 @@ class CountingProvider(Provider):
         return [s for s in self.sessions if not s.closed]
 
 
+@pytest.fixture(autouse=True)
+def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Anything built with defaults keeps its blobs and sessions under the test's directory."""
+    monkeypatch.setenv("LANGCHAIN_SANDBOX_HOME", str(tmp_path / "home"))
+
+
 @pytest.fixture
 def counting_provider() -> CountingProvider:
     return CountingProvider()
