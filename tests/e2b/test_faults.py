@@ -166,3 +166,17 @@ async def test_an_unreachable_provider_is_unavailable(emulator: E2BEmulator) -> 
     emulator.stop()
     with pytest.raises(ProviderUnavailableError):
         await provider.create()
+
+
+async def test_a_slow_create_times_out_and_its_retry_makes_no_second_sandbox(
+    emulator: E2BEmulator,
+) -> None:
+    provider = _provider(emulator, request_timeout=1.0)
+    emulator.inject(r"^POST /v2/sandboxes$", delay=3.0)  # answered after the client gave up
+    async with await provider.create() as session:
+        assert emulator.count(r"^POST /v2/sandboxes$") == 2
+        for _ in range(100):  # the slow first request completes on the server later
+            if all(r.status for r in emulator.requests if r.route == "POST /v2/sandboxes"):
+                break
+            await asyncio.sleep(0.05)
+        assert emulator.sandbox_ids() == [session.record["sandbox_id"]]
