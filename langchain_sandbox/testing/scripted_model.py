@@ -30,7 +30,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 
 class ToolCallSpec(BaseModel):
@@ -92,6 +92,16 @@ class ScriptedToolModel(BaseChatModel):
     check_tool_names: bool = True
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    @field_validator("script")
+    @classmethod
+    def _check_script(cls, script: Any) -> Any:
+        if callable(script) or (isinstance(script, Sequence) and not isinstance(script, str)):
+            return script
+        raise TypeError(
+            "script must be a list of steps or a function of the messages returning a step, "
+            f"not {type(script).__name__}."
+        )
 
     @property
     def _llm_type(self) -> str:

@@ -117,7 +117,13 @@ async def test_create_agent_with_middleware(
     assert tool_texts(state["messages"])[-1].strip() == "stdout:\n42 20"
     assert state["sandbox"]["revision"] == 3
     assert state["sandbox"]["exec_count"] == 2
-    assert list(runtime.live_sessions()).count(thread) == 1
+    # both turns used the sandbox before_agent made for the thread
+    sessions = {
+        m.artifact["sandbox"]["session"]["session_id"]
+        for m in state["messages"]
+        if isinstance(m, ToolMessage)
+    }
+    assert sessions == {record["session"]["session_id"]} == {runtime.live_sessions()[thread]}
 
 
 async def test_middleware_streams_output_and_messages(runtime: SandboxRuntime, thread: str) -> None:
@@ -222,5 +228,9 @@ def test_scripted_model_is_deterministic() -> None:
     assert first.tool_calls == again.tool_calls
     assert first.tool_calls[0]["id"] == "call_0_0"
     assert model.invoke([HumanMessage("x"), first]).text == "end"
+    with pytest.raises(TypeError, match="list of steps"):
+        ScriptedToolModel(script=42)
+    with pytest.raises(ValueError, match="3 steps"):
+        ScriptedToolModel(script=["a", "b", "c"]).invoke([HumanMessage("x"), *[AIMessage("")] * 3])
     with pytest.raises(ValueError, match="bound tools"):
         ScriptedToolModel(script=[call("missing")]).bind_tools([SandboxExecTool()]).invoke("x")
