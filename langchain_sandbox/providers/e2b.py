@@ -299,6 +299,8 @@ class E2BSession(Session):
     ) -> ExecutionResult:
         import httpx
 
+        if not isinstance(code, str):
+            raise InvalidInputError("code must be a string.")
         limit = self._timeout(timeout)
         await self._ready(limit)
         streams = _Streams(self.spec.limits.max_output_bytes, on_output)
@@ -340,6 +342,8 @@ class E2BSession(Session):
     ) -> ExecutionResult:
         import e2b
 
+        if not isinstance(command, str) or not command.strip():
+            raise InvalidInputError("command must be a non-empty string.")
         limit = self._timeout(timeout)
         directory = resolve_path(cwd or ".")
         await self._ready(limit)
