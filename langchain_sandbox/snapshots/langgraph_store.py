@@ -26,7 +26,13 @@ from typing import Any
 
 from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, Result, SearchOp
 
-from langchain_sandbox.errors import SnapshotNotFoundError, UnsafeArchiveError
+from langchain_sandbox.errors import (
+    InvalidInputError,
+    ProviderUnavailableError,
+    SandboxError,
+    SnapshotNotFoundError,
+    UnsafeArchiveError,
+)
 from langchain_sandbox.snapshots.manifest import is_digest
 from langchain_sandbox.snapshots.store import BlobInfo, BlobStore, check_key
 
@@ -45,8 +51,15 @@ class LangGraphStoreBlobStore(BlobStore):
     """
 
     def __init__(self, store: BaseStore, *, namespace: tuple[str, ...] = DEFAULT_NAMESPACE) -> None:
-        if not namespace or not all(isinstance(label, str) and label for label in namespace):
-            raise ValueError("namespace must be a non-empty tuple of non-empty strings")
+        if (
+            not namespace
+            or namespace[0] == "langgraph"
+            or not all(isinstance(label, str) and label and "." not in label for label in namespace)
+        ):
+            raise InvalidInputError(
+                f"Blob store namespace {namespace!r} must be a non-empty tuple of non-empty labels "
+                "without '.', not starting with 'langgraph' (LangGraph's namespace rules)."
+            )
         self.store = store
         self.namespace = tuple(namespace)
         self._data_ns = (*self.namespace, "data")
@@ -56,10 +69,21 @@ class LangGraphStoreBlobStore(BlobStore):
         return f"LangGraphStoreBlobStore({type(self.store).__name__}, namespace={self.namespace!r})"
 
     async def _batch(self, ops: Sequence[Op]) -> list[Result]:
+        """Run ``ops`` on the store. A failure of the store itself (connection lost, database
+        error) becomes a retryable :class:`ProviderUnavailableError` naming only the error's type:
+        driver messages can carry connection details that must not reach a model or a log."""
         try:
-            return await self.store.abatch(ops)
-        except NotImplementedError:
-            return await asyncio.to_thread(self.store.batch, ops)
+            try:
+                return await self.store.abatch(ops)
+            except NotImplementedError:
+                return await asyncio.to_thread(self.store.batch, ops)
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise ProviderUnavailableError(
+                f"The snapshot store ({type(self.store).__name__}) failed with "
+                f"{type(exc).__name__}; retrying may help."
+            ) from exc
 
     async def get(self, key: str) -> bytes:
         return (await self.get_many([key]))[key]

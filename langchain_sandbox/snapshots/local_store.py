@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
-from langchain_sandbox.errors import SnapshotNotFoundError
+from langchain_sandbox.errors import SandboxError, SnapshotNotFoundError
 from langchain_sandbox.snapshots.manifest import is_digest
 from langchain_sandbox.snapshots.store import BlobInfo, BlobStore, check_key
 
@@ -64,12 +64,17 @@ class LocalDirectoryBlobStore(BlobStore):
             return await asyncio.to_thread(path.read_bytes)
         except FileNotFoundError:
             raise SnapshotNotFoundError(
-                f"Snapshot blob {key} is missing from the store at {self.root}."
+                f"Snapshot blob {key} is missing from the local snapshot store."
             ) from None
+        except OSError as exc:
+            raise _store_error("read", exc) from exc
 
     async def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        await asyncio.to_thread(self._write, path, data)
+        try:
+            await asyncio.to_thread(self._write, path, data)
+        except OSError as exc:
+            raise _store_error("write", exc) from exc
 
     def _write(self, path: Path, data: bytes) -> None:
         if path.exists():
@@ -134,6 +139,14 @@ class LocalDirectoryBlobStore(BlobStore):
                 continue
             infos.append(BlobInfo(key=key, size=stat.st_size, modified_at=stat.st_mtime))
         return infos
+
+
+def _store_error(action: str, exc: OSError) -> SandboxError:
+    # The message reaches the model (as a notice) and logs: it names the failure, never the
+    # store's host path, which may contain the user's home directory.
+    return SandboxError(
+        f"The local snapshot store could not {action} a blob: {exc.strerror or type(exc).__name__}."
+    )
 
 
 __all__ = ["HOME_ENV", "LocalDirectoryBlobStore", "default_blob_dir"]

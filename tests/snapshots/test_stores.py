@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 from langgraph.store.memory import InMemoryStore
 
-from langchain_sandbox.errors import InvalidInputError, SnapshotNotFoundError, UnsafeArchiveError
+from langchain_sandbox.errors import (
+    InvalidInputError,
+    ProviderUnavailableError,
+    SandboxError,
+    SnapshotNotFoundError,
+    UnsafeArchiveError,
+)
 from langchain_sandbox.snapshots.langgraph_store import LangGraphStoreBlobStore
 from langchain_sandbox.snapshots.local_store import (
     HOME_ENV,
@@ -112,3 +118,36 @@ async def test_base_store_lists_many_blobs_across_pages() -> None:
     blobs = {digest(str(i).encode()): str(i).encode() for i in range(1234)}
     await store.put_many(blobs)
     assert {info.key async for info in store.iter_blobs()} == set(blobs)
+
+
+async def test_local_store_failures_are_typed_and_do_not_name_host_paths(tmp_path: Path) -> None:
+    store = LocalDirectoryBlobStore(tmp_path / "blobs")
+    key = digest(b"data")
+    # A file where the blob's fan-out directory must go: the write cannot succeed.
+    (store.root / key[:2]).write_bytes(b"in the way")
+    with pytest.raises(SandboxError) as caught:
+        await store.put(key, b"data")
+    assert not caught.value.retryable
+    assert str(tmp_path) not in str(caught.value)
+    with pytest.raises(SnapshotNotFoundError) as missing:
+        await store.get(digest(b"other"))
+    assert str(tmp_path) not in str(missing.value)
+
+
+async def test_base_store_failures_become_retryable_errors(tmp_path: Path) -> None:
+    from langgraph.store.sqlite.aio import AsyncSqliteStore
+
+    async with AsyncSqliteStore.from_conn_string(str(tmp_path / "s.db")) as sqlite_store:
+        await sqlite_store.setup()
+        store = LangGraphStoreBlobStore(sqlite_store)
+    # The connection is closed now, as after a database restart.
+    with pytest.raises(ProviderUnavailableError, match="AsyncSqliteStore") as caught:
+        await store.missing([digest(b"x")])
+    assert caught.value.retryable
+    assert str(tmp_path) not in str(caught.value)
+
+
+@pytest.mark.parametrize("namespace", [(), ("a.b",), ("langgraph", "x"), ("ok", "")])
+def test_base_store_namespace_follows_langgraph_rules(namespace: tuple[str, ...]) -> None:
+    with pytest.raises(InvalidInputError, match="namespace"):
+        LangGraphStoreBlobStore(InMemoryStore(), namespace=namespace)
