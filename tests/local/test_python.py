@@ -163,3 +163,13 @@ async def test_a_forged_reply_is_a_clear_error_and_the_session_goes_on(
     with pytest.raises(SandboxError, match="malformed reply"):
         await session.run_code(forge)
     assert (await session.run_code("1 + 1")).value == "2"
+
+
+async def test_a_forked_child_does_not_take_over_the_worker(session: LocalSession) -> None:
+    # The parent answers last, so a child that replied at all would be seen.
+    forked = await session.run_code(
+        "import os, time\npid = os.fork()\nif pid:\n    time.sleep(0.5)\n'parent' if pid else 'child'"
+    )
+    assert forked.value == repr("parent")
+    for expected in range(3):
+        assert (await session.run_code(f"{expected}")).value == str(expected)

@@ -282,6 +282,7 @@ class Worker:
         sys.modules["__main__"] = self.module
         self.namespace: dict[str, Any] = self.module.__dict__
         self.cell_count = 0
+        self.pid = os.getpid()
         self.sources = _CellSources()
         self.stdout = _FdCapture(1)
         self.stderr = _FdCapture(2)
@@ -357,6 +358,10 @@ class Worker:
             reply = {"failure": f"{type(exc).__name__}: {exc}"}
         finally:
             self.interrupter.stop()
+        if os.getpid() != self.pid:
+            # A child user code forked (os.fork without exec) came back into the worker: it must
+            # neither reply nor read the next request.
+            os._exit(0)
         reply.update(id=request_id, ev="done")
         self.events.send(reply)
 
