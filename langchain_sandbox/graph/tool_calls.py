@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any, cast
 
@@ -167,15 +167,17 @@ class SandboxToolCallWrapper:
         self.runtime = runtime
         self.messages_key = messages_key
         self.run_once = run_once
-        self._bound: dict[int, BaseTool] = {}
+        # id(tool) -> (tool, its bound copy); holding the tool keeps its id from being reused.
+        self._bound: dict[int, tuple[BaseTool, BaseTool]] = {}
 
     def _bind(self, request: ToolCallRequest) -> ToolCallRequest:
         tool = request.tool
         if tool is None or self.runtime is None or not is_sandbox_tool(tool):
             return request
-        bound = self._bound.get(id(tool))
-        if bound is None:
-            bound = self._bound.setdefault(id(tool), bind_runtime(tool, self.runtime))
+        entry = self._bound.get(id(tool))
+        if entry is None:
+            entry = self._bound.setdefault(id(tool), (tool, bind_runtime(tool, self.runtime)))
+        bound = entry[1]
         return request if bound is tool else request.override(tool=bound)
 
     def wrap(self, request: ToolCallRequest, handler: SyncHandler) -> ToolResult:
@@ -185,7 +187,7 @@ class SandboxToolCallWrapper:
             return to_graph_update(handler(request), messages_key=self.messages_key)
         order = _NODE_CALL_ORDER.get()
         call_id = request.tool_call["id"] or ""
-        with order.turn(call_id) if order else _no_order():
+        with order.turn(call_id) if order else nullcontext():
             future = _sync_task(lambda: handler(request))
         return to_graph_update(future.result(), messages_key=self.messages_key)
 
@@ -197,11 +199,6 @@ class SandboxToolCallWrapper:
             return to_graph_update(await handler(request), messages_key=self.messages_key)
         result = await _async_task(lambda: handler(request))
         return to_graph_update(result, messages_key=self.messages_key)
-
-
-@contextmanager
-def _no_order() -> Iterator[None]:
-    yield
 
 
 __all__ = [
