@@ -234,3 +234,27 @@ def test_scripted_model_is_deterministic() -> None:
         ScriptedToolModel(script=["a", "b", "c"]).invoke([HumanMessage("x"), *[AIMessage("")] * 3])
     with pytest.raises(ValueError, match="bound tools"):
         ScriptedToolModel(script=[call("missing")]).bind_tools([SandboxExecTool()]).invoke("x")
+
+
+async def test_middleware_finds_the_runtime_in_the_run_context(
+    runtime: SandboxRuntime, thread: str
+) -> None:
+    """No runtime given to the middleware: it and its tools use the one in ``context=``."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Context:
+        sandbox_runtime: SandboxRuntime
+
+    model = ScriptedToolModel(script=[call("sandbox_exec", code="'from context'"), "ok"])
+    agent = create_agent(
+        model,
+        middleware=[SandboxMiddleware()],
+        context_schema=Context,
+        checkpointer=InMemorySaver(),
+    )
+    state = await agent.ainvoke(
+        {"messages": [HumanMessage("go")]}, config_for(thread), context=Context(runtime)
+    )
+    assert "'from context'" in tool_texts(state["messages"])[0]
+    assert state["sandbox"]["session"]["session_id"] == runtime.live_sessions()[thread]
