@@ -173,3 +173,14 @@ async def test_a_forked_child_does_not_take_over_the_worker(session: LocalSessio
     assert forked.value == repr("parent")
     for expected in range(3):
         assert (await session.run_code(f"{expected}")).value == str(expected)
+
+
+async def test_a_failing_output_callback_does_not_break_the_session(
+    session: LocalSession,
+) -> None:
+    def explode(stream: str, text: str) -> None:
+        raise RuntimeError("callback bug")
+
+    result = await session.run_code("print('still captured')", on_output=explode)
+    assert result.stdout == "still captured\n"
+    assert (await session.run_code("40 + 2")).value == "42"

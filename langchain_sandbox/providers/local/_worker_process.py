@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import marshal
 import os
 import signal
@@ -24,6 +25,8 @@ from typing import Any
 from langchain_sandbox.errors import IsolationUnavailableError, SandboxError
 
 EventHandler = Callable[[dict[str, Any]], None]
+
+_log = logging.getLogger(__name__)
 
 # Replies carry figures and variable dumps, so a line may be large; the bound keeps a hostile
 # sandbox from making the host buffer without limit (past it the worker counts as broken).
@@ -188,7 +191,11 @@ class WorkerProcess:
             if not future.done():
                 future.set_result(event)
         elif on_event is not None:
-            on_event(event)
+            try:
+                on_event(event)
+            except Exception:
+                # A failing output callback must not take the worker's event stream down.
+                _log.exception("on_output callback failed; output keeps being captured")
 
     def send(
         self, op: str, payload: dict[str, Any], on_event: EventHandler | None = None
