@@ -60,6 +60,7 @@ from langchain_sandbox.providers.base import (
     SessionSpec,
     VariablesDump,
 )
+from langchain_sandbox.providers.local._launcher import validate_env
 from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult, OutputCapture
 from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE, retry_async
@@ -301,6 +302,7 @@ class E2BSession(Session):
 
         if not isinstance(code, str):
             raise InvalidInputError("code must be a string.")
+        variables = validate_env(env)
         limit = self._timeout(timeout)
         await self._ready(limit)
         streams = _Streams(self.spec.limits.max_output_bytes, on_output)
@@ -310,7 +312,7 @@ class E2BSession(Session):
             async with asyncio.timeout(limit) as deadline:
                 execution = await self._sandbox.run_code(
                     code,
-                    envs=dict(env) if env else None,
+                    envs=variables or None,
                     on_stdout=streams.sink("stdout"),
                     on_stderr=streams.sink("stderr"),
                     timeout=limit + _BACKSTOP,
@@ -344,6 +346,7 @@ class E2BSession(Session):
 
         if not isinstance(command, str) or not command.strip():
             raise InvalidInputError("command must be a non-empty string.")
+        variables = validate_env(env)
         limit = self._timeout(timeout)
         directory = resolve_path(cwd or ".")
         await self._ready(limit)
@@ -353,7 +356,7 @@ class E2BSession(Session):
             handle = await self._sandbox.commands.run(
                 command,
                 background=True,
-                envs=dict(env) if env else None,
+                envs=variables or None,
                 cwd=directory,
                 on_stdout=streams.sink("stdout"),
                 on_stderr=streams.sink("stderr"),
@@ -658,6 +661,7 @@ class E2BProvider(Provider):
         for key, value in spec.metadata.items():
             if not isinstance(key, str) or not isinstance(value, str):
                 raise InvalidInputError("Sandbox metadata must map strings to strings.")
+        env = validate_env(spec.env)
         session_id = uuid.uuid4().hex
         metadata = {**spec.metadata, TAG_KEY: "1", SESSION_KEY: session_id}
         # Retries of a create reuse one idempotency key, so E2B never makes a second sandbox.
@@ -667,7 +671,7 @@ class E2BProvider(Provider):
                 template=spec.template or self.template,
                 timeout=self.lease_seconds,
                 metadata=metadata,
-                envs=dict(spec.env),
+                envs=env,
                 allow_internet_access=spec.network,
                 lifecycle={"on_timeout": self.on_timeout},
                 idempotency_key=idempotency_key,

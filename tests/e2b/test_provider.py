@@ -7,7 +7,12 @@ import json
 
 import pytest
 
-from langchain_sandbox.errors import InvalidPackageNameError, InvalidPathError, SessionClosedError
+from langchain_sandbox.errors import (
+    InvalidInputError,
+    InvalidPackageNameError,
+    InvalidPathError,
+    SessionClosedError,
+)
 from langchain_sandbox.providers.base import Limits, SessionSpec
 from langchain_sandbox.providers.e2b import SESSION_KEY, TAG_KEY, E2BProvider
 from langchain_sandbox.testing.e2b_emulator import E2BEmulator
@@ -293,3 +298,20 @@ async def test_code_output_streams_while_the_cell_runs(provider: E2BProvider) ->
         assert result.stdout == "early\nlate\n"
         assert result.stderr == "warn\n"
         assert "".join(t for s, t in seen if s == "stdout") == "early\nlate\n"
+
+
+async def test_bad_input_is_refused_before_any_request(
+    provider: E2BProvider, emulator: E2BEmulator
+) -> None:
+    async with await provider.create() as session:
+        emulator.clear_requests()
+        for call in (
+            lambda: session.run_command("   "),
+            lambda: session.run_code("1", env={"A=B": "x"}),
+            lambda: session.run_command("true", env={"A": "nul\x00"}),
+            lambda: session.run_code("1", timeout=0),
+        ):
+            with pytest.raises(InvalidInputError):
+                await call()
+        assert emulator.requests == []
+        assert (await session.run_code("1", env={"A": "ok"})).value == "1"
