@@ -254,6 +254,7 @@ class SandboxRuntime:
         self._close_lock = threading.Lock()
         self._loop = LoopThread()
         self._reaper: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
         if idle_ttl is not None:
             self._loop.submit(self._start_reaper()).result()
         atexit.register(_close_at_exit, weakref.ref(self))
@@ -359,11 +360,8 @@ class SandboxRuntime:
                         slot, operation, exc, repeatable, step_call, notices
                     )
                 except asyncio.CancelledError:
-                    # A cancelled call may have changed the sandbox halfway: give it a new head,
-                    # so a record from before the call no longer matches and gets restored.
                     if mutates:
-                        slot.revision += 1
-                        slot.head = uuid.uuid4().hex
+                        self._retire(slot)
                     raise
                 if mutates:
                     await self._advance(slot, session, step_call, notices)
@@ -563,6 +561,20 @@ class SandboxRuntime:
                 "saved and are lost."
             )
         notices.extend(report.notices)
+
+    def _retire(self, slot: _Slot) -> None:
+        """Destroy the session of a cancelled call, in the background.
+
+        Code may still be running in it and its state is whatever the call left halfway, so it
+        cannot be trusted or reused: the thread's next call restores the state before the call
+        from the record (the cancelled call never happened). Destroying it is also what stops
+        the code on every provider.
+        """
+        session, slot.session = slot.session, None
+        if session is not None:
+            task = asyncio.get_running_loop().create_task(self._close_session(session))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def _discard(self, slot: _Slot) -> None:
         session, slot.session = slot.session, None
@@ -856,6 +868,7 @@ class SandboxRuntime:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
+        await asyncio.gather(*self._closing, return_exceptions=True)
         sessions = [s.session for s in self._slots.values() if s.session is not None]
         for slot in self._slots.values():
             slot.session = None

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
+import pytest
 
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
@@ -144,3 +145,23 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+async def test_cancelling_a_run_stops_the_code_and_keeps_the_thread_usable(tmp_path: Path) -> None:
+    me = psutil.Process()
+    async with _runtime(tmp_path) as runtime:
+        await runtime.arun_code("t", "kept = 'before'")
+        before = {p.pid for p in me.children(recursive=True)}
+        task = asyncio.create_task(
+            runtime.arun_code("t", "import time\nwhile True:\n    time.sleep(0.05)", timeout=600)
+        )
+        await asyncio.sleep(1.0)  # let it start; the assertions below do not depend on this
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Hang guard only: without the cancellation reaching the sandbox this waits for the
+        # provider's own 60 s timeout.
+        after = await asyncio.wait_for(runtime.arun_code("t", "print(kept)"), timeout=45)
+        assert after.value.stdout == "before\n"
+        assert any("restored" in n for n in after.value.notices)
+        assert await asyncio.to_thread(wait_until, lambda: not any(_alive(p) for p in before))

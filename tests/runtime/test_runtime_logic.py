@@ -201,7 +201,11 @@ async def test_cancelling_an_async_caller_cancels_the_work(
     assert session.active == 0, "the call kept running on the runtime loop"
     assert "never" not in session.namespace
     counting_provider.delay = 0.0
-    assert (await counting_runtime.arun_code("t", "after = 1")).value.ok
+    after = await counting_runtime.arun_code("t", "after = 1")
+    assert after.value.ok
+    # The half-run session was destroyed; the next call got the state before the cancelled call.
+    assert session.closed
+    assert any("restored" in n for n in after.value.notices)
 
 
 # -- rehydrate / persist decisions -------------------------------------------------------------
