@@ -23,6 +23,7 @@ turns ``artifact["sandbox"]`` into a state update. Infrastructure failures becom
 # compiling the strings each time.
 import contextlib
 import contextvars
+import threading
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -53,6 +54,8 @@ OUTPUT_EVENT = "sandbox_output"
 """``type`` of the custom stream events carrying output while code runs."""
 
 Content = str | list[str | dict[str, Any]]
+
+_BUILD_LOCK = threading.Lock()
 
 
 class SandboxToolArgs(BaseModel):
@@ -246,11 +249,14 @@ class SandboxTool(BaseTool):
             return self.runtime
         if self.provider is None:
             return None
-        if self._owned_runtime is None or self._owned_runtime.closed:
-            self._owned_runtime = SandboxRuntime(
-                self.provider, provider_options=self.provider_options
-            )
-        return self._owned_runtime
+        # ToolNode calls tools from several worker threads at once: build one runtime, not one
+        # per racing call.
+        with _BUILD_LOCK:
+            if self._owned_runtime is None or self._owned_runtime.closed:
+                self._owned_runtime = SandboxRuntime(
+                    self.provider, provider_options=self.provider_options
+                )
+            return self._owned_runtime
 
     def _prepare(self, config: RunnableConfig, tool_runtime: Any) -> SandboxCall:
         thread_id = resolve_thread_id(config)

@@ -383,3 +383,22 @@ def test_a_closed_runtime_is_a_message_not_a_crash(tmp_path: Path) -> None:
     message = _call(SandboxExecTool(runtime=closed), {"code": "print(1)"})
     assert message.status == "error"
     assert "closed" in _text(message)
+
+
+def test_a_provider_tool_builds_one_runtime_under_concurrent_calls(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    tool = SandboxExecTool(provider="local", provider_options={"base_dir": tmp_path / "s"})
+
+    def _call_in(thread: str) -> str:
+        return str(tool.invoke({"code": "print('hi')"}, {"configurable": {"thread_id": thread}}))
+
+    with ThreadPoolExecutor(4) as pool:
+        outputs = list(pool.map(_call_in, ["a", "b", "c", "d"]))
+    assert all("hi" in o for o in outputs)
+    built = tool._explicit_runtime()
+    assert built is not None
+    try:
+        assert set(built.live_sessions()) == {"a", "b", "c", "d"}
+    finally:
+        built.close()
