@@ -23,6 +23,7 @@ This module needs the ``langchain`` package (``pip install 'langchain-sandbox[ag
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NotRequired
@@ -35,6 +36,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from langchain_sandbox.errors import SandboxError
 from langchain_sandbox.graph.channel import SandboxChannel
 from langchain_sandbox.graph.tool_calls import SandboxToolCallWrapper, ToolResult, is_sandbox_tool
 from langchain_sandbox.providers.base import Session
@@ -42,6 +44,8 @@ from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.state import SandboxState
 from langchain_sandbox.tools.base import notice_lines, resolve_runtime, resolve_thread_id
 from langchain_sandbox.tools.toolkit import SandboxToolkit
+
+logger = logging.getLogger(__name__)
 
 
 class SandboxAgentState(AgentState[Any]):
@@ -110,22 +114,36 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
                 self._notices.setdefault((id(sandbox), thread_id), []).extend(notices)
         return {"sandbox": record}
 
-    def before_agent(self, state: SandboxAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
+    @staticmethod
+    def _not_ready(thread_id: str, exc: SandboxError) -> None:
+        # The model may not need the sandbox this turn; if it does, its first sandbox call
+        # tries again and the model reads why it failed. Failing the whole run here would not.
+        logger.warning("could not prepare the sandbox of thread %s: %s", thread_id, exc)
+
+    def before_agent(
+        self, state: SandboxAgentState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
         """Create the thread's sandbox, or bring it to the checkpoint's record."""
         sandbox, thread_id = self._target(runtime)
-        outcome = sandbox.execute(
-            thread_id, _touch, record=state.get("sandbox"), mutates=False, repeatable=True
-        )
+        try:
+            outcome = sandbox.execute(
+                thread_id, _touch, record=state.get("sandbox"), mutates=False, repeatable=True
+            )
+        except SandboxError as exc:
+            return self._not_ready(thread_id, exc)
         return self._after_rehydrate(sandbox, thread_id, outcome.record, outcome.notices)
 
     async def abefore_agent(
         self, state: SandboxAgentState, runtime: Runtime[Any]
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | None:
         """Async twin of :meth:`before_agent`."""
         sandbox, thread_id = self._target(runtime)
-        outcome = await sandbox.aexecute(
-            thread_id, _touch, record=state.get("sandbox"), mutates=False, repeatable=True
-        )
+        try:
+            outcome = await sandbox.aexecute(
+                thread_id, _touch, record=state.get("sandbox"), mutates=False, repeatable=True
+            )
+        except SandboxError as exc:
+            return self._not_ready(thread_id, exc)
         return self._after_rehydrate(sandbox, thread_id, outcome.record, outcome.notices)
 
     def after_agent(self, state: SandboxAgentState, runtime: Runtime[Any]) -> None:

@@ -246,3 +246,33 @@ def test_tool_node_replays_parallel_sandbox_calls_after_an_interrupt(
     final = by_call["call_1_0"]
     assert sorted(final.split("stdout:\n", 1)[1].strip()) == ["a", "b", "c"]  # each ran once
     assert state["sandbox"]["exec_count"] == 4
+
+
+def test_a_provider_that_refuses_does_not_crash_the_agent(thread: str) -> None:
+    """The sandbox cannot be created (E2B rejects the key; the E2B emulator, through the real
+    SDK): a turn that needs no code still completes, and a sandbox call tells the model why."""
+    import uuid
+
+    from langchain_sandbox.providers.e2b import E2BProvider
+    from langchain_sandbox.testing.e2b_emulator import E2BEmulator
+
+    with E2BEmulator(api_key="e2b_" + uuid.uuid4().hex) as emulator:
+        provider = E2BProvider(
+            api_key="e2b_" + "0" * 40, api_url=emulator.url, sandbox_url=emulator.url
+        )
+        refused = SandboxRuntime(provider, persist="never")
+        try:
+            agent = agent_with(
+                refused,
+                ["Hello, no code needed.", call("sandbox_exec", code="1 + 1"), "sorry"],
+            )
+            first = agent.invoke({"messages": [HumanMessage("hi")]}, cfg(thread))
+            assert first["messages"][-1].text == "Hello, no code needed."
+            second = agent.invoke({"messages": [HumanMessage("compute")]}, cfg(thread))
+        finally:
+            refused.close()
+    (failed,) = tool_messages(second["messages"])
+    assert failed.status == "error"
+    assert "sandbox_exec failed" in failed.text
+    assert "Invalid API key" in failed.text  # the reason, for the model
+    assert second["messages"][-1].text == "sorry"
