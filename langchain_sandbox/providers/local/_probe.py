@@ -64,8 +64,8 @@ def probe_isolation(bwrap: str | None = None) -> IsolationReport:
         processes += ", not enforced: host user is root"
         problems.append(
             "No pids cgroup can be created and RLIMIT_NPROC does not bind root, so a fork bomb is "
-            "not contained. Run under a cgroup this user may manage (cgroup v2: a delegated "
-            "systemd scope, e.g. systemd-run --user --scope -p Delegate=yes)."
+            "not contained. Run where child cgroups with the pids controller can be created "
+            "(cgroup v1, or a cgroup v2 subtree delegated to this user)."
         )
     elif support.reason:
         problems.append(f"cgroups: {support.reason}; rlimits are used instead.")
