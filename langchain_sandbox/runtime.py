@@ -395,7 +395,12 @@ class SandboxRuntime:
         if session is None:
             session = await self._create(slot.thread_id)
             if wanted_head is not None:
-                await self._restore_into(session, record, notices)
+                try:
+                    await self._restore_into(session, record, notices)
+                except BaseException:
+                    # Cancelled mid-restore: the half-restored session belongs to no one.
+                    await asyncio.shield(self._close_session(session))
+                    raise
         slot.session = session
         slot.adopt(record)
         slot.start_batch(step_call)
