@@ -402,3 +402,28 @@ def test_a_provider_tool_builds_one_runtime_under_concurrent_calls(tmp_path: Pat
         assert set(built.live_sessions()) == {"a", "b", "c", "d"}
     finally:
         built.close()
+
+
+def test_a_tool_called_inside_a_plain_node_finds_the_graph_context(tmp_path: Path) -> None:
+    """No ToolNode, so no ToolRuntime: the runtime comes from ``get_runtime().context``."""
+    from typing import TypedDict
+
+    in_context = make_local_runtime(tmp_path)
+
+    class _State(TypedDict):
+        out: str
+
+    def _node(state: _State) -> _State:
+        return {"out": str(SandboxExecTool().invoke({"code": "print('from a node')"}))}
+
+    builder = StateGraph(_State, context_schema=_Context)
+    builder.add_node("run", _node)
+    builder.add_edge(START, "run")
+    try:
+        result = builder.compile().invoke(
+            {"out": ""}, {"configurable": {"thread_id": "n"}}, context=_Context(in_context)
+        )
+        assert "from a node" in result["out"]
+        assert "n" in in_context.live_sessions()
+    finally:
+        in_context.close()
