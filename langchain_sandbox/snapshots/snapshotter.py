@@ -24,7 +24,9 @@ against "racy" entries (a rewrite of the same size within one filesystem timesta
 mtime): a file's hash is trusted only if its content was read (or written, by a restore) at least
 :data:`RACY_WINDOW_NS` after its mtime. A capture whose changed files were modified just before it
 waits out the rest of that window (at most :data:`RACY_WINDOW_NS`) before reading them, and a
-restore waits it out once after writing, so neither has to read those files again next time.
+restore waits it out once after writing, so neither has to read those files again next time. A
+provider whose listing reveals coarser timestamps (whole seconds, say) gets a window of that
+resolution instead, without the wait: recently changed files are simply read again next time.
 """
 
 from __future__ import annotations
@@ -155,20 +157,27 @@ class GcReport:
 
 @dataclass(frozen=True)
 class _Seen:
-    """What a workspace's files held when they were last read or written.
+    """What a workspace's files held when they were last observed.
 
     Attributes:
         files: path -> (size, mtime_ns, sha256).
-        horizon_ns: Host time before which every one of those contents was read or written
-            (for a manifest, its ``created_at``).
+        horizon_ns: Host time of the observation: a capture read the contents after it; a
+            restore wrote them before it and listed them after it (for a manifest: ``created_at``).
+        window_ns: How much older than the horizon an mtime must be for its hash to be trusted:
+            :data:`RACY_WINDOW_NS`, or the provider's timestamp resolution if that is coarser.
     """
 
     files: Mapping[str, tuple[int, int, str]]
     horizon_ns: int
+    window_ns: int
+
+    @classmethod
+    def observe(cls, files: Mapping[str, tuple[int, int, str]], horizon_ns: int) -> _Seen:
+        return cls(files, horizon_ns, _racy_window(mtime for _, mtime, _ in files.values()))
 
     @classmethod
     def of_manifest(cls, manifest: Manifest) -> _Seen:
-        return cls(
+        return cls.observe(
             {p: (e.size, e.mtime_ns, e.sha256) for p, e in manifest.files.items()},
             int(manifest.created_at * 1e9),
         )
@@ -178,10 +187,23 @@ class _Seen:
         seen = self.files.get(info.path)
         if seen is None or (info.size, info.mtime_ns) != seen[:2]:
             return None
-        # Too close to the read: a same-size rewrite within one timestamp tick would not show.
-        if info.mtime_ns + RACY_WINDOW_NS > self.horizon_ns:
+        # Too close to the observation: a same-size rewrite within one timestamp tick would
+        # keep the mtime, so the hash cannot be trusted.
+        if info.mtime_ns + self.window_ns > self.horizon_ns:
             return None
         return seen[2]
+
+
+def _racy_window(mtimes: Iterable[int]) -> int:
+    """:data:`RACY_WINDOW_NS`, widened to the timestamp resolution the mtimes reveal (a provider
+    that reports whole seconds gets a one-second window)."""
+    resolution = 1_000_000_000
+    for mtime in mtimes:
+        while resolution > 1 and mtime % resolution:
+            resolution //= 10
+        if resolution == 1:
+            break
+    return max(RACY_WINDOW_NS, resolution)
 
 
 class Snapshotter:
@@ -305,7 +327,7 @@ class Snapshotter:
             raise
         bytes_written = sum(count for count, _ in written)
         blobs_written = sum(blobs for _, blobs in written)
-        self._seen[session] = _Seen(
+        self._seen[session] = _Seen.observe(
             {p: (by_path[p].size, by_path[p].mtime_ns, e.sha256) for p, e in files.items()},
             horizon_ns,
         )
@@ -480,7 +502,7 @@ class Snapshotter:
         horizon_ns = time.time_ns()
         after = {info.path: info for info in await session.list_files(".", recursive=True)}
         notices += await _restore_modes(session, manifest, after)
-        self._seen[session] = _Seen(
+        self._seen[session] = _Seen.observe(
             {
                 path: (info.size, info.mtime_ns, entry.sha256)
                 for path, entry in manifest.files.items()
@@ -698,11 +720,13 @@ def _empty_dirs(
 
 async def _wait_out_racy_window(to_read: Sequence[FileInfo], listed_at_ns: int) -> int:
     """Sleep until the files about to be read are older than the racy window (never longer than
-    the window, whatever the sandbox's clock says); return the horizon of the reads that follow."""
-    newest = max((info.mtime_ns for info in to_read), default=0)
-    wait_ns = min(newest + RACY_WINDOW_NS - time.time_ns(), RACY_WINDOW_NS)
-    if wait_ns > 0:
-        await asyncio.sleep(wait_ns / 1e9)
+    :data:`RACY_WINDOW_NS`, whatever the sandbox's clock says; with coarse timestamps, not at
+    all: those files are read again next time instead); return the horizon of the reads."""
+    if to_read and _racy_window(info.mtime_ns for info in to_read) == RACY_WINDOW_NS:
+        newest = max(info.mtime_ns for info in to_read)
+        wait_ns = min(newest + RACY_WINDOW_NS - time.time_ns(), RACY_WINDOW_NS)
+        if wait_ns > 0:
+            await asyncio.sleep(wait_ns / 1e9)
     return max(time.time_ns(), listed_at_ns)
 
 

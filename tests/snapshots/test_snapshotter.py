@@ -260,3 +260,14 @@ async def test_restore_larger_than_the_memory_budget_streams_in_batches(
     with pytest.raises(UnsafeArchiveError, match=victim):
         await small.restore(other, info.ref)
     assert await workspace_state(other) == before
+
+
+def test_the_racy_window_widens_to_coarse_provider_timestamps() -> None:
+    from langchain_sandbox.snapshots.snapshotter import RACY_WINDOW_NS, _racy_window
+
+    ns = 1_764_460_000_123_456_789
+    assert _racy_window([ns, ns + 7]) == RACY_WINDOW_NS
+    assert _racy_window([ns // 1000 * 1000]) == RACY_WINDOW_NS  # microseconds (E2B's datetimes)
+    seconds = 1_764_460_000 * 1_000_000_000
+    assert _racy_window([seconds, seconds + 2_000_000_000]) == 1_000_000_000
+    assert _racy_window([]) == 1_000_000_000
