@@ -23,8 +23,8 @@ The provider sends this file together with :mod:`~langchain_sandbox.providers.ke
 
 from __future__ import annotations
 
-import ast
-import base64
+# ruff: noqa: I001 (the package-imports block below must stay apart from the stdlib imports)
+import binascii
 import builtins
 import contextlib
 import io
@@ -35,17 +35,22 @@ import signal
 import site
 import socket
 import struct
-import subprocess
 import sys
-import threading
 import time
 import traceback
+import types
+
+# Every call starts a Python process in the devbox, so imports cost latency on every call: in the
+# devbox copy, what only annotations use goes away with this block, and modules only one kind of
+# call needs are imported where it runs.
+# <package-imports>
+import subprocess
 from typing import Any
 
-# <package-imports>
-from langchain_sandbox.providers.kernel_state import dump_namespace, load_namespace
+from langchain_sandbox.providers import kernel_state as _kernel_state_module
 from langchain_sandbox.results import OutputCapture
 
+KERNEL_STATE_SOURCE = ""  # the devbox copy carries the module's source here instead
 # </package-imports>
 
 RESULT_MARKER = "LCSB-RESULT:"
@@ -56,6 +61,18 @@ SAVED_NAME = "saved-variables.pkl"
 MAX_VALUE_CHARS = 100_000
 MAX_ARTIFACT_BYTES = 16 * 1024 * 1024
 KILL_GRACE = 3.0
+
+
+def _kernel_state() -> Any:
+    """:mod:`~langchain_sandbox.providers.kernel_state`: imported in the package; in a devbox,
+    built from the source the provider inlined, and only by the interpreter, so that short-lived
+    calls do not pay for its imports."""
+    global _kernel_state_module
+    if _kernel_state_module is None:
+        module = types.ModuleType("kernel_state")
+        exec(compile(KERNEL_STATE_SOURCE, "kernel_state.py", "exec"), module.__dict__)
+        _kernel_state_module = module
+    return _kernel_state_module
 
 
 class _CodeTimeout(BaseException):
@@ -80,6 +97,10 @@ class _CaptureStream(io.TextIOBase):
         return "utf-8"
 
 
+def _b64(data: bytes) -> str:
+    return binascii.b2a_base64(data, newline=False).decode()
+
+
 def _emit(payload: dict[str, Any]) -> None:
     sys.stdout.write("\n" + RESULT_MARKER + json.dumps(payload) + "\n")
     sys.stdout.flush()
@@ -92,7 +113,7 @@ def _read_request(arg: str) -> dict[str, Any]:
         os.unlink(arg[1:])
         request: dict[str, Any] = json.loads(raw)
     else:
-        request = json.loads(base64.b64decode(arg))
+        request = json.loads(binascii.a2b_base64(arg))
     return request
 
 
@@ -115,7 +136,7 @@ class _Interpreter:
             return
         try:
             with open(path, "rb") as handle:
-                failed = load_namespace(self.namespace, handle.read())
+                failed = _kernel_state().load_namespace(self.namespace, handle.read())
             note = "Python variables were restored after the devbox resumed"
             self.notices.append(note + (f" (not restored: {', '.join(failed)})" if failed else ""))
         except Exception as exc:
@@ -172,6 +193,8 @@ class _Interpreter:
         return result
 
     def _exec(self, code: str, filename: str) -> str | None:
+        import ast  # only the interpreter parses code; short-lived calls skip the import
+
         tree = ast.parse(code, filename, "exec")
         last: ast.expr | None = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -190,15 +213,15 @@ class _Interpreter:
         if op == "code":
             return self.run(request)
         if op == "dump":
-            blob, saved, skipped = dump_namespace(self.namespace)
-            return {"data": base64.b64encode(blob).decode(), "saved": saved, "skipped": skipped}
+            blob, saved, skipped = _kernel_state().dump_namespace(self.namespace)
+            return {"data": _b64(blob), "saved": saved, "skipped": skipped}
         if op == "load":
             with open(request["path"], "rb") as handle:
                 blob = handle.read()
             os.unlink(request["path"])
-            return {"failed": load_namespace(self.namespace, blob)}
+            return {"failed": _kernel_state().load_namespace(self.namespace, blob)}
         if op == "save":
-            blob, saved, skipped = dump_namespace(self.namespace)
+            blob, saved, skipped = _kernel_state().dump_namespace(self.namespace)
             with open(os.path.join(self.state_dir, SAVED_NAME), "wb") as handle:
                 handle.write(blob)
             return {"saved": saved, "skipped": skipped}
@@ -232,7 +255,7 @@ def _figures() -> list[dict[str, str]]:
         total += len(data)
         if total > MAX_ARTIFACT_BYTES:
             break
-        artifacts.append({"name": f"figure-{number}.png", "data": base64.b64encode(data).decode()})
+        artifacts.append({"name": f"figure-{number}.png", "data": _b64(data)})
     pyplot.close("all")
     return artifacts
 
@@ -298,6 +321,8 @@ def serve(state_dir: str) -> None:
 
 
 def _start_server(state_dir: str) -> None:
+    import subprocess
+
     env = dict(os.environ, MPLBACKEND=os.environ.get("MPLBACKEND", "Agg"), PYTHONUNBUFFERED="1")
     with open(os.devnull, "rb") as devnull_in, open(os.devnull, "wb") as devnull_out:
         subprocess.Popen(
@@ -404,6 +429,9 @@ def call_interpreter(state_dir: str, request: dict[str, Any]) -> dict[str, Any]:
 
 def run_command(request: dict[str, Any]) -> dict[str, Any]:
     """Run ``bash -c`` with output capped at the source and a timeout that kills the group."""
+    import subprocess
+    import threading
+
     limit = int(request.get("max_output_bytes", 1_000_000))
     captures = OutputCapture(limit), OutputCapture(limit)
     env = dict(os.environ, **request.get("env", {}))
@@ -450,6 +478,8 @@ def _pump(stream: Any, capture: OutputCapture) -> None:
 
 
 def _terminate_group(process: subprocess.Popen[bytes]) -> None:
+    import subprocess
+
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(process.pid, sig)
@@ -506,6 +536,7 @@ def _entry(path: str, info: os.stat_result) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
+    """``argv[1]`` is the operation, ``argv[2]`` its request (``argv[0]`` is ignored)."""
     op, argument = argv[1], argv[2]
     if op == "serve":
         serve(argument)

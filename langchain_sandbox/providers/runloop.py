@@ -119,18 +119,19 @@ def _sdk() -> Any:
 
 
 def _worker_script() -> str:
-    """The worker program with the kernel-state and output-capture code it needs inlined."""
+    """The worker program, standalone: the package imports it makes are replaced by the code
+    itself (the output capture inline, the kernel-state module as source it loads on demand)."""
     worker = inspect.getsource(_runloop_worker)
     start, end = "# <package-imports>", "# </package-imports>"
-    worker = worker[: worker.index(start)] + worker[worker.index(end) + len(end) :]
-    parts = [
-        inspect.getsource(kernel_state),
-        f"DEFAULT_CAPTURE_BYTES = {DEFAULT_CAPTURE_BYTES}\n",
-        inspect.getsource(OutputCapture),
-        worker,
-    ]
-    body = "\n".join(p.replace("from __future__ import annotations\n", "") for p in parts)
-    return "from __future__ import annotations\n" + body
+    inlined = "\n".join(
+        [
+            f"KERNEL_STATE_SOURCE = {inspect.getsource(kernel_state)!r}",
+            "_kernel_state_module = None",
+            f"DEFAULT_CAPTURE_BYTES = {DEFAULT_CAPTURE_BYTES}",
+            inspect.getsource(OutputCapture),
+        ]
+    )
+    return worker[: worker.index(start)] + inlined + worker[worker.index(end) + len(end) :]
 
 
 def _translate(exc: BaseException, *, what: str) -> SandboxError:
@@ -258,7 +259,16 @@ class RunloopProvider(Provider):
         self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
         self.worker_script = _worker_script()
         digest = hashlib.sha256(self.worker_script.encode()).hexdigest()[:12]
-        self.worker_path = f"{WORKER_DIR}/worker-{digest}.py"
+        self.worker_module = f"worker_{digest}"
+        self.worker_path = f"{WORKER_DIR}/{self.worker_module}.py"
+
+    @property
+    def worker_launcher(self) -> str:
+        """Python that imports the worker as a module (so its bytecode is cached) and runs it."""
+        return (
+            f"import sys; sys.path.insert(0, {WORKER_DIR!r}); "
+            f"import {self.worker_module} as worker; worker.main(sys.argv)"
+        )
 
     def __repr__(self) -> str:
         return f"RunloopProvider(base_url={self._base_url!r})"
@@ -592,7 +602,13 @@ class RunloopSession(Session):
         path = self._provider.worker_path
         command = (
             f"mkdir -p {WORKER_DIR} && printf %s {payload} | base64 -d > {path}.tmp && "
-            f"mv {path}.tmp {path} && python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))'"
+            f"mv {path}.tmp {path} && python3 -c "
+            + shlex.quote(
+                # Compiled once here: later calls import the cached bytecode even where the
+                # environment turns bytecode writing off.
+                f"import py_compile, sys; py_compile.compile({path!r}, doraise=True); "
+                "sys.exit(sys.version_info < (3, 8))"
+            )
         )
         view, _ = await self.execute(command, wait=120.0)
         if view.exit_status != 0:
@@ -615,7 +631,8 @@ class RunloopSession(Session):
         path = self._provider.worker_path
         command = (
             f"[ -f {path} ] || exit {_WORKER_MISSING_EXIT}; "
-            f"cd {WORKSPACE_ROOT} && python3 {path} {op} {argument}"
+            f"cd {WORKSPACE_ROOT} && python3 -c {shlex.quote(self._provider.worker_launcher)} "
+            f"{op} {argument}"
         )
         view, timed_out = await self.execute(command, wait=wait)
         if timed_out:

@@ -55,9 +55,13 @@ async def test_async_sdk_devbox_commands_and_files(emulator: RunloopEmulator) ->
 async def test_commands_share_the_devbox_like_a_machine(emulator: RunloopEmulator) -> None:
     async with _sdk(emulator) as sdk:
         devbox = await sdk.devbox.create()
-        await devbox.cmd.exec("echo kept > /tmp/flag; (sleep 60 &) ; echo started")
-        again = await devbox.cmd.exec("cat /tmp/flag; pgrep -c -f 'sleep 60'")
-        assert await again.stdout() == "kept\n1\n"
+        # A service outlives its command when it has its own session (the local sandbox under
+        # the emulator ends a command's process group with the command); Popen returns only once
+        # the child has its session, so the command cannot end first.
+        service = "import subprocess; print(subprocess.Popen(['sleep', '60'], start_new_session=True).pid)"
+        await devbox.cmd.exec(f'echo kept > /tmp/flag; python3 -c "{service}" > /tmp/pid')
+        again = await devbox.cmd.exec("cat /tmp/flag; kill -0 $(cat /tmp/pid) && echo alive")
+        assert await again.stdout() == "kept\nalive\n"
         await devbox.shutdown()
 
 
