@@ -271,3 +271,24 @@ def test_the_racy_window_widens_to_coarse_provider_timestamps() -> None:
     seconds = 1_764_460_000 * 1_000_000_000
     assert _racy_window([seconds, seconds + 2_000_000_000]) == 1_000_000_000
     assert _racy_window([]) == 1_000_000_000
+
+
+async def test_a_same_size_rewrite_within_one_timestamp_tick_is_not_missed(
+    new_session: SessionFactory, snapshotter: Snapshotter
+) -> None:
+    """A rewrite that keeps size and mtime (as one within a filesystem timestamp tick does) is
+    still captured when the mtime was too close to the capture to be trusted."""
+    session = await new_session()
+    await session.write_files({"state.txt": b"AAAA"})
+    # Pin the mtime a little in the future of the host clock: as racy as a same-tick write.
+    stamp = "$(($(date +%s) + 30))"
+    await check(session, f"touch -m -d @{stamp} state.txt && stat -c %Y state.txt > .stamp")
+    first = await snapshotter.capture(session)
+    pinned = (await session.read_files([".stamp"]))[".stamp"].decode().strip()
+    await session.write_files({"state.txt": b"BBBB"})
+    await check(session, f"touch -m -d @{pinned} state.txt")
+    second = await snapshotter.capture(session, base=first.ref)
+    assert second.bytes_read >= 4
+    restored = await new_session()
+    await snapshotter.restore(restored, second.ref)
+    assert (await restored.read_files(["state.txt"]))["state.txt"] == b"BBBB"
