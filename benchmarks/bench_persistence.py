@@ -7,15 +7,16 @@ local sandboxes, in one run:
   (:class:`langchain_sandbox.snapshots.Snapshotter` over a durable local blob store): a step
   stores the files that changed, plus a small manifest;
 * ``full tar``: a tar of the whole workspace written to disk (fsynced) at every step;
-* ``state blob``: the whole workspace serialized into the graph state and written by a real
-  checkpointer (``InMemorySaver`` and ``SqliteSaver``) at every step, as langchain-sandbox does
-  with its session bytes.
+* ``blob+memory`` / ``blob+sqlite``: the whole workspace serialized into the graph state and
+  written by a real checkpointer (``InMemorySaver``, ``SqliteSaver``) at every step, as
+  langchain-sandbox does with its session bytes.
 
 Every approach persists and restores the files *and* the Python variables. For each workspace size
 (1 MB files) and each amount of changed bytes per step, it prints the median time to persist one
-step, the bytes each step adds to storage, and the time to restore the latest state into a fresh
-sandbox, with ratios against ``snapshots``. Targets from issue #4: persist after a
-one-file change in a 100 MB workspace under 50 ms; restore of that workspace into a fresh local
+step, the bytes each step adds to storage, the time to restore the latest state into a fresh
+sandbox, and the time to rewind the live sandbox one step (what a fork or a time travel to the
+previous checkpoint costs), with ratios against ``snapshots``. Targets from issue #4: persist after
+a one-file change in a 100 MB workspace under 50 ms; restore of that workspace into a fresh local
 sandbox under 1 s.
 
     .venv/bin/python benchmarks/bench_persistence.py            # 10 MB and 100 MB workspaces
@@ -33,7 +34,7 @@ import statistics
 import tarfile
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,14 +52,128 @@ FILE_BYTES = MB
 _VARIABLES_MEMBER = ".variables.pickle"
 
 
+class Approach(ABC):
+    """One way of persisting a workspace at every step."""
+
+    name: str
+
+    @abstractmethod
+    async def persist(self, session: Session, step: int) -> None:
+        """Make the session's state at ``step`` durable."""
+
+    @abstractmethod
+    async def restore(self, session: Session, step: int) -> None:
+        """Make ``session`` hold the state persisted at ``step``."""
+
+    @abstractmethod
+    def stored_bytes(self) -> int:
+        """Bytes the approach keeps, all steps together."""
+
+
+class Snapshots(Approach):
+    name = "snapshots"
+
+    def __init__(self, work: Path) -> None:
+        self.store = LocalDirectoryBlobStore(work / "blobs")
+        self.snapshotter = Snapshotter(self.store)
+        self.refs: list[str] = []
+
+    async def persist(self, session: Session, step: int) -> None:
+        base = self.refs[-1] if self.refs else None
+        self.refs.append((await self.snapshotter.capture(session, base=base, revision=step)).ref)
+
+    async def restore(self, session: Session, step: int) -> None:
+        await self.snapshotter.restore(session, self.refs[step])
+
+    def stored_bytes(self) -> int:
+        return _dir_bytes(self.store.root)
+
+
+class FullTar(Approach):
+    name = "full tar"
+
+    def __init__(self, work: Path) -> None:
+        self.directory = work / "tars"
+        self.directory.mkdir()
+
+    async def persist(self, session: Session, step: int) -> None:
+        files, variables = await _read_state(session)
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            for path, data in [*files.items(), (_VARIABLES_MEMBER, variables)]:
+                member = tarfile.TarInfo(path)
+                member.size = len(data)
+                archive.addfile(member, io.BytesIO(data))
+        _write_durably(self.directory / f"step{step}.tar", buffer.getvalue())
+
+    async def restore(self, session: Session, step: int) -> None:
+        files: dict[str, bytes] = {}
+        with tarfile.open(self.directory / f"step{step}.tar") as archive:
+            for member in archive.getmembers():
+                extracted = archive.extractfile(member)
+                if extracted is not None:
+                    files[member.name] = extracted.read()
+        variables = files.pop(_VARIABLES_MEMBER)
+        await session.write_files(files)
+        await session.load_variables(variables)
+
+    def stored_bytes(self) -> int:
+        return _dir_bytes(self.directory)
+
+
+class StateBlob(Approach):
+    """The workspace pickled into a checkpoint's channel values, one checkpoint per step."""
+
+    def __init__(self, name: str, saver: BaseCheckpointSaver[Any], database: Path | None) -> None:
+        self.name = name
+        self.saver = saver
+        self.database = database
+        self.configs: list[Any] = []
+
+    async def persist(self, session: Session, step: int) -> None:
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"sandbox": pickle.dumps(await _read_state(session))}
+        checkpoint["channel_versions"] = {"sandbox": step + 1}
+        parent = self.configs[-1] if self.configs else _thread(self.name)
+        self.configs.append(
+            self.saver.put(parent, checkpoint, {"step": step}, {"sandbox": step + 1})
+        )
+
+    async def restore(self, session: Session, step: int) -> None:
+        saved = self.saver.get_tuple(self.configs[step])
+        assert saved is not None
+        files, variables = pickle.loads(saved.checkpoint["channel_values"]["sandbox"])
+        await session.write_files(files)
+        await session.load_variables(variables)
+
+    def stored_bytes(self) -> int:
+        if self.database is not None:
+            return sum(
+                _dir_bytes(p) if p.is_dir() else p.stat().st_size
+                for p in self.database.parent.glob(self.database.name + "*")
+            )
+        assert isinstance(self.saver, InMemorySaver)
+        total = sum(len(blob[1]) for blob in self.saver.blobs.values())
+        for namespaces in self.saver.storage.values():
+            for checkpoints in namespaces.values():
+                for checkpoint, metadata, _parent in checkpoints.values():
+                    total += len(checkpoint[1]) + len(metadata[1])
+        return total
+
+
 @dataclass
 class Measure:
-    """One approach on one workload."""
+    """One approach on one workload (times in ms, medians over the steps for persist)."""
 
     approach: str
     persist_ms: float
     stored_per_step: int
     restore_ms: float
+    rewind_ms: float
+
+
+def _thread(name: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": name, "checkpoint_ns": ""}}
 
 
 def _write_durably(path: Path, data: bytes) -> None:
@@ -99,154 +214,34 @@ async def _read_state(session: Session) -> tuple[dict[str, bytes], bytes]:
     return await session.read_files(files), (await session.dump_variables()).data
 
 
-def _timed_ms(start: float) -> float:
+async def _timed_ms(operation: Any) -> float:
+    start = time.perf_counter()
+    await operation
     return (time.perf_counter() - start) * 1000
 
 
-async def _steps(
-    session: Session,
-    paths: list[str],
-    changed: int,
-    steps: int,
-    persist: Callable[[int], Awaitable[None]],
-    stored: Callable[[], int],
-) -> tuple[float, int]:
-    """Median persist time and mean stored bytes per step over ``steps`` changed steps."""
-    await persist(0)
-    times: list[float] = []
-    before = stored()
-    for step in range(1, steps + 1):
-        await _change(session, paths, step, changed)
-        start = time.perf_counter()
-        await persist(step)
-        times.append(_timed_ms(start))
-    return statistics.median(times), (stored() - before) // steps
-
-
-async def bench_snapshots(
-    provider: LocalProvider, work: Path, size_mb: int, changed: int, steps: int
-) -> Measure:
-    store = LocalDirectoryBlobStore(work / "blobs")
-    snapshotter = Snapshotter(store)
-    session = await provider.create()
-    paths = await _fill(session, size_mb)
-    ref: list[str] = []
-
-    async def persist(step: int) -> None:
-        info = await snapshotter.capture(session, base=ref[-1] if ref else None, revision=step)
-        ref.append(info.ref)
-
-    persist_ms, per_step = await _steps(
-        session, paths, changed, steps, persist, lambda: _dir_bytes(store.root)
-    )
-    await session.close()
-    fresh = await provider.create()
-    start = time.perf_counter()
-    await snapshotter.restore(fresh, ref[-1])
-    restore_ms = _timed_ms(start)
-    await fresh.close()
-    return Measure("snapshots", persist_ms, per_step, restore_ms)
-
-
-async def bench_full_tar(
-    provider: LocalProvider, work: Path, size_mb: int, changed: int, steps: int
-) -> Measure:
-    directory = work / "tars"
-    directory.mkdir()
-    session = await provider.create()
-    paths = await _fill(session, size_mb)
-
-    async def persist(step: int) -> None:
-        files, variables = await _read_state(session)
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as archive:
-            for path, data in [*files.items(), (_VARIABLES_MEMBER, variables)]:
-                member = tarfile.TarInfo(path)
-                member.size = len(data)
-                archive.addfile(member, io.BytesIO(data))
-        _write_durably(directory / f"step{step}.tar", buffer.getvalue())
-
-    persist_ms, per_step = await _steps(
-        session, paths, changed, steps, persist, lambda: _dir_bytes(directory)
-    )
-    await session.close()
-    fresh = await provider.create()
-    start = time.perf_counter()
-    with tarfile.open(directory / f"step{steps}.tar") as archive:
-        restored: dict[str, bytes] = {}
-        for member in archive.getmembers():
-            extracted = archive.extractfile(member)
-            if extracted is not None:
-                restored[member.name] = extracted.read()
-    variables = restored.pop(_VARIABLES_MEMBER)
-    await fresh.write_files(restored)
-    await fresh.load_variables(variables)
-    restore_ms = _timed_ms(start)
-    await fresh.close()
-    return Measure("full tar", persist_ms, per_step, restore_ms)
-
-
-async def bench_state_blob(
-    provider: LocalProvider,
-    work: Path,
-    size_mb: int,
-    changed: int,
-    steps: int,
-    saver: BaseCheckpointSaver[Any],
-    label: str,
-    stored: Callable[[], int],
+async def measure(
+    provider: LocalProvider, approach: Approach, size_mb: int, changed: int, steps: int
 ) -> Measure:
     session = await provider.create()
-    paths = await _fill(session, size_mb)
-    config: dict[str, Any] = {"configurable": {"thread_id": label, "checkpoint_ns": ""}}
-
-    async def persist(step: int) -> None:
-        nonlocal config
-        checkpoint = empty_checkpoint()
-        checkpoint["channel_values"] = {"sandbox_session": pickle.dumps(await _read_state(session))}
-        checkpoint["channel_versions"] = {"sandbox_session": step + 1}
-        config = saver.put(config, checkpoint, {"step": step}, {"sandbox_session": step + 1})  # type: ignore[arg-type]
-
-    persist_ms, per_step = await _steps(session, paths, changed, steps, persist, stored)
-    await session.close()
+    try:
+        paths = await _fill(session, size_mb)
+        await approach.persist(session, 0)
+        before = approach.stored_bytes()
+        persist: list[float] = []
+        for step in range(1, steps + 1):
+            await _change(session, paths, step, changed)
+            persist.append(await _timed_ms(approach.persist(session, step)))
+        per_step = (approach.stored_bytes() - before) // steps
+        rewind_ms = await _timed_ms(approach.restore(session, steps - 1))
+    finally:
+        await session.close()
     fresh = await provider.create()
-    start = time.perf_counter()
-    latest = saver.get_tuple({"configurable": {"thread_id": label, "checkpoint_ns": ""}})
-    assert latest is not None
-    files, variables = pickle.loads(latest.checkpoint["channel_values"]["sandbox_session"])
-    await fresh.write_files(files)
-    await fresh.load_variables(variables)
-    restore_ms = _timed_ms(start)
-    await fresh.close()
-    return Measure(label, persist_ms, per_step, restore_ms)
-
-
-def _memory_saver_bytes(saver: InMemorySaver) -> Callable[[], int]:
-    def count() -> int:
-        total = 0
-        for namespaces in saver.storage.values():
-            for checkpoints in namespaces.values():
-                for checkpoint, metadata, _parent in checkpoints.values():
-                    total += len(checkpoint[1]) + len(metadata[1])
-        total += sum(len(blob[1]) for blob in saver.blobs.values())
-        return total
-
-    return count
-
-
-async def run(sizes: list[int], changes: list[int], steps: int) -> None:
-    with tempfile.TemporaryDirectory(prefix="bench-persistence-") as root:
-        provider = LocalProvider(base_dir=Path(root) / "sandboxes")
-        print(
-            f"{'workspace':>9} {'changed':>8}  {'approach':<12} {'persist ms':>10} "
-            f"{'stored/step':>12} {'restore ms':>10}   persist x   stored x"
-        )
-        try:
-            for size_mb in sizes:
-                for changed in changes:
-                    await _workload(provider, Path(root), size_mb, changed, steps)
-        finally:
-            await provider.aclose()
+    try:
+        restore_ms = await _timed_ms(approach.restore(fresh, steps))
+    finally:
+        await fresh.close()
+    return Measure(approach.name, statistics.median(persist), per_step, restore_ms, rewind_ms)
 
 
 async def _workload(
@@ -254,45 +249,45 @@ async def _workload(
 ) -> None:
     work = Path(tempfile.mkdtemp(dir=root))
     results = [
-        await bench_snapshots(provider, work, size_mb, changed, steps),
-        await bench_full_tar(provider, work, size_mb, changed, steps),
+        await measure(provider, Snapshots(work), size_mb, changed, steps),
+        await measure(provider, FullTar(work), size_mb, changed, steps),
+        await measure(
+            provider, StateBlob("blob+memory", InMemorySaver(), None), size_mb, changed, steps
+        ),
     ]
-    memory = InMemorySaver()
-    results.append(
-        await bench_state_blob(
-            provider,
-            work,
-            size_mb,
-            changed,
-            steps,
-            memory,
-            "blob+memory",
-            _memory_saver_bytes(memory),
-        )
-    )
     database = work / "checkpoints.db"
     with SqliteSaver.from_conn_string(str(database)) as sqlite:
         results.append(
-            await bench_state_blob(
-                provider,
-                work,
-                size_mb,
-                changed,
-                steps,
-                sqlite,
-                "blob+sqlite",
-                lambda: _dir_bytes(work) - _dir_bytes(work / "blobs") - _dir_bytes(work / "tars"),
+            await measure(
+                provider, StateBlob("blob+sqlite", sqlite, database), size_mb, changed, steps
             )
         )
     base = results[0]
-    for measure in results:
+    for result in results:
         print(
-            f"{size_mb:>6} MB {_size(changed):>8}  {measure.approach:<12} "
-            f"{measure.persist_ms:>10.1f} {_size(measure.stored_per_step):>12} "
-            f"{measure.restore_ms:>10.1f}   "
-            f"{measure.persist_ms / base.persist_ms:>8.1f}x "
-            f"{measure.stored_per_step / max(base.stored_per_step, 1):>9.1f}x"
+            f"{size_mb:>6} MB {_size(changed):>8}  {result.approach:<12} "
+            f"{result.persist_ms:>10.1f} {_size(result.stored_per_step):>12} "
+            f"{result.restore_ms:>10.1f} {result.rewind_ms:>9.1f}   "
+            f"{result.persist_ms / base.persist_ms:>8.1f}x "
+            f"{result.stored_per_step / max(base.stored_per_step, 1):>9.1f}x "
+            f"{result.rewind_ms / base.rewind_ms:>8.1f}x"
         )
+
+
+async def run(sizes: list[int], changes: list[int], steps: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-persistence-") as root:
+        provider = LocalProvider(base_dir=Path(root) / "sandboxes")
+        print(
+            f"{'workspace':>9} {'changed':>8}  {'approach':<12} {'persist ms':>10} "
+            f"{'stored/step':>12} {'restore ms':>10} {'rewind ms':>9}   "
+            "persist x   stored x  rewind x"
+        )
+        try:
+            for size_mb in sizes:
+                for changed in changes:
+                    await _workload(provider, Path(root), size_mb, changed, steps)
+        finally:
+            await provider.aclose()
 
 
 def _size(count: int) -> str:
