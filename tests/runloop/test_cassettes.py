@@ -84,6 +84,8 @@ async def _recorded(flow: str) -> AsyncIterator[RunloopProvider]:
             provider = RunloopProvider(api_key=LIVE_KEY)
         else:
             pytest.fail(f"RUNLOOP_CASSETTES must be replay, emulator or live, not {MODE!r}")
+        if MODE != "replay":
+            path.unlink(missing_ok=True)  # record_mode "all" would append to the old transcript
         recorder = vcr.VCR(
             record_mode="none" if MODE == "replay" else "all",
             match_on=["method", "scheme", "host", "port", "path", "query"],
@@ -97,7 +99,10 @@ async def _recorded(flow: str) -> AsyncIterator[RunloopProvider]:
         finally:
             await provider.aclose()
         if MODE == "replay":
-            assert cassette.all_played, "the flow made fewer requests than were recorded"
+            unplayed = [
+                r.uri for i, r in enumerate(cassette.requests) if not cassette.play_counts[i]
+            ]
+            assert not unplayed, f"recorded requests the flow did not make: {unplayed}"
 
 
 async def _flow(name: str, body: Callable[[RunloopProvider], Awaitable[None]]) -> None:
