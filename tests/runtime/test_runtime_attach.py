@@ -80,3 +80,25 @@ def test_attach_keeps_state_without_any_snapshot(
     finally:
         first.close()
         second.close()
+
+
+def test_runloop_devbox_is_attached_by_another_runtime(tmp_path: Path) -> None:
+    """The same through the real Runloop SDK against the Runloop emulator."""
+    from langchain_sandbox.testing.runloop_emulator import RunloopEmulator
+
+    with RunloopEmulator() as emulator:
+        first = SandboxRuntime(
+            emulator.provider(), snapshotter=Snapshotter(LocalDirectoryBlobStore(tmp_path / "b"))
+        )
+        second = SandboxRuntime(
+            emulator.provider(), snapshotter=Snapshotter(LocalDirectoryBlobStore(tmp_path / "b"))
+        )
+        try:
+            record = first.run_code("t", "x = 5").record
+            outcome = second.run_code("t", "x + 1", record=record)
+            assert outcome.value.value == "6"
+            assert not outcome.value.notices
+            assert outcome.record["session"]["sandbox_id"] == record["session"]["sandbox_id"]
+        finally:
+            first.close()
+            second.close()
