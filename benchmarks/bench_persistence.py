@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -128,7 +129,7 @@ class StateBlob(Approach):
         self.name = name
         self.saver = saver
         self.database = database
-        self.configs: list[Any] = []
+        self.configs: list[RunnableConfig] = []
 
     async def persist(self, session: Session, step: int) -> None:
         checkpoint = empty_checkpoint()
@@ -172,7 +173,7 @@ class Measure:
     rewind_ms: float
 
 
-def _thread(name: str) -> dict[str, Any]:
+def _thread(name: str) -> RunnableConfig:
     return {"configurable": {"thread_id": name, "checkpoint_ns": ""}}
 
 
