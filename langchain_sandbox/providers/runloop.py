@@ -89,6 +89,7 @@ _LONG_POLL_BUFFER = 5.0
 _WORKER_SLACK = 20.0
 _MAX_INLINE_REQUEST = 64 * 1024
 _MAX_RESULT_BYTES = 128 * 1024 * 1024
+_INTERPRETER_OPS = frozenset({"code", "dump", "load", "save"})
 _LIVE_STATUSES = frozenset({"running", "suspending", "suspended", "resuming"})
 _BOOTING_STATUSES = frozenset({"scheduled", "queued", "provisioning", "initializing", "resuming"})
 
@@ -480,6 +481,7 @@ class RunloopSession(Session):
         self._closed = False
         self._paused = False
         self._worker_installed = False
+        self._interpreter_turn = asyncio.Lock()
 
     def __repr__(self) -> str:
         return f"RunloopSession(devbox_id={self.devbox_id!r}, session_id={self.session_id!r})"
@@ -620,7 +622,17 @@ class RunloopSession(Session):
         self._worker_installed = True
 
     async def worker(self, op: str, request: dict[str, Any], *, wait: float) -> dict[str, Any]:
-        """Run one worker operation; ``{"timed_out": True}`` when ``wait`` ran out."""
+        """Run one worker operation; ``{"timed_out": True}`` when ``wait`` ran out.
+
+        Calls to the interpreter take turns: it runs one cell at a time, and a call kept waiting
+        behind another would count that wait against its own timeout.
+        """
+        if op in _INTERPRETER_OPS:
+            async with self._interpreter_turn:
+                return await self._worker(op, request, wait=wait)
+        return await self._worker(op, request, wait=wait)
+
+    async def _worker(self, op: str, request: dict[str, Any], *, wait: float) -> dict[str, Any]:
         argument = base64.b64encode(json.dumps(request).encode()).decode()
         if len(argument) > _MAX_INLINE_REQUEST:
             if not self._worker_installed:

@@ -3,7 +3,9 @@ SDK itself and against the SDK's own response models."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -207,3 +209,20 @@ async def test_request_log_never_keeps_the_api_key(emulator: RunloopEmulator) ->
     for request in emulator.requests:
         assert "authorization" not in request.headers
         assert FAKE_KEY not in json.dumps(request.headers)
+
+
+async def test_several_devboxes_run_at_once_and_apart() -> None:
+    emulator = RunloopEmulator(api_key=FAKE_KEY)
+    async with emulator, _sdk(emulator) as sdk:
+        boxes = await asyncio.gather(*(sdk.devbox.create() for _ in range(3)))
+        await asyncio.gather(
+            *(box.file.write(file_path="who.txt", contents=box.id) for box in boxes)
+        )
+        results = await asyncio.gather(
+            *(box.cmd.exec("sleep 1; cat who.txt; ls /home/user") for box in boxes)
+        )
+        for box, result in zip(boxes, results, strict=True):
+            assert await result.stdout() == f"{box.id}who.txt\n"
+    # Closing shut every devbox down and joined the emulator's threads.
+    assert {d.status for d in emulator.account.listing()} == {"shutdown"}
+    assert not [t for t in threading.enumerate() if t.name.startswith("runloop-emulator")]
