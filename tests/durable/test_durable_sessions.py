@@ -161,7 +161,7 @@ def _checkpoint(history: list[dict[str, Any]], *, tools: int, next_node: str) ->
     return str(matches[0])
 
 
-def test_fork_and_time_travel_see_the_workspace_of_their_checkpoint(
+def test_fork_time_travel_and_update_state_see_the_workspace_of_their_checkpoint(
     tmp_path: Path, blobs: str
 ) -> None:
     story = Story("fork", "sqlite", str(tmp_path / "cp.sqlite"), blobs)
@@ -192,13 +192,7 @@ def test_fork_and_time_travel_see_the_workspace_of_their_checkpoint(
     again = story.run("--checkpoint-id", later_head, "--message", "orig2")
     assert "now 12 orig" in again["tools"][-1]
 
-
-def test_update_state_on_an_old_checkpoint_restores_its_workspace(
-    tmp_path: Path, blobs: str
-) -> None:
-    story = Story("fork", "sqlite", str(tmp_path / "cp.sqlite"), blobs)
-    original = story.run("--message", "start")
-    n = _checkpoint(original["history"], tools=1, next_node="model")
+    # update_state on checkpoint N, then continue: N's workspace again
     edited = story.run("--checkpoint-id", n, "--update-message", "edited")
     assert "now 1 one" in edited["tools"][-1]
 
