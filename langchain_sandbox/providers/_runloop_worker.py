@@ -435,11 +435,14 @@ def run_command(request: dict[str, Any]) -> dict[str, Any]:
     limit = int(request.get("max_output_bytes", 1_000_000))
     captures = OutputCapture(limit), OutputCapture(limit)
     env = dict(os.environ, **request.get("env", {}))
+    cwd = request.get("cwd", WORKSPACE)
+    if not os.path.isdir(cwd):
+        return {"missing": cwd}
     started = time.monotonic()
     try:
         process = subprocess.Popen(
             ["bash", "-c", request["command"]],
-            cwd=request.get("cwd", WORKSPACE),
+            cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -460,8 +463,11 @@ def run_command(request: dict[str, Any]) -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         timed_out = True
         _terminate_group(process)
+    # A background child the command left running may hold the pipes open: read what is there,
+    # then stop waiting for it.
+    drained = time.monotonic() + 1.0
     for reader in readers:
-        reader.join(timeout=KILL_GRACE)
+        reader.join(timeout=max(0.0, drained - time.monotonic()))
     return {
         "stdout": captures[0].text(),
         "stderr": captures[1].text(),

@@ -714,6 +714,8 @@ class RunloopSession(Session):
         answer = await self.worker(
             "cmd", request, wait=limit + 2 * _runloop_worker.KILL_GRACE + _WORKER_SLACK
         )
+        if "missing" in answer:
+            raise InvalidPathError(f"The working directory {cwd} does not exist.")
         return _result("command", answer, limit, on_output)
 
     async def _shell(self, command: str, what: str) -> None:

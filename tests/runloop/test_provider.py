@@ -181,6 +181,10 @@ async def test_missing_and_oversized_files(provider: RunloopProvider) -> None:
             await session.list_files("no/such/dir")
         with pytest.raises(InvalidPathError):
             await session.remove_files(["."])
+        with pytest.raises(InvalidPathError):
+            await session.run_command("pwd", cwd="no/such/dir")
+        background = await session.run_command("sleep 30 & echo started")
+        assert (background.stdout, background.exit_code) == ("started\n", 0)
         await session.write_files({"big.bin": b"x" * 5000})
         with pytest.raises(Exception, match="read limit"):
             await session.read_files(["big.bin"])
