@@ -66,16 +66,17 @@ class Execution:
     done: threading.Event = field(default_factory=threading.Event)
     future: concurrent.futures.Future[Any] | None = None
 
-    def view(self, last_n: int = 100) -> dict[str, Any]:
-        """``DevboxAsyncExecutionDetailView``: output is the last ``last_n`` lines, as Runloop's."""
+    def view(self, last_n: int = 100, max_bytes: int | None = None) -> dict[str, Any]:
+        """``DevboxAsyncExecutionDetailView``: output is the last ``last_n`` lines (and at most
+        ``max_bytes`` of them), flagged truncated when that is not all of it."""
         result: dict[str, Any] = {
             "devbox_id": self.devbox_id,
             "execution_id": self.id,
             "status": self.status,
         }
         if self.status == "completed":
-            stdout, stdout_cut = _last_lines(self.stdout, last_n)
-            stderr, stderr_cut = _last_lines(self.stderr, last_n)
+            stdout, stdout_cut = _tail(self.stdout, last_n, max_bytes)
+            stderr, stderr_cut = _tail(self.stderr, last_n, max_bytes)
             result.update(
                 exit_status=self.exit_status,
                 stdout=stdout,
@@ -86,11 +87,12 @@ class Execution:
         return result
 
 
-def _last_lines(text: str, count: int) -> tuple[str, bool]:
+def _tail(text: str, count: int, max_bytes: int | None) -> tuple[str, bool]:
     lines = text.splitlines(keepends=True)
-    if len(lines) <= count:
-        return text, False
-    return "".join(lines[-count:]), True
+    kept = "".join(lines[-count:])
+    if max_bytes is not None and len(kept.encode()) > max_bytes:
+        kept = kept.encode()[-max_bytes:].decode("utf-8", errors="ignore")
+    return kept, kept != text
 
 
 @dataclass

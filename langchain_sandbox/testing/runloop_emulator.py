@@ -20,8 +20,9 @@ with RunloopEmulator() as emulator:                          # or drive it yours
 
 Switches for failure paths: :meth:`RunloopEmulator.inject` (any status with headers that stop SDK
 retries, dropped connections, delays), :meth:`RunloopEmulator.expire` (a devbox shut down or
-forgotten), :attr:`RunloopEmulator.max_hold` (long-polls answer 408 sooner) and ``boot_delay``
-(devboxes go through ``provisioning``).
+forgotten), :attr:`RunloopEmulator.max_hold` (long-polls answer 408 sooner),
+:attr:`RunloopEmulator.inline_output_bytes` (less output inline, the rest over SSE) and
+``boot_delay`` (devboxes go through ``provisioning``).
 """
 
 from __future__ import annotations
@@ -176,6 +177,7 @@ class RunloopEmulator:
         self._boot_delay = boot_delay
         self.api_key = api_key
         self.max_hold = _DEFAULT_HOLD
+        self.inline_output_bytes: int | None = None
         self._log: list[RecordedRequest] = []
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
@@ -465,7 +467,7 @@ class RunloopEmulator:
     def _execute_async(self, devbox_id: str, *, body: bytes, **_: Any) -> _Reply:
         request = _json(body)
         execution = self.account.execute(devbox_id, str(request["command"]))
-        return _Reply(execution.view())
+        return _Reply(execution.view(max_bytes=self.inline_output_bytes))
 
     def _execution(self, devbox_id: str, execution_id: str) -> Execution:
         return self.account.execution(devbox_id, execution_id)
@@ -484,7 +486,7 @@ class RunloopEmulator:
         statuses = set(request.get("statuses") or [])
         last_n = int(query.get("last_n", ["100"])[0])
         if self.account.wait_for(lambda: execution.status in statuses, self._hold(request, 25.0)):
-            return _Reply(execution.view(last_n))
+            return _Reply(execution.view(last_n, self.inline_output_bytes))
         return _Reply({"message": "Timed out waiting for status"}, status=408)
 
     def _retrieve_execution(self, devbox_id: str, execution_id: str, **_: Any) -> _Reply:
@@ -493,7 +495,7 @@ class RunloopEmulator:
     def _kill(self, devbox_id: str, execution_id: str, **_: Any) -> _Reply:
         execution = self._execution(devbox_id, execution_id)
         self.account.kill(execution)
-        return _Reply(execution.view())
+        return _Reply(execution.view(max_bytes=self.inline_output_bytes))
 
     def _stream(
         self,

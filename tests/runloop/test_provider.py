@@ -111,6 +111,18 @@ async def test_a_dropped_long_poll_is_retried_without_running_the_code_again(
         assert emulator.count("/wait_for_status$") == 2
 
 
+async def test_an_answer_too_long_to_be_inline_is_read_over_sse(
+    provider: RunloopProvider, emulator: RunloopEmulator
+) -> None:
+    emulator.inline_output_bytes = 200
+    async with await provider.create() as session:
+        emulator.clear_log()
+        result = await session.run_code("print('x' * 5000)\n'done'")
+        assert (result.stdout, result.value) == ("x" * 5000 + "\n", "'done'")
+        assert emulator.count("/stream_stdout_updates$") == 1
+        assert emulator.count("/execute_async$") == 1
+
+
 async def test_slow_long_polls_are_polled_until_the_code_ends(
     provider: RunloopProvider, emulator: RunloopEmulator
 ) -> None:
