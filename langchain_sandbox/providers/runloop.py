@@ -170,14 +170,12 @@ def _translate(exc: BaseException, *, what: str) -> SandboxError:
         return ProviderUnavailableError(
             f"Runloop could not be reached ({what})", provider=PROVIDER_NAME, details=details
         )
-    if isinstance(exc, sdk.APIStatusError):
-        if status is not None and status >= 500:
-            return ProviderUnavailableError(text, provider=PROVIDER_NAME, details=details)
-        if status in (408, 409):
-            return ProviderUnavailableError(text, provider=PROVIDER_NAME, details=details)
-        return SandboxError(text, provider=PROVIDER_NAME, details=details)
-    if isinstance(exc, sdk.RunloopError):
-        return SandboxError(text, provider=PROVIDER_NAME, details=details)
+    if (
+        isinstance(exc, sdk.APIStatusError)
+        and status is not None
+        and (status >= 500 or status in (408, 409))
+    ):
+        return ProviderUnavailableError(text, provider=PROVIDER_NAME, details=details)
     return SandboxError(text, provider=PROVIDER_NAME, details=details)
 
 

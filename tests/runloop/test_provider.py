@@ -159,6 +159,13 @@ async def test_quota_and_auth_errors_are_typed(emulator: RunloopEmulator) -> Non
     assert emulator.count("/create_and_await_running$") == 1
 
 
+async def test_no_key_is_a_clear_authentication_error(emulator: RunloopEmulator) -> None:
+    provider = RunloopProvider(base_url=emulator.url)
+    with pytest.raises(AuthenticationError, match="RUNLOOP_API_KEY"):
+        await provider.create()
+    assert emulator.requests == []
+
+
 async def test_a_gone_devbox_raises_and_attach_returns_none(
     provider: RunloopProvider, emulator: RunloopEmulator
 ) -> None:
