@@ -89,6 +89,15 @@ _LONG_POLL_BUFFER = 5.0
 _WORKER_SLACK = 20.0
 _MAX_INLINE_REQUEST = 64 * 1024
 _MAX_RESULT_BYTES = 128 * 1024 * 1024
+_LISTED_STATUSES = (
+    "queued",
+    "provisioning",
+    "initializing",
+    "running",
+    "suspending",
+    "suspended",
+    "resuming",
+)
 _INTERPRETER_OPS = frozenset({"code", "dump", "load", "save"})
 _LIVE_STATUSES = frozenset({"running", "suspending", "suspended", "resuming"})
 _BOOTING_STATUSES = frozenset({"scheduled", "queued", "provisioning", "initializing", "resuming"})
@@ -377,17 +386,26 @@ class RunloopProvider(Provider):
 
     async def _shutdown_tagged(self, session_id: str) -> None:
         try:
-            for view in await self._list_views():
+            # A devbox this create made is among the newest: the first page is enough.
+            first_page = await self.sdk().api.devboxes.list(limit=100)
+            for view in first_page.devboxes:
                 if view.metadata.get(SESSION_KEY) == session_id and view.status != "shutdown":
                     await self.sdk().api.devboxes.shutdown(view.id)
         except Exception:
             _log.warning("could not clean up after a failed Runloop devbox creation", exc_info=True)
 
-    async def _list_views(self) -> list[Any]:
-        async def listing() -> list[Any]:
-            return [view async for view in self.sdk().api.devboxes.list(limit=100)]
+    async def _live_views(self) -> list[Any]:
+        """Devboxes not shut down, one status at a time: an account's history of shut-down
+        devboxes can be long, and only live ones can be attached or cost anything."""
 
-        return await self._retry("listing devboxes", listing)
+        async def listing(status: str) -> list[Any]:
+            devboxes = self.sdk().api.devboxes
+            return [view async for view in devboxes.list(limit=100, status=status)]
+
+        views: list[Any] = []
+        for status in _LISTED_STATUSES:
+            views += await self._retry("listing devboxes", functools.partial(listing, status))
+        return views
 
     async def attach(self, record: SessionRecord) -> RunloopSession | None:
         if record.get("provider") != PROVIDER_NAME or not record.get("sandbox_id"):
@@ -420,9 +438,9 @@ class RunloopProvider(Provider):
     async def list_sessions(self, metadata: Mapping[str, str] | None = None) -> list[SessionRecord]:
         wanted = dict(metadata or {})
         records: list[SessionRecord] = []
-        for view in await self._list_views():
+        for view in await self._live_views():
             tags = dict(view.metadata or {})
-            if tags.get(TAG_KEY) != "1" or view.status in ("shutdown", "failure"):
+            if tags.get(TAG_KEY) != "1":
                 continue
             if any(tags.get(key) != value for key, value in wanted.items()):
                 continue
