@@ -9,7 +9,7 @@ The host talks to it on three dedicated pipes, never on stdin/stdout/stderr, so 
 prints (or closes) can break the protocol:
 
 * requests (host -> worker): frames of a 4-byte little-endian length and a ``marshal``-encoded dict
-  ``{"id", "op": "exec" | "command" | "dump" | "load" | "invalidate_caches" | "ping", ...}``
+  ``{"id", "op": "exec" | "command" | "dump" | "load" | "invalidate_caches", ...}``
   (the host is trusted, and marshal needs no import);
 * control (host -> worker): lines ``interrupt <id>``, read by a thread so they arrive while the
   main thread is busy running user code;
@@ -303,7 +303,7 @@ class Worker:
 
     def serve(self) -> None:
         _thread.start_new_thread(self._control_loop, ())
-        self.events.send({"ev": "ready", "pid": os.getpid()})
+        self.events.send({"ev": "ready"})
         while True:
             try:
                 request = self._read_request()
@@ -347,13 +347,11 @@ class Worker:
 
                 importlib.invalidate_caches()
                 reply = {}
-            elif op == "ping":
-                reply = {}
             else:
                 reply = {"failure": f"unknown operation {op!r}"}
         except KeyboardInterrupt:
-            # An interrupt that raced the end of a request: report it rather than lose the reply.
-            reply = {"interrupted": True}
+            # An interrupt that raced the end of a request: still reply, or the host would wait.
+            reply = {}
         except BaseException as exc:
             reply = {"failure": f"{type(exc).__name__}: {exc}"}
         finally:
@@ -388,7 +386,6 @@ class Worker:
                 reply["value"] = _safe_repr(value)
         except BaseException as exc:
             reply["error"] = _describe_exception(exc)
-            reply["interrupted"] = isinstance(exc, KeyboardInterrupt)
         reply["duration_ms"] = (time.perf_counter() - started) * 1000
         self._restore_env(saved_env)
         self._flush_streams()
@@ -508,7 +505,7 @@ class Worker:
         self.interrupter.stop()
         # What the command left running in its process group ends with it (a fork bomb too);
         # long-lived services are started with setsid or from Python with start_new_session.
-        _kill_group(process.pid)
+        _kill_group(process.pid, wait=2.0)
         process.stdout.close()
         process.stderr.close()
         return {
@@ -541,11 +538,21 @@ class Worker:
         return {"failed": failed}
 
 
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        return  # the group is already gone
+def _kill_group(pgid: int, *, wait: float = 0.0) -> None:
+    """SIGKILL a process group; with ``wait``, until it is gone (reaped) or ``wait`` seconds pass.
+
+    Waiting makes "a command's leftovers end with it" hold when the reply arrives, not a moment
+    later.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            return  # the group is gone
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.001)
 
 
 def _base64(data: bytes) -> str:

@@ -16,6 +16,7 @@ import json
 import logging
 import marshal
 import os
+import random
 import signal
 import subprocess
 from collections.abc import Callable, Sequence
@@ -54,7 +55,7 @@ class WorkerProcess:
         self._events_transport = events_transport
         self._requests = requests
         self._control_fd = control_fd
-        self._next_id = 0
+        self._ids = random.Random(os.urandom(16))
         self._pending: dict[int, tuple[asyncio.Future[dict[str, Any]], EventHandler | None]] = {}
         self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.exited = False
@@ -204,8 +205,9 @@ class WorkerProcess:
 
         The future raises :class:`WorkerDied` if the worker ends first.
         """
-        self._next_id += 1
-        request_id = self._next_id
+        # Random ids: sandboxed code that writes to the event pipe cannot aim a forged reply at a
+        # later request by guessing its number.
+        request_id = self._ids.getrandbits(62)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         if not self.alive:
             future.set_exception(WorkerDied("the worker is not running"))
