@@ -27,6 +27,7 @@ from __future__ import annotations
 import binascii
 import builtins
 import contextlib
+import functools
 import io
 import json
 import linecache
@@ -45,6 +46,7 @@ import types
 # call needs are imported where it runs.
 # <package-imports>
 import subprocess
+from collections.abc import Callable
 from typing import Any
 
 from langchain_sandbox.providers import kernel_state as _kernel_state_module
@@ -80,16 +82,26 @@ class _CodeTimeout(BaseException):
 
 
 class _CaptureStream(io.TextIOBase):
-    """A text stream that feeds an OutputCapture (bounded memory for any amount of output)."""
+    """A text stream that feeds an OutputCapture (bounded memory for any amount of output).
 
-    def __init__(self, capture: OutputCapture) -> None:
+    With ``echo``, what the capture keeps as its head is also passed on as it is written (for
+    callers that watch output live); the tail arrives with the result.
+    """
+
+    def __init__(self, capture: OutputCapture, echo: Callable[[str], None] | None = None) -> None:
         self._capture = capture
+        self._echo = echo
+        self._echo_room = capture.limit // 2
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
-        self._capture.write(text.encode("utf-8", errors="replace"))
+        data = text.encode("utf-8", errors="replace")
+        if self._echo is not None and self._echo_room > 0:
+            self._echo(data[: self._echo_room].decode("utf-8", errors="ignore"))
+            self._echo_room -= len(data)
+        self._capture.write(data)
         return len(text)
 
     @property
@@ -146,7 +158,9 @@ class _Interpreter:
         finally:
             os.unlink(path)
 
-    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+    def run(
+        self, request: dict[str, Any], echo: Callable[[str, str], None] | None = None
+    ) -> dict[str, Any]:
         self.cells += 1
         filename = f"<cell-{self.cells}>"
         code = request["code"]
@@ -156,7 +170,10 @@ class _Interpreter:
         saved_env = {key: os.environ.get(key) for key in request.get("env", {})}
         os.environ.update(request.get("env", {}))
         old_streams = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = _CaptureStream(out), _CaptureStream(err)
+        sys.stdout, sys.stderr = (
+            _CaptureStream(out, functools.partial(echo, "stdout") if echo else None),
+            _CaptureStream(err, functools.partial(echo, "stderr") if echo else None),
+        )
         started = time.monotonic()
         timeout = request.get("timeout")
         try:
@@ -208,10 +225,12 @@ class _Interpreter:
         text = repr(value)
         return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS] + "..."
 
-    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+    def handle(
+        self, request: dict[str, Any], echo: Callable[[str, str], None] | None = None
+    ) -> dict[str, Any]:
         op = request.get("op")
         if op == "code":
-            return self.run(request)
+            return self.run(request, echo)
         if op == "dump":
             blob, saved, skipped = _kernel_state().dump_namespace(self.namespace)
             return {"data": _b64(blob), "saved": saved, "skipped": skipped}
@@ -265,6 +284,11 @@ def _send(conn: socket.socket, payload: dict[str, Any]) -> None:
     conn.sendall(struct.pack(">Q", len(data)) + data)
 
 
+def _send_output(conn: socket.socket, name: str, text: str) -> None:
+    if text:
+        _send(conn, {"stream": name, "data": text})
+
+
 def _receive(conn: socket.socket) -> dict[str, Any]:
     header = _receive_exactly(conn, 8)
     message: dict[str, Any] = json.loads(_receive_exactly(conn, struct.unpack(">Q", header)[0]))
@@ -308,7 +332,8 @@ def serve(state_dir: str) -> None:
             except (OSError, ValueError):
                 continue
             try:
-                response = interpreter.handle(request)
+                echo = functools.partial(_send_output, conn) if request.get("stream") else None
+                response = interpreter.handle(request, echo)
             except BaseException as exc:
                 response = {"failure": f"{type(exc).__name__}: {exc}"}
             try:
@@ -391,11 +416,11 @@ def call_interpreter(state_dir: str, request: dict[str, Any]) -> dict[str, Any]:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(path)
     timeout = request.get("timeout")
-    conn.settimeout(float(timeout) + KILL_GRACE if timeout else None)
+    deadline = time.monotonic() + float(timeout) + KILL_GRACE if timeout else None
     with conn:
         _send(conn, request)
         try:
-            response = _receive(conn)
+            response = _receive_answer(conn, deadline)
         except TimeoutError:
             # The cell ignored the interrupt (a long call in C code): only a kill stops it.
             _kill_server(state_dir)
@@ -427,6 +452,20 @@ def call_interpreter(state_dir: str, request: dict[str, Any]) -> dict[str, Any]:
     return response
 
 
+def _receive_answer(conn: socket.socket, deadline: float | None) -> dict[str, Any]:
+    """The interpreter's answer; output it streams first is written to this process's own
+    stdout and stderr, where the caller watches the execution's output live."""
+    while True:
+        if deadline is not None:
+            conn.settimeout(max(deadline - time.monotonic(), 0.001))
+        message = _receive(conn)
+        if "stream" not in message:
+            return message
+        target = sys.stdout if message["stream"] == "stdout" else sys.stderr
+        target.write(message["data"])
+        target.flush()
+
+
 def run_command(request: dict[str, Any]) -> dict[str, Any]:
     """Run ``bash -c`` with output capped at the source and a timeout that kills the group."""
     import subprocess
@@ -451,9 +490,12 @@ def run_command(request: dict[str, Any]) -> dict[str, Any]:
         )
     except OSError as exc:
         return {"failure": f"could not start the command: {exc}"}
+    echoes = (1, 2) if request.get("stream") else (None, None)
     readers = [
-        threading.Thread(target=_pump, args=(stream, capture), daemon=True)
-        for stream, capture in zip((process.stdout, process.stderr), captures, strict=True)
+        threading.Thread(target=_pump, args=(stream, capture, echo), daemon=True)
+        for stream, capture, echo in zip(
+            (process.stdout, process.stderr), captures, echoes, strict=True
+        )
     ]
     for reader in readers:
         reader.start()
@@ -478,8 +520,13 @@ def run_command(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _pump(stream: Any, capture: OutputCapture) -> None:
+def _pump(stream: Any, capture: OutputCapture, echo_fd: int | None) -> None:
+    """Feed one pipe to its capture; with ``echo_fd``, pass the capture's head on live too."""
+    room = capture.limit // 2
     for chunk in iter(lambda: stream.read1(65536), b""):
+        if echo_fd is not None and room > 0:
+            os.write(echo_fd, chunk[:room])
+            room -= len(chunk)
         capture.write(chunk)
 
 

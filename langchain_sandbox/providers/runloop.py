@@ -36,7 +36,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from langchain_sandbox.errors import (
     AuthenticationError,
@@ -87,6 +87,7 @@ _WORKER_MISSING_EXIT = 86
 _MAX_HOLD_SECONDS = 25
 _LONG_POLL_BUFFER = 5.0
 _WORKER_SLACK = 20.0
+_FOLLOW_GRACE = 5.0
 _MAX_INLINE_REQUEST = 64 * 1024
 _MAX_RESULT_BYTES = 128 * 1024 * 1024
 _LISTED_STATUSES = (
@@ -524,28 +525,73 @@ class RunloopSession(Session):
         if self._paused:
             await self.wake("suspended")
 
-    async def execute(self, command: str, *, wait: float) -> tuple[Any, bool]:
+    async def execute(
+        self, command: str, *, wait: float, on_output: OutputCallback | None = None
+    ) -> tuple[Any, bool]:
         """Run ``command`` once; return its final view and whether ``wait`` ran out.
 
         ``execute_async`` is sent exactly once (never retried: it runs code); the long-poll that
-        follows only reads, so it is retried on transient errors.
+        follows only reads, so it is retried on transient errors. With ``on_output``, the
+        execution's output streams (SSE) are followed meanwhile and passed on as they come, up to
+        the worker's answer line.
         """
         try:
             async with _errors("execute_async"):
                 view = await self._api().devboxes.execute_async(self.devbox_id, command=command)
         except SandboxError as exc:
             raise await self._diagnose(exc) from exc
+        followers = (
+            [
+                asyncio.create_task(self._follow(view.execution_id, "stdout", on_output)),
+                asyncio.create_task(self._follow(view.execution_id, "stderr", on_output)),
+            ]
+            if on_output is not None
+            else []
+        )
         deadline = time.monotonic() + wait
-        while view.status != "completed":
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                await self._kill(view.execution_id)
-                return view, True
-            hold = max(1, min(_MAX_HOLD_SECONDS, math.ceil(remaining)))
-            view = await self._provider._retry(
-                "wait_for_status", functools.partial(self._wait_once, view, hold)
-            )
+        try:
+            while view.status != "completed":
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    await self._kill(view.execution_id)
+                    return view, True
+                hold = max(1, min(_MAX_HOLD_SECONDS, math.ceil(remaining)))
+                view = await self._provider._retry(
+                    "wait_for_status", functools.partial(self._wait_once, view, hold)
+                )
+            if followers:
+                # The streams end with the execution; give them a moment to deliver the rest.
+                await asyncio.wait(followers, timeout=_FOLLOW_GRACE)
+        finally:
+            for follower in followers:
+                follower.cancel()
+            await asyncio.gather(*followers, return_exceptions=True)
         return view, False
+
+    async def _follow(
+        self, execution_id: str, name: Literal["stdout", "stderr"], on_output: OutputCallback
+    ) -> None:
+        executions = self._api().devboxes.executions
+        opener = (
+            executions.stream_stdout_updates
+            if name == "stdout"
+            else executions.stream_stderr_updates
+        )
+        answer = _AnswerCut() if name == "stdout" else None
+        try:
+            updates = await opener(execution_id, devbox_id=self.devbox_id)
+            async with updates:
+                async for chunk in updates:
+                    text = answer.feed(chunk.output) if answer else chunk.output
+                    if text:
+                        on_output(name, text)
+                    if answer is not None and answer.done:
+                        return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Live output is a courtesy: the result still carries all of it.
+            _log.debug("following %s of execution %s stopped", name, execution_id, exc_info=True)
 
     async def _wait_once(self, current: Any, hold: int) -> Any:
         import httpx
@@ -637,7 +683,14 @@ class RunloopSession(Session):
             )
         self._worker_installed = True
 
-    async def worker(self, op: str, request: dict[str, Any], *, wait: float) -> dict[str, Any]:
+    async def worker(
+        self,
+        op: str,
+        request: dict[str, Any],
+        *,
+        wait: float,
+        on_output: OutputCallback | None = None,
+    ) -> dict[str, Any]:
         """Run one worker operation; ``{"timed_out": True}`` when ``wait`` ran out.
 
         Calls to the interpreter take turns: it runs one cell at a time, and a call kept waiting
@@ -645,10 +698,17 @@ class RunloopSession(Session):
         """
         if op in _INTERPRETER_OPS:
             async with self._interpreter_turn:
-                return await self._worker(op, request, wait=wait)
-        return await self._worker(op, request, wait=wait)
+                return await self._worker(op, request, wait=wait, on_output=on_output)
+        return await self._worker(op, request, wait=wait, on_output=on_output)
 
-    async def _worker(self, op: str, request: dict[str, Any], *, wait: float) -> dict[str, Any]:
+    async def _worker(
+        self,
+        op: str,
+        request: dict[str, Any],
+        *,
+        wait: float,
+        on_output: OutputCallback | None = None,
+    ) -> dict[str, Any]:
         argument = base64.b64encode(json.dumps(request).encode()).decode()
         if len(argument) > _MAX_INLINE_REQUEST:
             if not self._worker_installed:
@@ -662,12 +722,12 @@ class RunloopSession(Session):
             f"cd {WORKSPACE_ROOT} && python3 -c {shlex.quote(self._provider.worker_launcher)} "
             f"{op} {argument}"
         )
-        view, timed_out = await self.execute(command, wait=wait)
+        view, timed_out = await self.execute(command, wait=wait, on_output=on_output)
         if timed_out:
             return {"timed_out": True, "stdout": "", "stderr": "", "late": True}
         if view.exit_status == _WORKER_MISSING_EXIT:
             await self.install_worker()
-            view, timed_out = await self.execute(command, wait=wait)
+            view, timed_out = await self.execute(command, wait=wait, on_output=on_output)
             if timed_out:
                 return {"timed_out": True, "stdout": "", "stderr": "", "late": True}
         output = await self._stdout_of(view)
@@ -705,9 +765,12 @@ class RunloopSession(Session):
             "max_output_bytes": self.spec.limits.max_output_bytes,
         }
         answer = await self.worker(
-            "code", request, wait=limit + _runloop_worker.KILL_GRACE + _WORKER_SLACK
+            "code",
+            {**request, "stream": on_output is not None},
+            wait=limit + _runloop_worker.KILL_GRACE + _WORKER_SLACK,
+            on_output=on_output,
         )
-        return _result("code", answer, limit, on_output)
+        return _result("code", answer, limit)
 
     async def run_command(
         self,
@@ -728,11 +791,14 @@ class RunloopSession(Session):
             "max_output_bytes": self.spec.limits.max_output_bytes,
         }
         answer = await self.worker(
-            "cmd", request, wait=limit + 2 * _runloop_worker.KILL_GRACE + _WORKER_SLACK
+            "cmd",
+            {**request, "stream": on_output is not None},
+            wait=limit + 2 * _runloop_worker.KILL_GRACE + _WORKER_SLACK,
+            on_output=on_output,
         )
         if "missing" in answer:
             raise InvalidPathError(f"The working directory {cwd} does not exist.")
-        return _result("command", answer, limit, on_output)
+        return _result("command", answer, limit)
 
     async def _shell(self, command: str, what: str) -> None:
         view, timed_out = await self.execute(command, wait=120.0)
@@ -931,16 +997,47 @@ class RunloopSession(Session):
             return
 
 
-def _result(
-    kind: str, answer: dict[str, Any], timeout: float, on_output: OutputCallback | None
-) -> ExecutionResult:
+class _AnswerCut:
+    """Passes a worker's stdout on until the line that carries its answer (never shown)."""
+
+    _SENTINEL = "\n" + _runloop_worker.RESULT_MARKER
+
+    def __init__(self) -> None:
+        self._pending = ""
+        self.done = False
+
+    def feed(self, text: str) -> str:
+        if self.done:
+            return ""
+        self._pending += text
+        index = self._pending.find(self._SENTINEL)
+        if index >= 0:
+            self.done = True
+            return self._pending[:index]
+        # Hold back what could be the start of the answer line, split across chunks.
+        keep = next(
+            (
+                size
+                for size in range(min(len(self._SENTINEL) - 1, len(self._pending)), 0, -1)
+                if self._SENTINEL.startswith(self._pending[-size:])
+            ),
+            0,
+        )
+        passed, self._pending = (
+            self._pending[: len(self._pending) - keep],
+            self._pending[len(self._pending) - keep :],
+        )
+        return passed
+
+
+def _result(kind: str, answer: dict[str, Any], timeout: float) -> ExecutionResult:
     error = answer.get("error")
     timed_out = bool(answer.get("timed_out"))
     notices = list(answer.get("notices") or [])
     if answer.get("late"):
         notices.append(f"The devbox did not answer within {timeout:.0f}s; the call was stopped.")
     exit_code = answer.get("exit_code") if kind == "command" else (1 if error else 0)
-    result = ExecutionResult(
+    return ExecutionResult(
         kind="code" if kind == "code" else "command",
         stdout=answer.get("stdout", ""),
         stderr=answer.get("stderr", ""),
@@ -957,13 +1054,6 @@ def _result(
         omitted_bytes=int(answer.get("omitted") or 0),
         notices=notices,
     )
-    if on_output is not None:
-        # Runloop returns output when the call ends; a UI gets it then, in one piece per stream.
-        if result.stdout:
-            on_output("stdout", result.stdout)
-        if result.stderr:
-            on_output("stderr", result.stderr)
-    return result
 
 
 __all__ = ["CAPABILITIES", "PROVIDER_NAME", "RunloopProvider", "RunloopSession"]

@@ -365,9 +365,20 @@ class Account:
         with self._lock:
             devbox.executions[execution.id] = execution
 
+        def grow(stream: str, text: str) -> None:
+            # Output as it comes, so the SSE endpoints can stream a running execution.
+            with self.changed:
+                if stream == "stdout":
+                    execution.stdout += text
+                else:
+                    execution.stderr += text
+                self.changed.notify_all()
+
         async def run() -> None:
             try:
-                result = await machine.run_command(command, timeout=_EXECUTION_LIMIT_SECONDS)
+                result = await machine.run_command(
+                    command, timeout=_EXECUTION_LIMIT_SECONDS, on_output=grow
+                )
                 stdout, stderr = result.stdout, result.stderr
                 exit_status = result.exit_code if result.exit_code is not None else 137
             except Exception as exc:

@@ -31,13 +31,14 @@ import asyncio
 import contextlib
 import email.parser
 import email.policy
+import functools
 import json
 import re
 import socket
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -142,7 +143,7 @@ class _Reply:
         status: int = 200,
         raw: bytes | None = None,
         content_type: str = "application/json",
-        events: list[str] | None = None,
+        events: Iterable[str] | None = None,
     ) -> None:
         self.status = status
         self.body = body
@@ -382,7 +383,7 @@ class RunloopEmulator:
                 handler.end_headers()
                 for event in reply.events:
                     handler.wfile.write(event.encode())
-                handler.wfile.flush()
+                    handler.wfile.flush()
                 handler.close_connection = True
                 return
             data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
@@ -507,19 +508,37 @@ class RunloopEmulator:
         **_: Any,
     ) -> _Reply:
         execution = self._execution(devbox_id, execution_id)
-        self.account.wait_for(execution.done.is_set, self.max_hold)
-        data = (execution.stdout if stream == "stdout" else execution.stderr).encode()
-        offset = int(query.get("offset", ["0"])[0])
-        events: list[str] = []
-        # Offsets are where each chunk ends, so a reconnect resumes after the last one seen.
-        for start in range(offset, len(data), _SSE_CHUNK):
-            chunk = data[start : start + _SSE_CHUNK]
-            end = start + len(chunk)
-            text = chunk.decode("utf-8", errors="replace")
-            events.append(f"data: {json.dumps({'output': text, 'offset': end})}\n\n")
-        if not execution.done.is_set():
-            events.append('event: error\ndata: {"code": 408, "message": "still running"}\n\n')
-        return _Reply(events=events)
+        return _Reply(events=self._updates(execution, stream, int(query.get("offset", ["0"])[0])))
+
+    def _updates(self, execution: Execution, stream: str, offset: int) -> Iterator[str]:
+        """SSE frames of one output stream, live until the execution ends (or the hold ends: a
+        408 error frame then tells the SDK to reconnect from the last offset)."""
+
+        def text() -> str:
+            return execution.stdout if stream == "stdout" else execution.stderr
+
+        def more(seen: int) -> bool:
+            return execution.done.is_set() or len(text()) > seen
+
+        # Offsets count bytes and mark where each chunk ends, so a reconnect resumes after it.
+        sent = len(text().encode()[:offset].decode("utf-8", errors="ignore"))
+        deadline = time.monotonic() + self.max_hold
+        while True:
+            self.account.wait_for(
+                functools.partial(more, sent),
+                max(0.0, deadline - time.monotonic()),
+            )
+            current = text()
+            for start in range(sent, len(current), _SSE_CHUNK):
+                chunk = current[start : start + _SSE_CHUNK]
+                end = len(current[: start + len(chunk)].encode())
+                yield f"data: {json.dumps({'output': chunk, 'offset': end})}\n\n"
+            sent = len(current)
+            if execution.done.is_set() and sent >= len(text()):
+                return
+            if time.monotonic() >= deadline:
+                yield 'event: error\ndata: {"code": 408, "message": "still running"}\n\n'
+                return
 
     def _write_contents(self, devbox_id: str, *, body: bytes, **_: Any) -> _Reply:
         request = _json(body)

@@ -3,6 +3,7 @@ never repeat user code, typed errors, gone devboxes, persistence, secrets."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -359,3 +360,47 @@ def test_importing_the_provider_needs_no_sdk() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "MissingDependencyError runloop"
+
+
+async def test_output_streams_live_to_on_output(
+    provider: RunloopProvider, emulator: RunloopEmulator
+) -> None:
+    async with await provider.create() as session:
+        seen: list[tuple[str, str]] = []
+        marks: list[str] = []
+
+        def collect(stream: str, text: str) -> None:
+            seen.append((stream, text))
+
+        code = (
+            "import sys, time, pathlib\n"
+            "print('first', flush=True)\n"
+            "sys.stderr.write('warn\\n')\n"
+            "deadline = time.time() + 30\n"
+            "while not pathlib.Path('/home/user/go').exists() and time.time() < deadline:\n"
+            "    time.sleep(0.05)\n"
+            "print('second')\n"
+            "42"
+        )
+        task = asyncio.create_task(session.run_code(code, on_output=collect))
+        # 'first' reaches the callback while the code still waits for the go file.
+        for _ in range(600):
+            if any("first" in text for _, text in seen):
+                marks.append("first seen while running")
+                break
+            await asyncio.sleep(0.05)
+        await session.write_files({"go": b""})
+        result = await task
+        assert marks == ["first seen while running"]
+        assert (result.stdout, result.stderr, result.value) == ("first\nsecond\n", "warn\n", "42")
+        streamed = "".join(text for stream, text in seen if stream == "stdout")
+        assert streamed == "first\nsecond\n"
+        assert "".join(text for stream, text in seen if stream == "stderr") == "warn\n"
+        assert emulator.count("/execute_async$") == 2
+
+        lines: list[str] = []
+        command = await session.run_command(
+            "echo one; echo two >&2; echo three", on_output=lambda s, t: lines.append(t)
+        )
+        assert command.stdout == "one\nthree\n"
+        assert sorted("".join(lines).split()) == ["one", "three", "two"]
