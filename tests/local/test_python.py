@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import base64
+import sys
+from pathlib import Path
 
 import pytest
 
 from langchain_sandbox.errors import SandboxError
 from langchain_sandbox.providers.local import LocalSession
+
+_REPOSITORY = str(Path(__file__).resolve().parents[2])
 
 
 async def test_variables_imports_and_functions_persist(session: LocalSession) -> None:
@@ -78,7 +82,9 @@ async def test_exceptions_are_results_with_the_users_lines(session: LocalSession
     assert result.error.name == "KeyError"
     assert "return d['missing']" in result.error.traceback
     assert "inner({})" in result.error.traceback
-    assert "_worker" not in result.error.traceback
+    # Only the user's frames: none of the worker's machinery.
+    assert result.error.traceback.count('File "') == 2
+    assert "worker" not in result.error.traceback
     syntax = await session.run_code("def broken(:\n    pass")
     assert syntax.error is not None
     assert syntax.error.name == "SyntaxError"
@@ -187,3 +193,13 @@ async def test_a_failing_output_callback_does_not_break_the_session(
     result = await session.run_code("print('still captured')", on_output=explode)
     assert result.stdout == "still captured\n"
     assert (await session.run_code("40 + 2")).value == "42"
+
+
+async def test_tracebacks_show_no_host_path(session: LocalSession) -> None:
+    assert session.launcher.worker_bytecode is not None  # the worker runs precompiled
+    result = await session.run_code("import json\njson.loads('{')")
+    assert result.error is not None
+    assert result.error.name == "JSONDecodeError"
+    assert "/opt/python/lib/python3" in result.error.traceback
+    for host_path in (session.directory, _REPOSITORY, sys.prefix):
+        assert host_path not in result.error.traceback

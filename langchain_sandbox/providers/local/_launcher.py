@@ -9,7 +9,9 @@ for pip's; nothing else builds command lines.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +49,8 @@ class Launcher:
         etc_files: Generated ``/etc`` files (``{sandbox path: host path}``).
         extra_env: The session's own variables (``SessionSpec.env``), applied last.
         tmp_size_bytes: Size cap of the private ``/tmp``.
+        worker_bytecode: Host path of the worker compiled by :func:`compile_worker` (saves
+            compiling it at every start), or ``None`` to run its source.
     """
 
     isolation: Isolation
@@ -57,6 +61,7 @@ class Launcher:
     etc_files: Mapping[str, str] = field(default_factory=dict)
     extra_env: Mapping[str, str] = field(default_factory=dict)
     tmp_size_bytes: int | None = None
+    worker_bytecode: str | None = None
 
     @property
     def isolated(self) -> bool:
@@ -94,9 +99,11 @@ class Launcher:
         return next((p for p in _BASH_CANDIDATES if os.path.exists(p)), "bash")
 
     def _runtime_files(self) -> tuple[str, str]:
+        """(worker to run, kernel_state source) as the session's processes see them."""
         if self.isolated:
-            return f"{SANDBOX_RUNTIME_DIR}/worker.py", f"{SANDBOX_RUNTIME_DIR}/kernel_state.py"
-        return str(_WORKER_SOURCE), str(_KERNEL_STATE_SOURCE)
+            worker = "worker.pyc" if self.worker_bytecode else "worker.py"
+            return f"{SANDBOX_RUNTIME_DIR}/{worker}", f"{SANDBOX_RUNTIME_DIR}/kernel_state.py"
+        return self.worker_bytecode or str(_WORKER_SOURCE), str(_KERNEL_STATE_SOURCE)
 
     def environment(self) -> dict[str, str]:
         """The allow-listed environment of every process in the session; never the host's."""
@@ -147,6 +154,8 @@ class Launcher:
             (str(_WORKER_SOURCE), f"{SANDBOX_RUNTIME_DIR}/worker.py"),
             (str(_KERNEL_STATE_SOURCE), f"{SANDBOX_RUNTIME_DIR}/kernel_state.py"),
         ]
+        if self.worker_bytecode:
+            runtime.append((self.worker_bytecode, f"{SANDBOX_RUNTIME_DIR}/worker.pyc"))
         return bubblewrap_argv(
             self.bwrap,
             command,
@@ -176,6 +185,46 @@ class Launcher:
         return self.workspace_dir
 
 
+def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> str | None:
+    """Compile the worker once for ``python`` into ``cache_dir``; its path, or ``None`` on failure.
+
+    A script is compiled at every start (only imported modules get cached bytecode), which is a
+    good part of a session's cold start. The bytecode is made by the session's own interpreter
+    (so its format matches) and names the file as the sandbox sees it, so tracebacks never show a
+    host path.
+    """
+    source = _WORKER_SOURCE.read_bytes()
+    digest = hashlib.sha256(source + f"{python.executable}\0{isolated}".encode()).hexdigest()[:16]
+    target = Path(cache_dir) / f"worker-{python.version}-{digest}.pyc"
+    if target.is_file():
+        return str(target)
+    shown = f"{SANDBOX_RUNTIME_DIR}/worker.py" if isolated else str(_WORKER_SOURCE)
+    staging = target.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [
+                python.executable,
+                "-I",
+                "-c",
+                "import py_compile, sys; "
+                "py_compile.compile(sys.argv[1], cfile=sys.argv[2], dfile=sys.argv[3], doraise=True)",
+                str(_WORKER_SOURCE),
+                str(staging),
+                shown,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+            env={"PATH": os.defpath},
+        )
+        os.replace(staging, target)
+    except (OSError, subprocess.SubprocessError):
+        staging.unlink(missing_ok=True)
+        return None
+    return str(target)
+
+
 def validate_env(env: Mapping[str, str] | None) -> dict[str, str]:
     """Variables for the sandbox: names and values must be plain strings without NUL or ``=``.
 
@@ -197,4 +246,4 @@ def validate_env(env: Mapping[str, str] | None) -> dict[str, str]:
     return checked
 
 
-__all__ = ["PACKAGES_DIR", "Isolation", "Launcher", "validate_env"]
+__all__ = ["PACKAGES_DIR", "Isolation", "Launcher", "compile_worker", "validate_env"]

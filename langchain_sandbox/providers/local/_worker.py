@@ -569,6 +569,7 @@ def _safe_repr(value: Any) -> str:
 
 
 def _describe_exception(exc: BaseException) -> dict[str, str]:
+    """Name, message and traceback of ``exc``, without the worker's own frames."""
     import traceback
 
     if isinstance(exc, SyntaxError):
@@ -577,7 +578,7 @@ def _describe_exception(exc: BaseException) -> dict[str, str]:
     frames = traceback.extract_tb(exc.__traceback__)
     # Drop the worker's own frames: the model should see its code, not the machinery.
     skip = 0
-    while skip < len(frames) and frames[skip].filename == __file__:
+    while skip < len(frames) and frames[skip].filename == _OWN_FILE:
         skip += 1
     tb = exc.__traceback__
     for _ in range(skip):
@@ -588,6 +589,10 @@ def _describe_exception(exc: BaseException) -> dict[str, str]:
     except Exception:
         value = "<unprintable>"
     return {"name": type(exc).__name__, "value": value, "traceback": "".join(lines)}
+
+
+# As compiled: the source path, or the name given when the worker was compiled ahead of time.
+_OWN_FILE = _describe_exception.__code__.co_filename
 
 
 def main(argv: list[str]) -> None:

@@ -39,6 +39,7 @@ from langchain_sandbox.providers.local._launcher import (
     PACKAGES_DIR,
     Isolation,
     Launcher,
+    compile_worker,
     validate_env,
 )
 from langchain_sandbox.providers.local._packages import PackageIndex
@@ -97,6 +98,7 @@ class LocalProvider(Provider):
         self.package_index = package_index or PackageIndex()
         self.bwrap = bwrap
         self._python_install: PythonInstall | None = None
+        self._worker_bytecode: str | None = None
         self._cgroups: CgroupSupport | None = None
         self._sessions: dict[str, LocalSession] = {}
 
@@ -105,9 +107,16 @@ class LocalProvider(Provider):
         return self.base_dir / "sessions"
 
     async def _environment(self) -> tuple[PythonInstall, CgroupSupport]:
-        """Facts about this machine, found once per provider."""
+        """Facts about this machine (and the worker compiled for it), found once per provider."""
         if self._python_install is None:
-            self._python_install = await asyncio.to_thread(describe_python, self.python)
+            python = await asyncio.to_thread(describe_python, self.python)
+            self._worker_bytecode = await asyncio.to_thread(
+                compile_worker,
+                python,
+                str(self.base_dir / "runtime"),
+                isolated=self.isolation == "bubblewrap",
+            )
+            self._python_install = python
         if self._cgroups is None:
             self._cgroups = await asyncio.to_thread(detect_cgroups)
         return self._python_install, self._cgroups
@@ -151,6 +160,7 @@ class LocalProvider(Provider):
                 etc_files=etc_files,
                 extra_env=env,
                 tmp_size_bytes=memory_mb * 1024 * 1024 if memory_mb else None,
+                worker_bytecode=self._worker_bytecode,
             )
             session = LocalSession(
                 session_id=session_id,
