@@ -404,3 +404,11 @@ async def test_output_streams_live_to_on_output(
         )
         assert command.stdout == "one\nthree\n"
         assert sorted("".join(lines).split()) == ["one", "three", "two"]
+
+
+async def test_a_create_whose_packages_fail_leaves_nothing_running(
+    provider: RunloopProvider, emulator: RunloopEmulator
+) -> None:
+    with pytest.raises(SandboxError, match="no-such-package-xyz"):
+        await provider.create(SessionSpec(packages=("no-such-package-xyz",)))
+    assert [d.status for d in emulator.account.listing()] == ["shutdown"]
