@@ -126,8 +126,11 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--network", action="store_true", help="let the code reach the network")
         cmd.add_argument("--json", action="store_true", help="print the whole result as JSON")
     commands.add_parser("doctor", help="what isolation and which providers are available here")
-    demo = commands.add_parser("demo", help="run an agent end to end on the local provider")
-    demo.add_argument("args", nargs=argparse.REMAINDER)
+    commands.add_parser(
+        "demo",
+        help="run an agent end to end on the local provider (see 'demo --help')",
+        add_help=False,
+    )
     gc = commands.add_parser(
         "gc", help="list (and with --yes destroy) orphaned sandboxes and blobs"
     )
@@ -144,6 +147,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``langchain-sandbox`` command; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["demo"]:
+        # The demo parses its own options (--model, --out, ...); argparse would reject them here.
+        from langchain_sandbox.demo import main as demo_main
+
+        status: int = demo_main(argv[1:])
+        return status
     args = _parser().parse_args(argv)
     try:
         if args.command in ("exec", "shell"):
@@ -152,11 +162,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_run_once(args))
         if args.command == "doctor":
             return _doctor()
-        if args.command == "demo":
-            from langchain_sandbox.demo import main as demo_main
-
-            status: int = demo_main(args.args)
-            return status
         return asyncio.run(_gc(args))
     except SandboxError as exc:
         print(f"error: {exc}", file=sys.stderr)
