@@ -28,6 +28,7 @@ import asyncio
 import atexit
 import contextlib
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -257,7 +258,7 @@ class SandboxRuntime:
         self._closing: set[asyncio.Task[None]] = set()
         if idle_ttl is not None:
             self._loop.submit(self._start_reaper()).result()
-        atexit.register(_close_at_exit, weakref.ref(self))
+        _register_exit_hook(functools.partial(_close_at_exit, weakref.ref(self)))
 
     # -- introspection -----------------------------------------------------------------------
 
@@ -929,6 +930,22 @@ def _as_execution(outcome: Outcome[ExecutionResult]) -> Outcome[ExecutionResult]
     """Put the notices where the model reads them, and count the execution (a delta)."""
     record: SandboxState = {**outcome.record, "exec_count": 1}
     return Outcome(outcome.value.with_notices(*outcome.notices), record, outcome.notices)
+
+
+def _register_exit_hook(hook: Callable[[], None]) -> None:
+    """Run ``hook`` at exit *before* thread pools shut down.
+
+    Closing sessions uses ``asyncio.to_thread``; plain ``atexit`` hooks run after
+    ``concurrent.futures`` has refused new work, so sessions would be left behind. The hook
+    ``concurrent.futures`` itself uses runs before that, newest first.
+    """
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise RuntimeError
+        register(hook)
+    except RuntimeError:
+        atexit.register(hook)
 
 
 def _close_at_exit(ref: weakref.ReferenceType[SandboxRuntime]) -> None:
