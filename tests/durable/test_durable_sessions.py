@@ -263,3 +263,21 @@ def test_two_workers_alternating_turns_never_hold_two_live_sandboxes(postgres_ds
     finally:
         for worker in workers:
             worker.communicate(timeout=HANG_GUARD)  # closes stdin: the worker ends
+
+
+def test_after_sigkill_a_remote_sandbox_is_attached_not_restored(
+    tmp_path: Path, blobs: str
+) -> None:
+    """E2B sandboxes outlive the process that made them (here: the E2B emulator, through the
+    real SDK). The next process attaches to the same sandbox, so even an unpicklable variable is
+    still there and nothing is restored."""
+    from langchain_sandbox.testing.e2b_emulator import E2BEmulator
+
+    with E2BEmulator(api_key="e2b_" + uuid.uuid4().hex) as emulator:
+        env = {**os.environ, **emulator.env()}
+        story = Story(
+            "attach", "sqlite", str(tmp_path / "cp.sqlite"), blobs, "--provider", "e2b", env=env
+        )
+        _kill_while_blocked(story, "--message", "go", "--block-at-turn", "1")
+        resumed = story.run()
+    assert resumed["tools"][-1].strip() == "stdout:\nlock 1 kept"  # no notice: same sandbox
