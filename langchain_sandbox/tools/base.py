@@ -258,6 +258,21 @@ class SandboxTool(BaseTool):
                 )
             return self._owned_runtime
 
+    def close(self) -> None:
+        """Close the runtime this tool built for ``provider=`` (its sandboxes are destroyed).
+
+        A runtime passed in, or found per call, belongs to someone else and is left alone.
+        """
+        owned, self._owned_runtime = self._owned_runtime, None
+        if owned is not None:
+            owned.close()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`."""
+        owned, self._owned_runtime = self._owned_runtime, None
+        if owned is not None:
+            await owned.aclose()
+
     def _prepare(self, config: RunnableConfig, tool_runtime: Any) -> SandboxCall:
         thread_id = resolve_thread_id(config)
         step_call = step_call_of(tool_runtime)

@@ -427,3 +427,25 @@ def test_a_tool_called_inside_a_plain_node_finds_the_graph_context(tmp_path: Pat
         assert "n" in in_context.live_sessions()
     finally:
         in_context.close()
+
+
+def test_a_tool_closes_the_runtime_it_built_and_only_that() -> None:
+    from langchain_sandbox import SandboxExecTool, SandboxRuntime
+
+    own = SandboxExecTool(provider="local")
+    assert "1" in str(own.invoke({"code": "1"}))
+    built = own._owned_runtime
+    assert built is not None
+    assert built.live_sessions()
+    own.close()
+    assert built.closed
+    own.close()
+
+    shared = SandboxRuntime()
+    try:
+        tool = SandboxExecTool(runtime=shared)
+        tool.invoke({"code": "2"})
+        tool.close()
+        assert not shared.closed
+    finally:
+        shared.close()
