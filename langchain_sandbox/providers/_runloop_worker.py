@@ -32,11 +32,13 @@ import io
 import json
 import linecache
 import os
+import select
 import signal
 import site
 import socket
 import struct
 import sys
+import threading
 import time
 import traceback
 import types
@@ -81,32 +83,76 @@ class _CodeTimeout(BaseException):
     """Raised in the interpreter's main thread when a cell runs past its timeout."""
 
 
-class _CaptureStream(io.TextIOBase):
-    """A text stream that feeds an OutputCapture (bounded memory for any amount of output).
+class _FdCapture:
+    """Everything written to file descriptor 1 or 2 while a cell runs, by Python or by the child
+    processes it starts, into the cell's :class:`OutputCapture`.
 
-    With ``echo``, what the capture keeps as its head is also passed on as it is written (for
-    callers that watch output live); the tail arrives with the result.
+    The descriptor is the write end of a pipe that a daemon thread drains. With an ``echo``, the
+    head the capture keeps is also passed on as it arrives (for callers watching live output);
+    :meth:`finish` takes what is still in the pipe when the cell ends, under the same lock, so
+    nothing is lost or reordered.
     """
 
-    def __init__(self, capture: OutputCapture, echo: Callable[[str], None] | None = None) -> None:
-        self._capture = capture
-        self._echo = echo
-        self._echo_room = capture.limit // 2
+    def __init__(self, fd: int, name: str, lock: threading.Lock) -> None:
+        read_fd, self._write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        self._read_fd = read_fd
+        self.fd = fd
+        self.name = name
+        self._lock = lock
+        self._capture: OutputCapture | None = None
+        self._echo: Callable[[str, str], None] | None = None
+        self._echo_room = 0
+        self.restore()
+        threading.Thread(target=self._pump, daemon=True).start()
 
-    def writable(self) -> bool:
-        return True
+    def restore(self) -> None:
+        """(Re)point the descriptor at the pipe, in case user code closed or replaced it."""
+        os.dup2(self._write_fd, self.fd)
 
-    def write(self, text: str) -> int:
-        data = text.encode("utf-8", errors="replace")
-        if self._echo is not None and self._echo_room > 0:
-            self._echo(data[: self._echo_room].decode("utf-8", errors="ignore"))
-            self._echo_room -= len(data)
-        self._capture.write(data)
-        return len(text)
+    def start(self, capture: OutputCapture, echo: Callable[[str, str], None] | None) -> None:
+        with self._lock:
+            # What background processes wrote between cells belongs to no cell.
+            self._read_available()
+            self._capture, self._echo, self._echo_room = capture, echo, capture.limit // 2
 
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return "utf-8"
+    def finish(self) -> None:
+        with self._lock:
+            self._read_available()
+            self._capture, self._echo = None, None
+
+    def _pump(self) -> None:
+        poller = select.poll()
+        poller.register(self._read_fd, select.POLLIN)
+        while True:
+            poller.poll()
+            with self._lock:
+                self._read_available()
+
+    def _read_available(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._read_fd, 65536)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            if self._capture is None:
+                continue
+            if self._echo is not None and self._echo_room > 0:
+                self._echo(self.name, chunk[: self._echo_room].decode("utf-8", errors="ignore"))
+                self._echo_room -= len(chunk)
+            self._capture.write(chunk)
+
+
+def _text_stream(fd: int) -> io.TextIOWrapper:
+    """A line-buffered UTF-8 stream on ``fd`` that never closes the descriptor."""
+    return io.TextIOWrapper(
+        io.FileIO(fd, "w", closefd=False),
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+    )
 
 
 def _b64(data: bytes) -> str:
@@ -137,6 +183,9 @@ class _Interpreter:
 
     def __init__(self, state_dir: str) -> None:
         self.state_dir = state_dir
+        lock = threading.Lock()
+        self.outputs = _FdCapture(1, "stdout", lock), _FdCapture(2, "stderr", lock)
+        self.streams = _text_stream(1), _text_stream(2)
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
         self.cells = 0
         self.notices: list[str] = []
@@ -169,11 +218,10 @@ class _Interpreter:
         result: dict[str, Any] = {"value": None, "error": None, "timed_out": False}
         saved_env = {key: os.environ.get(key) for key in request.get("env", {})}
         os.environ.update(request.get("env", {}))
-        old_streams = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = (
-            _CaptureStream(out, functools.partial(echo, "stdout") if echo else None),
-            _CaptureStream(err, functools.partial(echo, "stderr") if echo else None),
-        )
+        for output, capture in zip(self.outputs, (out, err), strict=True):
+            output.restore()
+            output.start(capture, echo)
+        sys.stdout, sys.stderr = self.streams
         started = time.monotonic()
         timeout = request.get("timeout")
         try:
@@ -191,8 +239,11 @@ class _Interpreter:
             result["error"] = _error_of(exc)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            sys.stdout.flush()
-            sys.stdout, sys.stderr = old_streams
+            for stream in self.streams:
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            for output in self.outputs:
+                output.finish()
             for key, value in saved_env.items():
                 if value is None:
                     os.environ.pop(key, None)
@@ -469,7 +520,6 @@ def _receive_answer(conn: socket.socket, deadline: float | None) -> dict[str, An
 def run_command(request: dict[str, Any]) -> dict[str, Any]:
     """Run ``bash -c`` with output capped at the source and a timeout that kills the group."""
     import subprocess
-    import threading
 
     limit = int(request.get("max_output_bytes", 1_000_000))
     captures = OutputCapture(limit), OutputCapture(limit)

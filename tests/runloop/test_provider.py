@@ -293,6 +293,19 @@ async def test_a_lost_worker_is_reinstalled_and_the_restart_is_reported(
         assert sum("base64 -d" in command for command in commands) == 2
 
 
+async def test_output_of_child_processes_is_captured_in_order(provider: RunloopProvider) -> None:
+    async with await provider.create() as session:
+        result = await session.run_code(
+            "import os, subprocess\n"
+            "print('python')\n"
+            "os.system('echo from-shell; echo shell-err >&2')\n"
+            "subprocess.run(['echo', 'from-subprocess'])\n"
+            "print('python again')"
+        )
+        assert result.stdout == "python\nfrom-shell\nfrom-subprocess\npython again\n"
+        assert result.stderr == "shell-err\n"
+
+
 async def test_worker_timeouts_keep_the_session(provider: RunloopProvider) -> None:
     async with await provider.create(SessionSpec(limits=Limits(timeout=1.0))) as session:
         await session.run_code("kept = 'yes'")
