@@ -6,8 +6,9 @@ socket, started in the background by the first ``code`` call and found again by 
 other operation is a short-lived command that prints exactly one result line (prefixed with
 :data:`RESULT_MARKER`) so the provider can pick it out of whatever a login shell prints.
 
-Operations (``python3 worker.py OP REQUEST``; ``REQUEST`` is base64 JSON, or ``@path`` of a JSON
-file the worker deletes after reading):
+Operations (``main(["-", OP, REQUEST])``; the provider imports this file as a module so its
+bytecode is cached; ``REQUEST`` is base64 JSON, or ``@path`` of a JSON file the worker deletes
+after reading):
 
 * ``code`` / ``dump`` / ``load`` / ``save``: talk to the persistent interpreter (``save`` writes the
   variables to disk so they survive a suspend, which keeps the disk but not the memory);
@@ -58,7 +59,7 @@ KERNEL_STATE_SOURCE = ""  # the devbox copy carries the module's source here ins
 # </package-imports>
 
 RESULT_MARKER = "LCSB-RESULT:"
-WORKSPACE = "/home/user"
+WORKSPACE = "/home/user"  # workspace.WORKSPACE_ROOT; this file runs without the package
 SOCKET_NAME = "kernel.sock"
 PID_NAME = "kernel.pid"
 SAVED_NAME = "saved-variables.pkl"
