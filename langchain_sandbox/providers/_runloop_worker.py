@@ -199,14 +199,18 @@ class _Interpreter:
         try:
             with open(path, "rb") as handle:
                 failed = _kernel_state().load_namespace(self.namespace, handle.read())
+            with open(path + ".skipped", encoding="utf-8") as handle:
+                lost = sorted({*json.load(handle), *failed})
             note = "Python variables were restored after the devbox resumed"
-            self.notices.append(note + (f" (not restored: {', '.join(failed)})" if failed else ""))
+            self.notices.append(note + (f" (not restored: {', '.join(lost)})" if lost else ""))
         except Exception as exc:
             self.notices.append(
                 f"Python variables saved before suspend could not be restored: {exc}"
             )
         finally:
-            os.unlink(path)
+            for leftover in (path, path + ".skipped"):
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover)
 
     def run(
         self, request: dict[str, Any], echo: Callable[[str, str], None] | None = None
@@ -293,7 +297,12 @@ class _Interpreter:
             return {"failed": _kernel_state().load_namespace(self.namespace, blob)}
         if op == "save":
             blob, saved, skipped = _kernel_state().dump_namespace(self.namespace)
-            with open(os.path.join(self.state_dir, SAVED_NAME), "wb") as handle:
+            path = os.path.join(self.state_dir, SAVED_NAME)
+            # The names that cannot be saved go beside the blob, so the notice after the resume
+            # can tell the model what was lost.
+            with open(path + ".skipped", "w", encoding="utf-8") as handle:
+                json.dump(skipped, handle)
+            with open(path, "wb") as handle:
                 handle.write(blob)
             return {"saved": saved, "skipped": skipped}
         return {"failure": f"unknown operation {op!r}"}

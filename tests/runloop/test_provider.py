@@ -217,7 +217,10 @@ async def test_pause_then_attach_resumes_with_files_and_variables(
     session = await provider.create(SessionSpec(metadata={"thread_id": "t-pause"}))
     try:
         await session.write_files({"kept.txt": b"disk"})
-        await session.run_code("import math\nanswer = 42\ndef twice(v):\n    return 2 * v\n")
+        await session.run_code(
+            "import math, threading\nanswer = 42\nlock = threading.Lock()\n"
+            "def twice(v):\n    return 2 * v\n"
+        )
         await session.pause()
         await session.pause()
         assert emulator.account.get(session.devbox_id).status == "suspended"
@@ -230,6 +233,7 @@ async def test_pause_then_attach_resumes_with_files_and_variables(
         result = await again.run_code("twice(answer), math.pi > 3")
         assert result.value == "(84, True)"
         assert any("restored after the devbox resumed" in n for n in result.notices)
+        assert any("not restored: lock" in n for n in result.notices), result.notices
         assert (await again.read_files(["kept.txt"]))["kept.txt"] == b"disk"
         await other_process.aclose()
     finally:
