@@ -199,8 +199,11 @@ class _Interpreter:
         try:
             with open(path, "rb") as handle:
                 failed = _kernel_state().load_namespace(self.namespace, handle.read())
-            with open(path + ".skipped", encoding="utf-8") as handle:
-                lost = sorted({*json.load(handle), *failed})
+            skipped: list[str] = []
+            if os.path.exists(path + ".skipped"):
+                with open(path + ".skipped", encoding="utf-8") as handle:
+                    skipped = json.load(handle)
+            lost = sorted({*skipped, *failed})
             note = "Python variables were restored after the devbox resumed"
             self.notices.append(note + (f" (not restored: {', '.join(lost)})" if lost else ""))
         except Exception as exc:

@@ -951,7 +951,8 @@ class RunloopSession(Session):
             ),
         )
         # The source keeps running with its variables in memory; the file was for the copy.
-        await self._shell(f"rm -f {WORKER_DIR}/{_runloop_worker.SAVED_NAME}", "Cleaning up")
+        saved = f"{WORKER_DIR}/{_runloop_worker.SAVED_NAME}"
+        await self._shell(f"rm -f {saved} {saved}.skipped", "Cleaning up")
         self._state["disk_snapshot_id"] = started.id
         return str(started.id)
 
