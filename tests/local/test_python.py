@@ -203,3 +203,11 @@ async def test_tracebacks_show_no_host_path(session: LocalSession) -> None:
     assert "/opt/python/lib/python3" in result.error.traceback
     for host_path in (session.directory, _REPOSITORY, sys.prefix):
         assert host_path not in result.error.traceback
+
+
+async def test_the_sandbox_runs_the_hosts_interpreter_exactly(session: LocalSession) -> None:
+    # A relocated interpreter must load its own libpython, not another one the system has.
+    inside = await session.run_code("import sys\nsys.version")
+    assert inside.value == repr(sys.version)
+    shell = await session.run_command("python3 -c 'import sys; print(sys.version)'")
+    assert shell.stdout == sys.version + "\n"

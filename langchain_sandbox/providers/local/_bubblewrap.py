@@ -33,8 +33,9 @@ SANDBOX_RUNTIME_DIR = "/opt/langchain-sandbox"
 SANDBOX_HOSTNAME = "sandbox"
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-# Files of /etc that programs read to start at all; none of them holds a secret.
-_ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf")
+# Files of /etc that programs read to start at all (and fontconfig's, which matplotlib reads to
+# draw text); none of them holds a secret.
+_ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf", "/etc/fonts")
 # Only for sessions with network: name resolution and the public CA bundle.
 _NETWORK_ETC = (
     "/etc/resolv.conf",
@@ -79,6 +80,22 @@ class PythonInstall:
         if self._prefix_is_system or not _is_under(self.executable, (self.prefix,)):
             return self.executable
         return SANDBOX_PYTHON_PREFIX + self.executable[len(self.prefix.rstrip("/")) :]
+
+    def sandbox_library_path(self) -> str | None:
+        """``LD_LIBRARY_PATH`` the relocated interpreter needs, if any.
+
+        An interpreter built with a shared ``libpython`` finds it through an absolute RUNPATH
+        (``<host prefix>/lib``) that does not exist in the sandbox; the loader would then pick
+        whatever ``libpython`` the system has (another patch release, or none at all).
+        """
+        if self._prefix_is_system:
+            return None
+        library_dir = os.path.join(self.prefix, "lib")
+        try:
+            shared = any(name.startswith("libpython") for name in os.listdir(library_dir))
+        except OSError:
+            return None
+        return f"{SANDBOX_PYTHON_PREFIX}/lib" if shared else None
 
     def binds(self) -> list[tuple[str, str]]:
         """``(host, sandbox)`` read-only binds that make this interpreter and its libraries work."""

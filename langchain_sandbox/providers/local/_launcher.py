@@ -119,6 +119,9 @@ class Launcher:
             "MPLBACKEND": "Agg",
             "MPLCONFIGDIR": "/tmp/matplotlib",
         }
+        library_path = self.python.sandbox_library_path() if self.isolated else None
+        if library_path:
+            env["LD_LIBRARY_PATH"] = library_path
         env.update(self.extra_env)
         return env
 
