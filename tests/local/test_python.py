@@ -99,6 +99,7 @@ async def test_matplotlib_figures_come_back_as_png(session: LocalSession) -> Non
         "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [3, 1, 2])\nplt.title('t')\n"
     )
     assert result.ok, result.render()
+    assert result.stderr == ""  # text was drawn without fontconfig complaining
     assert len(result.artifacts) == 1
     figure = result.artifacts[0]
     assert figure.mime_type == "image/png"
