@@ -2,8 +2,9 @@
 
 Each session gets its own cgroup (one per controller on cgroup v1, one directory on v2), created
 next to the cgroup the host process lives in. The sandbox's first process joins it *before* it
-runs anything (the launcher writes its pid to ``cgroup.procs`` between fork and exec), so every
-process the sandboxed code starts is counted and limited, and closing the session kills them all.
+runs anything (a two-line ``sh`` prefix writes its own pid to ``cgroup.procs``, then ``exec``s
+bubblewrap), so every process the sandboxed code starts is counted and limited, and closing the
+session kills them all.
 
 Why not rlimits alone: ``RLIMIT_NPROC`` is not enforced for a process whose host uid is root, even
 inside a user namespace (measured: a fork bomb reached 10,000 processes), while a pids cgroup stops
@@ -18,11 +19,17 @@ import os
 import resource
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 _CGROUP_ROOT_PREFIX = "langchain-sandbox-"
+
+# sh -c _JOIN_SCRIPT sh PROCS_FILE... -- ARGV...: no core dumps, join each cgroup, exec ARGV.
+_JOIN_SCRIPT = (
+    'ulimit -c 0 2>/dev/null; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; '
+    'shift; exec "$@"'
+)
 
 
 @dataclass(frozen=True)
@@ -200,31 +207,38 @@ class SessionCgroup:
     def limits_processes(self) -> bool:
         return "pids" in self.directories
 
-    def preexec(self) -> Callable[[], None]:
-        """A ``preexec_fn`` that puts the new process in these cgroups before it execs.
+    def join_command(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` prefixed with a tiny ``sh`` that joins these cgroups, then ``exec``s it.
 
-        Limits no cgroup covers fall back to rlimits (which a root caller's ``RLIMIT_NPROC``
-        ignores; :func:`detect_cgroups` reports that).
+        The process enters the cgroups before it runs anything else, so everything it starts is
+        counted. A shell prefix instead of a ``preexec_fn`` lets Python spawn with vfork (no copy
+        of the host process, whose size would otherwise add to every cold start) and avoids
+        running Python code between fork and exec in a threaded host.
         """
+        if not self.directories:
+            return list(argv)
         procs_files = sorted({os.path.join(d, "cgroup.procs") for d in self.directories.values()})
-        rlimits: list[tuple[int, int]] = [(resource.RLIMIT_CORE, 0)]
+        return ["/bin/sh", "-c", _JOIN_SCRIPT, "sh", *procs_files, "--", *argv]
+
+    def preexec(self) -> Callable[[], None] | None:
+        """A ``preexec_fn`` for the limits no cgroup covers (rlimits), or ``None`` when all are.
+
+        ``RLIMIT_NPROC`` is ignored for a root caller; :func:`detect_cgroups` reports that.
+        """
+        rlimits: list[tuple[int, int]] = []
         if self.memory_bytes and not self.limits_memory:
             rlimits.append((resource.RLIMIT_AS, self.memory_bytes))
         if self.max_processes and not self.limits_processes:
             rlimits.append((resource.RLIMIT_NPROC, self.max_processes))
+        if not rlimits:
+            return None
+        rlimits.append((resource.RLIMIT_CORE, 0))
 
-        def _enter() -> None:
-            pid = str(os.getpid()).encode()
-            for path in procs_files:
-                fd = os.open(path, os.O_WRONLY)
-                try:
-                    os.write(fd, pid)
-                finally:
-                    os.close(fd)
+        def _limit() -> None:
             for which, value in rlimits:
                 resource.setrlimit(which, (value, value))
 
-        return _enter
+        return _limit
 
     def oom_kills(self) -> int:
         """How many processes the kernel killed for exceeding the memory limit so far."""

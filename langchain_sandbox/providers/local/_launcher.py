@@ -24,6 +24,7 @@ from langchain_sandbox.providers.local._bubblewrap import (
     bubblewrap_argv,
     options_via_fd,
 )
+from langchain_sandbox.providers.local._cgroups import SessionCgroup
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 Isolation = Literal["bubblewrap", "none"]
@@ -51,6 +52,7 @@ class Launcher:
         tmp_size_bytes: Size cap of the private ``/tmp``.
         worker_bytecode: Host path of the worker compiled by :func:`compile_worker` (saves
             compiling it at every start), or ``None`` to run its source.
+        cgroup: The session's cgroups, joined by every process it starts.
     """
 
     isolation: Isolation
@@ -62,6 +64,7 @@ class Launcher:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     tmp_size_bytes: int | None = None
     worker_bytecode: str | None = None
+    cgroup: SessionCgroup | None = None
 
     @property
     def isolated(self) -> bool:
@@ -173,12 +176,16 @@ class Launcher:
 
     @contextlib.contextmanager
     def spawnable(self, argv: Sequence[str]) -> Iterator[tuple[list[str], tuple[int, ...]]]:
-        """The argv to execute and the descriptors to pass for a command from :meth:`wrap`."""
+        """The argv to execute and the descriptors to pass for a command from :meth:`wrap`:
+        bubblewrap's options moved to a descriptor, and the session's cgroups joined first."""
         if not self.isolated:
-            yield list(argv), ()
+            yield self._joined(argv), ()
             return
-        with options_via_fd(argv) as spawn:
-            yield spawn
+        with options_via_fd(argv) as (command, fds):
+            yield self._joined(command), fds
+
+    def _joined(self, argv: Sequence[str]) -> list[str]:
+        return self.cgroup.join_command(argv) if self.cgroup is not None else list(argv)
 
     def process_env(self) -> dict[str, str]:
         """Environment of the started process itself (bubblewrap sets the sandbox's own)."""

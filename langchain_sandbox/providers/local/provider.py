@@ -161,6 +161,7 @@ class LocalProvider(Provider):
                 extra_env=env,
                 tmp_size_bytes=memory_mb * 1024 * 1024 if memory_mb else None,
                 worker_bytecode=self._worker_bytecode,
+                cgroup=cgroup,
             )
             session = LocalSession(
                 session_id=session_id,
