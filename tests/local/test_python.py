@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from langchain_sandbox.errors import SandboxError
-from langchain_sandbox.providers.local import LocalSession
+from langchain_sandbox.providers.local import WORKER_RESTARTED, LocalSession
 
 _REPOSITORY = str(Path(__file__).resolve().parents[2])
 
@@ -212,3 +212,12 @@ async def test_the_sandbox_runs_the_hosts_interpreter_exactly(session: LocalSess
     assert inside.value == repr(sys.version)
     shell = await session.run_command("python3 -c 'import sys; print(sys.version)'")
     assert shell.stdout == sys.version + "\n"
+
+
+async def test_a_reply_past_the_size_bound_is_a_clear_error(session: LocalSession) -> None:
+    await session.run_code("big = b'x' * 60_000_000")
+    with pytest.raises(SandboxError, match="larger than the 64 MB limit"):
+        await session.dump_variables()
+    after = await session.run_code("'big' in globals()")
+    assert after.value == "False"
+    assert after.notices == [WORKER_RESTARTED]

@@ -149,10 +149,10 @@ class WorkerProcess:
         await self._process.wait()
         self._fail_all()
 
-    def _fail_all(self) -> None:
-        """Mark the worker gone and wake everything that waits for it."""
+    def _fail_all(self, reason: str = "its process was killed or crashed") -> None:
+        """Mark the worker gone and wake everything that waits for it, saying why."""
         self.exited = True
-        died = WorkerDied("the worker's process ended")
+        died = WorkerDied(reason)
         if not self._ready.done():
             self._ready.set_exception(died)
             self._ready.exception()  # mark retrieved: nobody may be waiting any more
@@ -162,6 +162,7 @@ class WorkerProcess:
         self._pending.clear()
 
     async def _read_events(self) -> None:
+        reason = "its process was killed or crashed"
         try:
             while True:
                 line = await self._events.readline()
@@ -172,11 +173,12 @@ class WorkerProcess:
                 except ValueError:
                     continue
                 self._dispatch(event)
-        except (ValueError, asyncio.LimitOverrunError, OSError):
-            # A line beyond the limit means a broken worker; treat it as gone.
-            pass
+        except (ValueError, asyncio.LimitOverrunError):
+            reason = f"it sent a reply larger than the {_MAX_LINE // (1024 * 1024)} MB limit"
+        except OSError as exc:
+            reason = f"its event pipe failed ({exc})"
         finally:
-            self._fail_all()
+            self._fail_all(reason)
 
     def _dispatch(self, event: dict[str, Any]) -> None:
         if event.get("ev") == "ready":

@@ -270,14 +270,14 @@ class LocalSession(Session):
                     lost="the code did not stop when interrupted, so the Python worker was killed",
                     elapsed_ms=elapsed(),
                 )
-        except WorkerDied:
+        except WorkerDied as died:
             await self._discard_worker(worker)
             out_of_memory = self.cgroup.oom_kills() > self._oom_kills_seen
             if out_of_memory:
                 limit = self.spec.limits.memory_mb
                 why = f"it ran out of memory (the session's limit is {limit} MB)"
             else:
-                why = "its process was killed or crashed"
+                why = str(died)
             return _Outcome(
                 None,
                 lost=f"the Python worker died: {why}",
@@ -286,9 +286,12 @@ class LocalSession(Session):
             )
 
     async def _discard_worker(self, worker: WorkerProcess) -> None:
+        """Kill a worker that is gone or stuck; the next result will say the variables are lost
+        (unless the result of the call that lost it already does)."""
         await worker.kill()
         if self._worker is worker:
             self._worker = None
+        self._restart_notice = True
 
     async def _simple_request(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:
         """A request whose failure is an infrastructure error (variables, cache refresh)."""
@@ -363,6 +366,8 @@ class LocalSession(Session):
             outcome = await self._request(
                 worker, op, payload, timeout=limit, on_event=streams.on_event
             )
+            if outcome.lost is not None:
+                self._restart_notice = False  # this result tells it
         try:
             return self._result(kind, outcome, streams, notices)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
