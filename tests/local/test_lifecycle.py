@@ -141,3 +141,12 @@ async def test_leftovers_of_a_dead_process_are_listed_and_destroyed(tmp_path: Pa
     assert await provider.destroy(records[0]) is False
     with pytest.raises(InvalidInputError):
         await provider.destroy({"provider": "local", "session_id": "../../etc"})
+
+
+async def test_closing_during_a_call_ends_it_as_closed(provider: LocalProvider) -> None:
+    session = await provider.create()
+    running = asyncio.create_task(session.run_code("import time\ntime.sleep(60)"))
+    await asyncio.sleep(0.5)
+    await session.close()
+    with pytest.raises(SessionClosedError):
+        await asyncio.wait_for(running, 30)

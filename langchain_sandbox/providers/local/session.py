@@ -271,6 +271,7 @@ class LocalSession(Session):
                     elapsed_ms=elapsed(),
                 )
         except WorkerDied as died:
+            self._check_open()  # closed while the call ran: that, not a crash, ended it
             await self._discard_worker(worker)
             out_of_memory = self.cgroup.oom_kills() > self._oom_kills_seen
             if out_of_memory:
