@@ -84,7 +84,10 @@ class Capabilities:
         install_packages: ``install_packages`` works.
         figures: matplotlib figures come back as PNG artifacts.
         variables: ``dump_variables`` / ``load_variables`` work (picklable globals).
-        pause: ``pause`` keeps the sandbox, memory included, for a later ``attach``.
+        pause: ``pause`` keeps the sandbox (its files, and its variables) for a later ``attach``
+            and stops paying for compute; without it ``pause`` leaves the sandbox running.
+        pause_keeps_memory: A paused sandbox comes back with its whole memory (E2B), not only
+            the picklable variables saved before pausing (Runloop keeps only the disk).
         attach_across_processes: ``attach`` works from another process (remote sandboxes do; a
             local sandbox lives and dies with the process that made it).
         native_snapshots: The provider can snapshot a disk itself (used as a fast path).
@@ -97,6 +100,7 @@ class Capabilities:
     figures: bool = True
     variables: bool = True
     pause: bool = False
+    pause_keeps_memory: bool = False
     attach_across_processes: bool = False
     native_snapshots: bool = False
 

@@ -84,6 +84,7 @@ CAPABILITIES = Capabilities(
     figures=True,
     variables=True,
     pause=True,
+    pause_keeps_memory=True,
     attach_across_processes=True,
     native_snapshots=False,
 )

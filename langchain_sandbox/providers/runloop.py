@@ -113,6 +113,7 @@ CAPABILITIES = Capabilities(
     figures=True,
     variables=True,
     pause=True,
+    pause_keeps_memory=False,
     attach_across_processes=True,
     native_snapshots=True,
 )

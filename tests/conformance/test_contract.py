@@ -177,18 +177,25 @@ async def test_figures_come_back_as_png(provider: Provider) -> None:
         assert pngs[0].to_bytes().startswith(b"\x89PNG")
 
 
-async def test_pause_then_attach_keeps_files_and_memory(provider: Provider) -> None:
+async def test_pause_then_attach_keeps_files_and_variables(provider: Provider) -> None:
     session = await provider.create()
     try:
-        await session.run_code("counter = 41")
+        await session.run_code("import threading\ncounter = 41\nlock = threading.Lock()")
         await session.write_files({"kept.txt": b"kept"})
         await session.pause()
         await session.pause()
         again = await provider.attach(session.record)
         assert again is not None
         assert (await again.read_files(["kept.txt"]))["kept.txt"] == b"kept"
-        # Providers with pause keep memory across it; the others keep the sandbox running.
-        assert (await again.run_code("counter + 1")).value == "42"
+        result = await again.run_code("counter + 1")
+        assert result.value == "42"
+        lock_kept = (await again.run_code("'lock' in globals()")).value == "True"
+        # Memory survives where the sandbox stays running (no pause) or pause keeps it whole;
+        # otherwise only picklable variables come back, and the model is told what was lost.
+        keeps_memory = provider.capabilities.pause_keeps_memory or not provider.capabilities.pause
+        assert lock_kept is keeps_memory
+        if not keeps_memory:
+            assert any("lock" in notice for notice in result.notices), result.notices
     finally:
         await session.close()
 
