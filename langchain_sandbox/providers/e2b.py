@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
+from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import (
     AuthenticationError,
     InvalidInputError,
@@ -60,7 +61,6 @@ from langchain_sandbox.providers.base import (
     SessionSpec,
     VariablesDump,
 )
-from langchain_sandbox.providers.local._launcher import validate_env
 from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult, OutputCapture
 from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE, retry_async

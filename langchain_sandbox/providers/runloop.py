@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar
 
+from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import (
     AuthenticationError,
     InvalidInputError,
@@ -341,7 +342,7 @@ class RunloopProvider(Provider):
             **(image or _parse_template(spec.template) or self._image),
         }
         if spec.env:
-            params["environment_variables"] = dict(spec.env)
+            params["environment_variables"] = validate_env(spec.env)
         if self._launch_parameters:
             params["launch_parameters"] = self._launch_parameters
         from runloop_api_client.lib.polling import PollingConfig
@@ -762,7 +763,7 @@ class RunloopSession(Session):
         request = {
             "code": code,
             "timeout": limit,
-            "env": dict(env or {}),
+            "env": validate_env(env),
             "max_output_bytes": self.spec.limits.max_output_bytes,
         }
         answer = await self.worker(
@@ -787,7 +788,7 @@ class RunloopSession(Session):
         request = {
             "command": command,
             "cwd": resolve_path(cwd or "."),
-            "env": dict(env or {}),
+            "env": validate_env(env),
             "timeout": limit,
             "max_output_bytes": self.spec.limits.max_output_bytes,
         }

@@ -21,20 +21,14 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 from langchain_sandbox.errors import SandboxError, SnapshotNotFoundError
+from langchain_sandbox.home import HOME_ENV, data_dir
 from langchain_sandbox.snapshots.manifest import is_digest
 from langchain_sandbox.snapshots.store import BlobInfo, BlobStore, check_key
-
-HOME_ENV = "LANGCHAIN_SANDBOX_HOME"
-"""Environment variable naming the directory where the package keeps its local data."""
 
 
 def default_blob_dir() -> Path:
     """Where :class:`LocalDirectoryBlobStore` keeps blobs when no path is given."""
-    home = os.environ.get(HOME_ENV)
-    if home:
-        return Path(home).expanduser() / "blobs"
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home).expanduser() / "langchain-sandbox" / "blobs"
+    return data_dir() / "blobs"
 
 
 class LocalDirectoryBlobStore(BlobStore):

@@ -238,3 +238,15 @@ async def test_network_is_denied_unless_asked_for(provider: Provider) -> None:
     finally:
         server.close()
         thread.join(timeout=15)
+
+
+async def test_malformed_environment_is_refused_before_anything_runs(provider: Provider) -> None:
+    from langchain_sandbox.errors import InvalidInputError
+
+    async with await provider.create() as session:
+        for bad in ({"A=B": "1"}, {"": "1"}, {"OK": "nul\x00byte"}):
+            with pytest.raises(InvalidInputError):
+                await session.run_command("echo never", env=bad)
+            with pytest.raises(InvalidInputError):
+                await session.run_code("print('never')", env=bad)
+        assert (await session.run_command("echo fine", env={"X": "1"})).stdout == "fine\n"

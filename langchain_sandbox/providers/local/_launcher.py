@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from langchain_sandbox.errors import InvalidInputError
 from langchain_sandbox.providers.local._bubblewrap import (
     SANDBOX_RUNTIME_DIR,
     PythonInstall,
@@ -235,25 +234,4 @@ def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> 
     return str(target)
 
 
-def validate_env(env: Mapping[str, str] | None) -> dict[str, str]:
-    """Variables for the sandbox: names and values must be plain strings without NUL or ``=``.
-
-    Raises:
-        InvalidInputError: on the first bad entry.
-    """
-    checked: dict[str, str] = {}
-    for key, value in (env or {}).items():
-        if (
-            not isinstance(key, str)
-            or not isinstance(value, str)
-            or not key
-            or "=" in key
-            or "\x00" in key
-            or "\x00" in value
-        ):
-            raise InvalidInputError(f"Invalid environment variable {key!r}.")
-        checked[key] = value
-    return checked
-
-
-__all__ = ["PACKAGES_DIR", "Isolation", "Launcher", "compile_worker", "validate_env"]
+__all__ = ["PACKAGES_DIR", "Isolation", "Launcher", "compile_worker"]

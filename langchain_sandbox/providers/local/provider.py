@@ -22,7 +22,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import InvalidInputError, SandboxError
+from langchain_sandbox.home import HOME_ENV, state_dir
 from langchain_sandbox.providers.base import Provider, SessionRecord, SessionSpec
 from langchain_sandbox.providers.local._bubblewrap import (
     PythonInstall,
@@ -40,28 +42,15 @@ from langchain_sandbox.providers.local._launcher import (
     Isolation,
     Launcher,
     compile_worker,
-    validate_env,
 )
 from langchain_sandbox.providers.local._packages import PackageIndex
 from langchain_sandbox.providers.local.session import LOCAL_CAPABILITIES, LocalSession
-
-HOME_ENV = "LANGCHAIN_SANDBOX_HOME"
-"""Environment variable naming the provider's base directory."""
 
 _SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 _RECORD_FILE = "session.json"
 
 
-def default_base_dir() -> Path:
-    """``$LANGCHAIN_SANDBOX_HOME``, else ``$XDG_STATE_HOME/langchain-sandbox``, else
-    ``~/.local/state/langchain-sandbox``."""
-    configured = os.environ.get(HOME_ENV)
-    if configured:
-        return Path(configured)
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(state) / "langchain-sandbox"
+default_base_dir = state_dir
 
 
 class LocalProvider(Provider):

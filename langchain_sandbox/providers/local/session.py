@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import (
     InvalidInputError,
     SandboxError,
@@ -42,7 +43,7 @@ from langchain_sandbox.providers.base import (
 )
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
 from langchain_sandbox.providers.local._files import HostWorkspace
-from langchain_sandbox.providers.local._launcher import Launcher, validate_env
+from langchain_sandbox.providers.local._launcher import Launcher
 from langchain_sandbox.providers.local._packages import (
     PackageIndex,
     pip_install_argv,
