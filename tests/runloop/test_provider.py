@@ -402,7 +402,8 @@ async def test_output_streams_live_to_on_output(
         task = asyncio.create_task(session.run_code(code, on_output=collect))
         # 'first' reaches the callback while the code still waits for the go file.
         for _ in range(600):
-            if any("first" in text for _, text in seen):
+            # Output may arrive in pieces of any size: look at the stream so far, not one chunk.
+            if "first" in "".join(text for stream, text in seen if stream == "stdout"):
                 marks.append("first seen while running")
                 break
             await asyncio.sleep(0.05)
