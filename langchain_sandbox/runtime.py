@@ -488,7 +488,9 @@ class SandboxRuntime:
         spec = dataclasses.replace(
             self.spec, metadata={**self.spec.metadata, "thread_id": thread_id}
         )
-        return await retry_async(lambda: provider.create(spec))
+        # Providers retry their own create (E2B under one idempotency key); retrying here too
+        # would multiply attempts and could make a second sandbox behind a lost response.
+        return await provider.create(spec)
 
     async def _attach_matching(self, record: SandboxState) -> Session | None:
         """Reattach to the sandbox the record names, if it outlived its process and still holds
@@ -501,7 +503,7 @@ class SandboxRuntime:
         if session_record.get("provider") not in (None, provider.name):
             return None
         try:
-            session = await retry_async(lambda: provider.attach(session_record))
+            session = await provider.attach(session_record)
         except SandboxError as exc:
             logger.info("attach to %s failed: %s", session_record.get("sandbox_id"), exc)
             return None

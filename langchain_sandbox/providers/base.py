@@ -259,7 +259,11 @@ class Provider(ABC):
 
     @abstractmethod
     async def create(self, spec: SessionSpec | None = None) -> Session:
-        """Create a new session. Safe to retry: a failed create leaves nothing behind."""
+        """Create a new session. A failed create leaves nothing behind.
+
+        The provider retries its own transient failures (it knows how to make a repeat safe,
+        e.g. E2B's idempotency key), so callers do not retry ``create`` or ``attach`` again.
+        """
 
     @abstractmethod
     async def attach(self, record: SessionRecord) -> Session | None:

@@ -168,3 +168,29 @@ async def test_cancelling_a_run_stops_the_code_and_keeps_the_thread_usable(tmp_p
         assert after.value.stdout == "before\n"
         assert any("restored" in n for n in after.value.notices)
         assert await asyncio.to_thread(wait_until, lambda: not any(_alive(p) for p in before), 60.0)
+
+
+async def test_the_runtime_leaves_create_retries_to_the_provider(tmp_path: Path) -> None:
+    """A provider retries its own create (E2B under one idempotency key); a second layer of
+    retries would multiply attempts and could leave a sandbox behind a lost response."""
+    from langchain_sandbox.errors import ProviderUnavailableError
+    from langchain_sandbox.providers.base import Session, SessionSpec
+    from langchain_sandbox.providers.local import LocalProvider
+
+    class Unavailable(LocalProvider):
+        creates = 0
+
+        async def create(self, spec: SessionSpec | None = None) -> Session:
+            Unavailable.creates += 1
+            raise ProviderUnavailableError("503 from the provider, after its own retries")
+
+    runtime = SandboxRuntime(
+        Unavailable(base_dir=tmp_path / "sessions"),
+        snapshotter=Snapshotter(LocalDirectoryBlobStore(tmp_path / "blobs")),
+    )
+    try:
+        with pytest.raises(ProviderUnavailableError):
+            await runtime.arun_code("t", "1")
+        assert Unavailable.creates == 1
+    finally:
+        await runtime.aclose()
