@@ -100,7 +100,7 @@ def _doctor() -> int:
 
 
 async def _gc(args: argparse.Namespace) -> int:
-    from langchain_sandbox.lifecycle import collect_garbage
+    from langchain_sandbox.gc import collect_garbage
     from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 
     store = LocalDirectoryBlobStore(args.blobs) if args.blobs else None

@@ -24,7 +24,7 @@ from typing import Any
 
 from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import InvalidInputError, SandboxError
-from langchain_sandbox.home import HOME_ENV, state_dir
+from langchain_sandbox.paths import HOME_ENV, state_dir
 from langchain_sandbox.providers.base import Provider, SessionRecord, SessionSpec
 from langchain_sandbox.providers.local._bubblewrap import (
     PythonInstall,

@@ -2,7 +2,7 @@
 
 A session is one devbox. Runloop offers shell commands, files, suspend/resume and disk snapshots,
 but no kernel, so stateful Python runs in a small interpreter inside the devbox
-(:mod:`langchain_sandbox.providers._runloop_worker`), started in the background by the first
+(:mod:`langchain_sandbox.providers.runloop._worker`), started in the background by the first
 ``run_code`` and reached by one short command per call. Every call is one ``execute_async``
 request plus one ``wait_for_status`` long-poll while it runs (two HTTP requests for a warm call).
 
@@ -51,7 +51,7 @@ from langchain_sandbox.errors import (
     SandboxTimeoutError,
     SessionClosedError,
 )
-from langchain_sandbox.providers import _runloop_worker, kernel_state
+from langchain_sandbox.providers import kernel_state
 from langchain_sandbox.providers.base import (
     Capabilities,
     FileInfo,
@@ -63,6 +63,7 @@ from langchain_sandbox.providers.base import (
     SessionSpec,
     VariablesDump,
 )
+from langchain_sandbox.providers.runloop import _worker as _runloop_worker
 from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import (
     DEFAULT_CAPTURE_BYTES,
