@@ -24,10 +24,11 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from langchain_sandbox.errors import IsolationUnavailableError, SandboxError
+from langchain_sandbox.providers.names import LOCAL
 
 EventHandler = Callable[[dict[str, Any]], None]
 
-_log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 # Replies carry figures and variable dumps, so a line may be large; the bound keeps a hostile
 # sandbox from making the host buffer without limit (past it the worker counts as broken).
@@ -116,7 +117,7 @@ class WorkerProcess:
             for fd in (*child_fds, request_w, event_r, control_w):
                 os.close(fd)
             raise IsolationUnavailableError(
-                f"Could not start the sandbox: {exc}", provider="local"
+                f"Could not start the sandbox: {exc}", provider=LOCAL
             ) from exc
         for fd in child_fds:
             os.close(fd)
@@ -198,7 +199,7 @@ class WorkerProcess:
                 on_event(event)
             except Exception:
                 # A failing output callback must not take the worker's event stream down.
-                _log.exception("on_output callback failed; output keeps being captured")
+                logger.exception("on_output callback failed; output keeps being captured")
 
     def send(
         self, op: str, payload: dict[str, Any], on_event: EventHandler | None = None
@@ -266,10 +267,10 @@ def _startup_error(stderr: str, exc: BaseException) -> SandboxError:
             "kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04+), or run in a "
             "container started with --security-opt seccomp=unconfined. "
             "`langchain-sandbox doctor` shows what works here.",
-            provider="local",
+            provider=LOCAL,
         )
     return SandboxError(
-        f"The sandbox's Python worker did not start: {reason}", provider="local", retryable=True
+        f"The sandbox's Python worker did not start: {reason}", provider=LOCAL, retryable=True
     )
 
 
