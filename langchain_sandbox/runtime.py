@@ -59,9 +59,6 @@ logger = logging.getLogger(__name__)
 
 PersistPolicy = Literal["every_call", "never"]
 
-DEFAULT_THREAD_ID = "default"
-"""The thread used when a call names none (a tool invoked outside a graph)."""
-
 _HEAD_VARIABLE = "_langchain_sandbox_head"
 """Global of the sandbox's Python interpreter holding its head, so a later attach can check it.
 
@@ -1000,7 +997,6 @@ def get_default_runtime() -> SandboxRuntime:
 
 
 __all__ = [
-    "DEFAULT_THREAD_ID",
     "Outcome",
     "PersistPolicy",
     "RestoreReportLike",
