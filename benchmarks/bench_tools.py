@@ -146,15 +146,15 @@ def bench_overhead(root: Path, n: int) -> None:
     summary: dict[str, float] = {}
     for policy in ("never", "every_call"):
         with _runtime(root, f"tool-{policy}", persist=policy) as runtime:
-            tool = SandboxExecTool(runtime=runtime)
+            tool = SandboxExecTool(runtime=runtime, default_thread_id="bench")
             tool.invoke({"code": "n = 0"})
-            clock = _ProviderClock(runtime, "default")
+            clock = _ProviderClock(runtime, "bench")
             calls: dict[str, Callable[[], object]] = {
                 "bare BaseTool.invoke (no-op)": lambda: noop.invoke({"code": "n += 1"}),
                 "BaseTool.invoke, our schema (no-op)": lambda: schema_noop.invoke(
                     {"code": "n += 1"}
                 ),
-                "runtime.run_code": lambda rt=runtime: rt.run_code("default", "n += 1"),
+                "runtime.run_code": lambda rt=runtime: rt.run_code("bench", "n += 1"),
                 "SandboxExecTool.invoke": lambda t=tool: t.invoke({"code": "n += 1"}),
             }
             t = _round_robin(calls, n, clock)

@@ -50,9 +50,6 @@ from langchain_sandbox.state import SandboxState
 
 T = TypeVar("T")
 
-DEFAULT_THREAD_ID = "default"
-"""The thread used when a call names none (a tool invoked outside a graph)."""
-
 
 def _default_snapshotter() -> SnapshotterLike:
     # Imported here so building a runtime with its own snapshotter never loads the default store.
@@ -238,10 +235,16 @@ class SandboxRuntime:
         on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
     ) -> Outcome[ExecutionResult]:
-        """Run Python in the thread's stateful interpreter."""
+        """Run Python in the thread's stateful interpreter.
+
+        ``timeout`` may lower the session's ``Limits.timeout``, never raise it: a larger value
+        is cut to the limit and the result says so in its notices.
+        """
+        capped, notices = _capped_timeout(timeout, self.spec.limits.timeout)
 
         async def _run(session: Session) -> ExecutionResult:
-            return await session.run_code(code, timeout=timeout, on_output=on_output)
+            result = await session.run_code(code, timeout=capped, on_output=on_output)
+            return result.with_notices(*notices)
 
         return _as_execution(
             await self.aexecute(thread_id, _run, record=record, step_call=step_call)
@@ -280,10 +283,17 @@ class SandboxRuntime:
         on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
     ) -> Outcome[ExecutionResult]:
-        """Run a shell command in the thread's sandbox (``cwd`` defaults to the workspace)."""
+        """Run a shell command in the thread's sandbox (``cwd`` defaults to the workspace).
+
+        ``timeout`` is capped by ``Limits.timeout`` as in :meth:`arun_code`.
+        """
+        capped, notices = _capped_timeout(timeout, self.spec.limits.timeout)
 
         async def _run(session: Session) -> ExecutionResult:
-            return await session.run_command(command, timeout=timeout, cwd=cwd, on_output=on_output)
+            result = await session.run_command(
+                command, timeout=capped, cwd=cwd, on_output=on_output
+            )
+            return result.with_notices(*notices)
 
         return _as_execution(
             await self.aexecute(thread_id, _run, record=record, step_call=step_call)
@@ -505,6 +515,19 @@ class SandboxRuntime:
         return f"SandboxRuntime(provider={self.provider_name!r}, persist={self.persist!r}, {state})"
 
 
+def _capped_timeout(timeout: float | None, ceiling: float) -> tuple[float | None, tuple[str, ...]]:
+    """``timeout`` lowered to the operator's ``ceiling``, and the notice that says so if it was.
+
+    The caller (often the model) may ask for less time than the operator allows, never more.
+    Anything that is not a number is passed on for the session to refuse.
+    """
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > ceiling:
+        return ceiling, (
+            f"timeout lowered from {timeout:g} s to the sandbox's limit of {ceiling:g} s",
+        )
+    return timeout, ()
+
+
 def _as_execution(outcome: Outcome[ExecutionResult]) -> Outcome[ExecutionResult]:
     """Put the notices where the model reads them, and count the execution (a delta)."""
     record: SandboxState = {**outcome.record, "exec_count": 1}
@@ -551,7 +574,6 @@ def get_default_runtime() -> SandboxRuntime:
 
 
 __all__ = [
-    "DEFAULT_THREAD_ID",
     "Outcome",
     "PersistPolicy",
     "RestoreReportLike",
