@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import (
     InvalidInputError,
     SandboxError,
@@ -51,15 +50,11 @@ from langchain_sandbox.providers.local._packages import (
 )
 from langchain_sandbox.providers.local._worker_process import WorkerDied, WorkerProcess
 from langchain_sandbox.providers.names import LOCAL
-from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult, OutputCapture
 from langchain_sandbox.workspace import resolve_path
 
 INTERRUPT_GRACE = 2.0
 """Seconds a timed-out call gets to stop after the interrupt before its worker is killed."""
-
-INSTALL_TIMEOUT = 600.0
-"""Default wall time of ``install_packages``."""
 
 WORKER_RESTARTED = "the Python worker was restarted; variables were lost"
 
@@ -311,40 +306,31 @@ class LocalSession(Session):
 
     # ------------------------------------------------------------------ code and commands
 
-    async def run_code(
+    async def _run_code(
         self,
         code: str,
         *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        on_output: OutputCallback | None = None,
+        timeout: float,
+        env: dict[str, str],
+        on_output: OutputCallback | None,
     ) -> ExecutionResult:
-        if not isinstance(code, str):
-            raise InvalidInputError("code must be a string.")
-        payload = {
-            "code": code,
-            "env": validate_env(env),
-            "limit": self.spec.limits.max_output_bytes,
-        }
+        payload = {"code": code, "env": env, "limit": self.spec.limits.max_output_bytes}
         return await self._execute("code", "exec", payload, timeout, on_output)
 
-    async def run_command(
+    async def _run_command(
         self,
         command: str,
         *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_output: OutputCallback | None = None,
+        timeout: float,
+        env: dict[str, str],
+        cwd: str,
+        on_output: OutputCallback | None,
     ) -> ExecutionResult:
-        if not isinstance(command, str) or not command.strip():
-            raise InvalidInputError("command must be a non-empty string.")
-        directory = resolve_path(cwd or ".")
-        await asyncio.to_thread(self._files.require_dir, directory)
+        await asyncio.to_thread(self._files.require_dir, cwd)
         payload = {
             "command": command,
-            "cwd": self.launcher.to_process_path(directory),
-            "env": validate_env(env),
+            "cwd": self.launcher.to_process_path(cwd),
+            "env": env,
             "limit": self.spec.limits.max_output_bytes,
             "shell": self.launcher.bash,
         }
@@ -355,17 +341,16 @@ class LocalSession(Session):
         kind: Literal["code", "command"],
         op: str,
         payload: dict[str, Any],
-        timeout: float | None,
+        timeout: float,
         on_output: OutputCallback | None,
     ) -> ExecutionResult:
-        limit = _checked_timeout(timeout, self.spec.limits.timeout)
         streams = _Streams(self.spec.limits.max_output_bytes, on_output)
         async with self._lock:
             worker = await self._ready_worker()
             notices = [WORKER_RESTARTED] if self._restart_notice else []
             self._restart_notice = False
             outcome = await self._request(
-                worker, op, payload, timeout=limit, on_event=streams.on_event
+                worker, op, payload, timeout=timeout, on_event=streams.on_event
             )
             if outcome.lost is not None:
                 self._restart_notice = False  # this result tells it
@@ -454,11 +439,7 @@ class LocalSession(Session):
 
     # ------------------------------------------------------------------ packages
 
-    async def install_packages(
-        self, requirements: Sequence[str], *, timeout: float | None = None
-    ) -> ExecutionResult:
-        names = validate_requirements(requirements)
-        limit = _checked_timeout(timeout, INSTALL_TIMEOUT)
+    async def _install_packages(self, names: list[str], *, timeout: float) -> ExecutionResult:
         launcher = self.launcher
         options, binds = self.package_index.pip_options(isolated=launcher.isolated)
         inner = pip_install_argv(
@@ -477,7 +458,7 @@ class LocalSession(Session):
                 result = await run_captured(
                     argv,
                     pass_fds=fds,
-                    timeout=limit,
+                    timeout=timeout,
                     limit=self.spec.limits.max_output_bytes,
                     preexec_fn=self.cgroup.preexec(),
                     env=launcher.process_env(),
@@ -485,7 +466,6 @@ class LocalSession(Session):
                 )
         if result.ok:
             await self._simple_request("invalidate_caches", {})
-            return result.with_notices(f"installed: {', '.join(names)}")
         return result
 
     # ------------------------------------------------------------------ variables
@@ -503,13 +483,6 @@ class LocalSession(Session):
             raise InvalidInputError("Variables must be the bytes of a VariablesDump.")
         reply = await self._simple_request("load", {"data": data})
         return [str(name) for name in reply.get("failed", [])]
-
-
-def _checked_timeout(timeout: float | None, default: float) -> float:
-    value = default if timeout is None else timeout
-    if not isinstance(value, (int, float)) or value <= 0:
-        raise InvalidInputError(f"timeout must be a positive number of seconds, not {timeout!r}.")
-    return float(value)
 
 
 __all__ = ["INTERRUPT_GRACE", "LOCAL_CAPABILITIES", "WORKER_RESTARTED", "LocalSession"]
