@@ -38,10 +38,12 @@ from langchain_sandbox.providers.base import (
     Capabilities,
     FileInfo,
     Limits,
+    OutputCallback,
     Provider,
     Session,
     SessionRecord,
     SessionSpec,
+    VariablesDump,
 )
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.state import SandboxState, merge_sandbox_state
@@ -49,14 +51,22 @@ from langchain_sandbox.state import SandboxState, merge_sandbox_state
 if TYPE_CHECKING:
     from langchain_sandbox.graph import (
         SandboxAgentState,
+        SandboxChannel,
         SandboxGraphState,
         SandboxMiddleware,
+        SandboxToolCallWrapper,
         SandboxToolNode,
     )
     from langchain_sandbox.providers.e2b import E2BProvider
     from langchain_sandbox.providers.local import LocalProvider
     from langchain_sandbox.providers.runloop import RunloopProvider
-    from langchain_sandbox.runtime import SandboxRuntime, get_default_runtime
+    from langchain_sandbox.runtime import (
+        Outcome,
+        PersistPolicy,
+        SandboxRuntime,
+        StepCall,
+        get_default_runtime,
+    )
     from langchain_sandbox.snapshots import (
         LangGraphStoreBlobStore,
         LocalDirectoryBlobStore,
@@ -74,6 +84,9 @@ if TYPE_CHECKING:
 
 _LAZY: dict[str, str] = {
     "SandboxRuntime": "langchain_sandbox.runtime",
+    "Outcome": "langchain_sandbox.runtime",
+    "PersistPolicy": "langchain_sandbox.runtime",
+    "StepCall": "langchain_sandbox.runtime",
     "get_default_runtime": "langchain_sandbox.runtime",
     "SandboxExecTool": "langchain_sandbox.tools",
     "SandboxShellTool": "langchain_sandbox.tools",
@@ -86,6 +99,8 @@ _LAZY: dict[str, str] = {
     "SandboxMiddleware": "langchain_sandbox.graph",
     "SandboxGraphState": "langchain_sandbox.graph",
     "SandboxAgentState": "langchain_sandbox.graph",
+    "SandboxChannel": "langchain_sandbox.graph",
+    "SandboxToolCallWrapper": "langchain_sandbox.graph",
     "Snapshotter": "langchain_sandbox.snapshots",
     "LocalDirectoryBlobStore": "langchain_sandbox.snapshots",
     "LangGraphStoreBlobStore": "langchain_sandbox.snapshots",
@@ -111,11 +126,15 @@ __all__ = [
     "LocalDirectoryBlobStore",
     "LocalProvider",
     "MissingDependencyError",
+    "Outcome",
+    "OutputCallback",
+    "PersistPolicy",
     "Provider",
     "ProviderUnavailableError",
     "QuotaExceededError",
     "RunloopProvider",
     "SandboxAgentState",
+    "SandboxChannel",
     "SandboxError",
     "SandboxExecTool",
     "SandboxGoneError",
@@ -128,6 +147,7 @@ __all__ = [
     "SandboxShellTool",
     "SandboxState",
     "SandboxTimeoutError",
+    "SandboxToolCallWrapper",
     "SandboxToolNode",
     "SandboxToolkit",
     "SandboxWriteFileTool",
@@ -137,7 +157,9 @@ __all__ = [
     "SessionSpec",
     "SnapshotNotFoundError",
     "Snapshotter",
+    "StepCall",
     "UnsafeArchiveError",
+    "VariablesDump",
     "get_default_runtime",
     "get_provider",
     "merge_sandbox_state",

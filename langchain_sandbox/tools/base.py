@@ -26,7 +26,6 @@ turns ``artifact["sandbox"]`` into a state update. Infrastructure failures becom
 # compiling the strings each time.
 import contextlib
 import contextvars
-import threading
 import uuid
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping
@@ -49,6 +48,7 @@ from langchain_sandbox.runtime import (
     get_default_runtime,
 )
 from langchain_sandbox.state import SandboxState
+from langchain_sandbox.tools.ownership import RuntimeOwner
 
 RUNTIME_KEY = "sandbox_runtime"
 """The context attribute / dict key and the ``configurable`` key a runtime is looked up under."""
@@ -57,8 +57,6 @@ OUTPUT_EVENT = "sandbox_output"
 """``type`` of the custom stream events carrying output while code runs."""
 
 Content = str | list[str | dict[str, Any]]
-
-_BUILD_LOCK = threading.Lock()
 
 
 class SandboxToolArgs(BaseModel):
@@ -256,36 +254,26 @@ class SandboxTool(BaseTool):
     streams_output: ClassVar[bool] = False
     """Whether the tool forwards output to LangGraph's stream writer while it runs."""
 
-    _owned_runtime: SandboxRuntime | None = PrivateAttr(default=None)
+    _owner: RuntimeOwner = PrivateAttr(default_factory=RuntimeOwner)
 
     def _explicit_runtime(self) -> SandboxRuntime | None:
         if self.runtime is not None:
             return self.runtime
         if self.provider is None:
             return None
-        # ToolNode calls tools from several worker threads at once: build one runtime, not one
-        # per racing call.
-        with _BUILD_LOCK:
-            if self._owned_runtime is None or self._owned_runtime.closed:
-                self._owned_runtime = SandboxRuntime(
-                    self.provider, provider_options=self.provider_options
-                )
-            return self._owned_runtime
+        return self._owner.get(self.provider, self.provider_options)
 
     def close(self) -> None:
         """Close the runtime this tool built for ``provider=`` (its sandboxes are destroyed).
 
-        A runtime passed in, or found per call, belongs to someone else and is left alone.
+        A runtime passed in, or found per call, belongs to someone else and is left alone
+        (:mod:`langchain_sandbox.tools.ownership`).
         """
-        owned, self._owned_runtime = self._owned_runtime, None
-        if owned is not None:
-            owned.close()
+        self._owner.close()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
-        owned, self._owned_runtime = self._owned_runtime, None
-        if owned is not None:
-            await owned.aclose()
+        await self._owner.aclose()
 
     def _prepare(self, config: RunnableConfig, tool_runtime: Any) -> SandboxCall:
         thread_id = resolve_thread_id(config, self.default_thread_id)
