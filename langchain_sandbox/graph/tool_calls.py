@@ -13,21 +13,20 @@ the sandbox call is replayed from there instead of being executed a second time,
 or in another one.
 
 LangGraph identifies a task by the order in which a node starts its tasks. ``ToolNode`` runs the
-calls of one message on a thread pool, in no fixed order, so :class:`SandboxToolNode` publishes the
-message's call order (:func:`call_order`) and the wrapper starts tasks in that order. Under
+calls of one message on a thread pool, in no fixed order, so the wrapper reads the message's call
+order from the request's state (:class:`CallOrders`) and starts tasks in that order. Under
 ``create_agent`` every call is its own node run, so there is nothing to order.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager, nullcontext
-from contextvars import ContextVar
+from contextlib import contextmanager
 from typing import Any, cast
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.func import task
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -52,6 +51,11 @@ class _CallOrder:
         self._next = 0
         self._turn = threading.Condition()
 
+    @property
+    def done(self) -> bool:
+        """Every call has taken its turn."""
+        return self._next >= len(self._position)
+
     @contextmanager
     def turn(self, call_id: str) -> Iterator[None]:
         position = self._position.get(call_id)
@@ -67,23 +71,58 @@ class _CallOrder:
                 self._turn.notify_all()
 
 
-_NODE_CALL_ORDER: ContextVar[_CallOrder | None] = ContextVar(
-    "langchain_sandbox_node_call_order", default=None
-)
+class CallOrders:
+    """The order of each message whose parallel calls a node is running, found from the request.
 
+    ``ToolNode`` hands every call's ``ToolCallRequest`` the node's state; the AI message in it
+    that holds the call lists the message's calls in order. Calls of the tools named in
+    ``ordered_tools`` take their turn in that order; one order lives while its calls take their
+    turns and is dropped after the last, so a re-run of the node starts from the first again.
 
-@contextmanager
-def call_order(call_ids: Sequence[str]) -> Iterator[None]:
-    """Within this block, sandbox calls of the current node start their tasks in ``call_ids`` order.
-
-    Context variables follow ``ToolNode``'s worker threads (they copy the context), so setting it
-    around the node's run reaches every call.
+    Args:
+        ordered_tools: Names of the tools whose calls start tasks (the sandbox tools).
+        messages_key: The state key of the conversation.
     """
-    token = _NODE_CALL_ORDER.set(_CallOrder(call_ids))
-    try:
-        yield
-    finally:
-        _NODE_CALL_ORDER.reset(token)
+
+    def __init__(self, ordered_tools: Collection[str], *, messages_key: str = "messages") -> None:
+        self._ordered_tools = frozenset(ordered_tools)
+        self._messages_key = messages_key
+        self._lock = threading.Lock()
+        self._orders: dict[tuple[str, tuple[str, ...]], _CallOrder] = {}
+
+    def _message_calls(self, request: ToolCallRequest) -> tuple[str, ...]:
+        state = request.state
+        if isinstance(state, list):
+            messages = state
+        elif isinstance(state, dict):
+            messages = state.get(self._messages_key) or []
+        else:
+            messages = getattr(state, self._messages_key, None) or []
+        call_id = request.tool_call["id"]
+        for message in reversed(messages):
+            calls = getattr(message, "tool_calls", None) or []
+            if isinstance(message, AIMessage) and any(c["id"] == call_id for c in calls):
+                return tuple(c["id"] or "" for c in calls if c["name"] in self._ordered_tools)
+        return ()
+
+    @contextmanager
+    def turn(self, request: ToolCallRequest) -> Iterator[None]:
+        """Wait until the calls before this one in its message have started their tasks."""
+        calls = self._message_calls(request)
+        if len(calls) < 2:
+            yield
+            return
+        configurable = request.runtime.config.get("configurable") or {}
+        key = (str(configurable.get("checkpoint_ns", "")), calls)
+        with self._lock:
+            order = self._orders.setdefault(key, _CallOrder(calls))
+        try:
+            with order.turn(request.tool_call["id"] or ""):
+                yield
+        finally:
+            with self._lock:
+                if order.done and self._orders.get(key) is order:
+                    del self._orders[key]
 
 
 def is_sandbox_tool(tool: BaseTool | None) -> bool:
@@ -152,6 +191,9 @@ class SandboxToolCallWrapper:
     Args:
         runtime: Sandbox tools that have no runtime of their own use this one.
         messages_key: The state key of the conversation (``ToolNode``'s ``messages_key``).
+        ordered_tools: Names of the sandbox tools whose parallel calls of one message run on
+            ``ToolNode``'s thread pool: their tasks start in message order (:class:`CallOrders`).
+            Not needed where every call is its own node run (``create_agent``).
         run_once: Run sandbox calls as LangGraph tasks so a resume replays them instead of
             running them again. Turn off only for graphs that never interrupt, to save the
             pending write each call costs.
@@ -163,10 +205,12 @@ class SandboxToolCallWrapper:
         runtime: SandboxRuntime | None = None,
         messages_key: str = "messages",
         run_once: bool = True,
+        ordered_tools: Collection[str] = (),
     ) -> None:
         self.runtime = runtime
         self.messages_key = messages_key
         self.run_once = run_once
+        self._orders = CallOrders(ordered_tools, messages_key=messages_key)
         # id(tool) -> (tool, its bound copy); holding the tool keeps its id from being reused.
         self._bound: dict[int, tuple[BaseTool, BaseTool]] = {}
 
@@ -185,9 +229,7 @@ class SandboxToolCallWrapper:
         request = self._bind(request)
         if not (self.run_once and is_sandbox_tool(request.tool) and _in_graph()):
             return to_graph_update(handler(request), messages_key=self.messages_key)
-        order = _NODE_CALL_ORDER.get()
-        call_id = request.tool_call["id"] or ""
-        with order.turn(call_id) if order else nullcontext():
+        with self._orders.turn(request):
             future = _sync_task(lambda: handler(request))
         return to_graph_update(future.result(), messages_key=self.messages_key)
 
@@ -202,9 +244,9 @@ class SandboxToolCallWrapper:
 
 
 __all__ = [
+    "CallOrders",
     "SandboxToolCallWrapper",
     "bind_runtime",
-    "call_order",
     "is_sandbox_tool",
     "to_graph_update",
 ]
