@@ -23,8 +23,18 @@ class RuntimeOwner:
         self._lock = threading.Lock()
         self._runtime: SandboxRuntime | None = None
 
-    def get(self, provider: str, options: Mapping[str, Any] | None) -> SandboxRuntime:
-        """The owned runtime on ``provider``, built on first use (or after a close)."""
+    def resolve(
+        self,
+        runtime: SandboxRuntime | None,
+        provider: str | None,
+        options: Mapping[str, Any] | None,
+    ) -> SandboxRuntime | None:
+        """The runtime given, else the one owned for ``provider`` (built on first use or after a
+        close), else ``None`` (the caller finds one per call)."""
+        if runtime is not None:
+            return runtime
+        if provider is None:
+            return None
         with self._lock:
             if self._runtime is None or self._runtime.closed:
                 self._runtime = SandboxRuntime(provider, provider_options=options)

@@ -46,11 +46,7 @@ class SandboxToolkit(BaseToolkit):
     _owner: RuntimeOwner = PrivateAttr(default_factory=RuntimeOwner)
 
     def _shared_runtime(self) -> SandboxRuntime | None:
-        if self.runtime is not None:
-            return self.runtime
-        if self.provider is None:
-            return None
-        return self._owner.get(self.provider, self.provider_options)
+        return self._owner.resolve(self.runtime, self.provider, self.provider_options)
 
     def close(self) -> None:
         """Close the runtime this toolkit built for ``provider=`` (its sandboxes are destroyed).

@@ -296,19 +296,18 @@ class E2BSession(RemoteSession):
     ) -> ExecutionResult:
         import httpx
 
-        limit = timeout
-        await self._ready(limit)
+        await self._ready(timeout)
         streams = _Streams(self.spec.limits.max_output_bytes, on_output)
         started = time.monotonic()
         execution: Any = None
         try:
-            async with asyncio.timeout(limit) as deadline:
+            async with asyncio.timeout(timeout) as deadline:
                 execution = await self._sandbox.run_code(
                     code,
                     envs=env or None,
                     on_stdout=streams.sink("stdout"),
                     on_stderr=streams.sink("stderr"),
-                    timeout=limit + _BACKSTOP,
+                    timeout=timeout + _BACKSTOP,
                 )
         except Exception as exc:
             # Our deadline, or the SDK's own one (its ReadTimeout, when a busy stream kept the
@@ -337,8 +336,7 @@ class E2BSession(RemoteSession):
     ) -> ExecutionResult:
         import e2b
 
-        limit = timeout
-        await self._ready(limit)
+        await self._ready(timeout)
         streams = _Streams(self.spec.limits.max_output_bytes, on_output)
         started = time.monotonic()
         try:
@@ -349,7 +347,7 @@ class E2BSession(RemoteSession):
                 cwd=cwd,
                 on_stdout=streams.sink("stdout"),
                 on_stderr=streams.sink("stderr"),
-                timeout=limit + _BACKSTOP,
+                timeout=timeout + _BACKSTOP,
                 retain_output=False,
             )
         except Exception as exc:
@@ -357,7 +355,7 @@ class E2BSession(RemoteSession):
         exit_code: int | None
         timed_out = False
         try:
-            async with asyncio.timeout(limit) as deadline:
+            async with asyncio.timeout(timeout) as deadline:
                 exit_code = (await handle.wait()).exit_code
         except e2b.CommandExitException as exc:
             exit_code = exc.exit_code
