@@ -138,7 +138,6 @@ class _Slot:
     revision: int = 0
     snapshot: str | None = None
     snapshot_revision: int = 0
-    cwd: str | None = None
     # The head the current graph step started from, and the tool calls already applied on top of
     # it: parallel calls of one step all carry that stale head and must share the live session,
     # while a replayed call (a fork re-running the step) must not.
@@ -162,8 +161,6 @@ class _Slot:
         )
         if self.session is not None:
             record["session"] = self.session.record
-        if self.cwd is not None:
-            record["cwd"] = self.cwd
         return record
 
     def adopt(self, record: SandboxState | None) -> None:
@@ -173,7 +170,6 @@ class _Slot:
         self.revision = record.get("revision", 0)
         self.snapshot = record.get("snapshot")
         self.snapshot_revision = record.get("snapshot_revision", 0)
-        self.cwd = record.get("cwd", self.cwd)
         self.start_batch(None)
 
     def start_batch(self, step_call: StepCall | None) -> None:
@@ -363,10 +359,7 @@ class SandboxRuntime:
                     raise
                 if mutates:
                     await self._advance(slot, session, step_call, notices)
-                updated = slot.as_record()
-                if record is not None and "cwd" in record and "cwd" not in updated:
-                    updated["cwd"] = record["cwd"]
-                return Outcome(value, updated, notices)
+                return Outcome(value, slot.as_record(), notices)
         finally:
             slot.users -= 1
             slot.last_used = time.monotonic()
@@ -702,6 +695,53 @@ class SandboxRuntime:
         """Blocking twin of :meth:`arun_command`."""
         return self._loop.run_sync(
             self.arun_command(
+                thread_id,
+                command,
+                timeout=timeout,
+                cwd=cwd,
+                record=record,
+                on_output=on_output,
+                step_call=step_call,
+            )
+        )
+
+    async def arun_shell(
+        self,
+        thread_id: str,
+        command: str,
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        record: SandboxState | None = None,
+        on_output: OutputCallback | None = None,
+        step_call: StepCall | None = None,
+    ) -> Outcome[ExecutionResult]:
+        """Run a command in the thread's persistent shell: ``cd`` and ``export`` carry over to
+        its next commands, and across a resume or fork (they travel with the workspace's
+        snapshot). ``cwd`` changes directory first, and the shell stays there. See
+        :meth:`Session.run_shell <langchain_sandbox.providers.base.Session.run_shell>`."""
+
+        async def _run(session: Session) -> ExecutionResult:
+            return await session.run_shell(command, timeout=timeout, cwd=cwd, on_output=on_output)
+
+        return _as_execution(
+            await self.aexecute(thread_id, _run, record=record, step_call=step_call)
+        )
+
+    def run_shell(
+        self,
+        thread_id: str,
+        command: str,
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        record: SandboxState | None = None,
+        on_output: OutputCallback | None = None,
+        step_call: StepCall | None = None,
+    ) -> Outcome[ExecutionResult]:
+        """Blocking twin of :meth:`arun_shell`."""
+        return self._loop.run_sync(
+            self.arun_shell(
                 thread_id,
                 command,
                 timeout=timeout,
