@@ -37,7 +37,9 @@ class Limits:
     """Resource limits of a session. ``None`` leaves a limit to the provider's own default.
 
     Attributes:
-        timeout: Default wall time of one ``run_code`` / ``run_command`` call, in seconds.
+        timeout: Default wall time of one ``run_code`` / ``run_command`` call, in seconds, and
+            its ceiling: through :class:`~langchain_sandbox.SandboxRuntime` (and so every tool)
+            a call may ask for less time, never more.
         memory_mb: Memory of the whole session (all its processes).
         max_processes: Processes and threads the session may have at once.
         max_output_bytes: Bytes of each output stream kept per call (head and tail).

@@ -27,8 +27,10 @@ class SandboxShellArgs(SandboxToolArgs):
     timeout: float | None = Field(
         default=None,
         gt=0,
-        le=3600,
-        description="Seconds before the command is stopped (default: the sandbox's limit).",
+        description=(
+            "Seconds before the command is stopped. At most the sandbox's time limit set by the "
+            "operator (also the default); a larger value is lowered to that limit."
+        ),
     )
 
 

@@ -1,4 +1,4 @@
-"""Fixtures of the security suite: real bubblewrap sandboxes, attacked through the public API."""
+"""Fixtures of the security suite: real bubblewrap sandboxes under a temporary base dir."""
 
 from __future__ import annotations
 

@@ -242,11 +242,12 @@ def test_resolution_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         SandboxExecTool().invoke(code, config)
         assert "r" in configured.live_sessions()
 
-        # nothing given: the process-wide default runtime, on the default thread
+        # nothing given: the process-wide default runtime, on the tool's private thread
         monkeypatch.setattr(runtime_module, "_default_runtime", None)
-        SandboxExecTool().invoke(code)
+        unbound = SandboxExecTool()
+        unbound.invoke(code)
         default = runtime_module.get_default_runtime()
-        assert "default" in default.live_sessions()
+        assert list(default.live_sessions()) == [unbound.default_thread_id]
         assert default.provider_name == "local"
     finally:
         for made in (explicit, in_context, configured):

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from langchain_sandbox.errors import IsolationUnavailableError
+from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 SANDBOX_UID = 1000
@@ -143,7 +144,7 @@ def describe_python(executable: str) -> PythonInstall:
         raise IsolationUnavailableError(
             f"Cannot run the sandbox's Python interpreter {executable!r}: {exc}. "
             "Pass python='/path/to/python3' to LocalProvider.",
-            provider="local",
+            provider=LOCAL,
         ) from exc
     return PythonInstall(
         executable=str(info["executable"]),
@@ -163,7 +164,7 @@ def find_bubblewrap(path: str | None = None) -> str:
         f"bubblewrap (bwrap) was not found{where}, so code cannot be isolated here. "
         "Install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), "
         "or, only if you accept running code unisolated, pass isolation='none'.",
-        provider="local",
+        provider=LOCAL,
     )
 
 

@@ -33,6 +33,7 @@ import platform
 from typing import Any, Literal
 
 from langchain_sandbox.errors import IsolationUnavailableError
+from langchain_sandbox.providers.names import LOCAL
 
 SyscallFilter = Literal["seccomp", "none"]
 
@@ -141,12 +142,12 @@ def _load_pyseccomp() -> Any:  # an untyped binding
     except ImportError as exc:
         raise IsolationUnavailableError(
             f"The local sandbox's seccomp filter needs the pyseccomp package ({exc}). {_HOW_TO_FIX}",
-            provider="local",
+            provider=LOCAL,
         ) from exc
     except (OSError, RuntimeError) as exc:  # the binding raises RuntimeError without libseccomp
         raise IsolationUnavailableError(
             f"The local sandbox's seccomp filter needs libseccomp ({exc}). {_HOW_TO_FIX}",
-            provider="local",
+            provider=LOCAL,
         ) from exc
     return pyseccomp
 
@@ -192,7 +193,7 @@ def seccomp_program() -> bytes:
         raise IsolationUnavailableError(
             f"libseccomp could not build the sandbox's filter ({exc}); it may be too old "
             f"(2.5.2 or newer knows every call the filter names). {_HOW_TO_FIX}",
-            provider="local",
+            provider=LOCAL,
         ) from exc
     fd = os.memfd_create("seccomp-export")
     try:

@@ -24,7 +24,7 @@ from typing import Any
 
 from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import InvalidInputError, SandboxError
-from langchain_sandbox.home import HOME_ENV, state_dir
+from langchain_sandbox.paths import HOME_ENV, state_dir
 from langchain_sandbox.providers.base import Provider, SessionRecord, SessionSpec
 from langchain_sandbox.providers.local._bubblewrap import (
     PythonInstall,
@@ -46,6 +46,7 @@ from langchain_sandbox.providers.local._launcher import (
 from langchain_sandbox.providers.local._packages import PackageIndex
 from langchain_sandbox.providers.local._seccomp import SyscallFilter, seccomp_program
 from langchain_sandbox.providers.local.session import LOCAL_CAPABILITIES, LocalSession
+from langchain_sandbox.providers.names import LOCAL
 
 _SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 _RECORD_FILE = "session.json"
@@ -72,7 +73,7 @@ class LocalProvider(Provider):
             asked for by name, because the sandbox then reaches the whole kernel interface.
     """
 
-    name = "local"
+    name = LOCAL
     capabilities = LOCAL_CAPABILITIES
 
     def __init__(
@@ -189,7 +190,7 @@ class LocalProvider(Provider):
                 await session.close()
                 raise SandboxError(
                     "Installing the session's packages failed:\n" + result.render(max_chars=2000),
-                    provider="local",
+                    provider=LOCAL,
                 )
         return session
 
@@ -203,7 +204,7 @@ class LocalProvider(Provider):
         (directory / "workspace" / PACKAGES_DIR).mkdir(mode=0o755)
         (directory / "etc").mkdir(mode=0o755)
         record: dict[str, Any] = {
-            "provider": "local",
+            "provider": LOCAL,
             "session_id": session_id,
             "sandbox_id": session_id,
             "created_at": created_at,
@@ -249,7 +250,7 @@ class LocalProvider(Provider):
             metadata = raw.get("metadata") if isinstance(raw, dict) else None
             records.append(
                 {
-                    "provider": "local",
+                    "provider": LOCAL,
                     "session_id": entry.name,
                     "sandbox_id": entry.name,
                     "created_at": float(raw.get("created_at", 0.0)) if raw else 0.0,
