@@ -8,12 +8,18 @@ import tempfile
 
 import pytest
 
+from langchain_sandbox.home import ENVIRONMENTS_ENV, environments_dir
+
 _HOME = tempfile.mkdtemp(prefix="lcsbx-tests-")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Sandbox environments are content-addressed and built once per machine: the suite shares
+    # the user's cache (resolved before the override below), so the default one is built at most
+    # once, by the first test that needs it, and later runs reuse it.
+    os.environ.setdefault(ENVIRONMENTS_ENV, str(environments_dir()))
     # Set before any test (and any subprocess a test starts) can reach the default locations, so
-    # the suite never touches the user's own state directory.
+    # the suite never touches the user's sessions or snapshot blobs.
     os.environ["LANGCHAIN_SANDBOX_HOME"] = _HOME
 
 

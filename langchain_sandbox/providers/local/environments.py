@@ -94,8 +94,10 @@ class SandboxEnvironment:
         requirements: Plain requirements (``"numpy"``, ``"pandas==2.2.3"``); no options, URLs or
             paths: to install a package of your own, put its wheel in a directory and name that
             directory in ``package_index.find_links``.
-        package_index: Where pip may fetch from (``None``: the provider's ``package_index``).
-            ``PackageIndex(find_links=[wheel_dir], no_index=True)`` builds offline.
+        package_index: Where pip may fetch from (``None``: PyPI, or what ``index_url`` says).
+            ``PackageIndex(find_links=[wheel_dir], no_index=True)`` builds offline. This is the
+            application's setting; it is independent of where ``install_packages`` (the model's
+            installs) may fetch from.
     """
 
     name: str
@@ -158,7 +160,6 @@ class EnvironmentCache:
         python: The interpreter sessions run; environments are virtualenvs of it.
         isolation: ``"bubblewrap"`` builds in a sandbox; ``"none"`` builds on the host.
         bwrap: The bubblewrap binary (with ``"bubblewrap"``).
-        package_index: Where pip fetches from for environments that do not name their own.
     """
 
     def __init__(
@@ -168,16 +169,15 @@ class EnvironmentCache:
         python: PythonInstall,
         isolation: Isolation,
         bwrap: str | None,
-        package_index: PackageIndex,
     ) -> None:
         self.root = root
         self.python = dataclasses.replace(python, site_packages=())
         self.isolation: Isolation = isolation
         self.bwrap = bwrap
-        self.package_index = package_index
 
-    def _index(self, environment: SandboxEnvironment) -> PackageIndex:
-        return environment.package_index or self.package_index
+    @staticmethod
+    def _index(environment: SandboxEnvironment) -> PackageIndex:
+        return environment.package_index or PackageIndex()
 
     def inputs(self, environment: SandboxEnvironment) -> dict[str, Any]:
         """Everything that decides what ``environment`` contains (what its key hashes)."""
@@ -355,9 +355,10 @@ def _run_step(
     output = "\n".join(tail)
     if unreachable:
         cause = (
-            "pip could not reach a package index. Connect this machine to the network (or set "
-            "LocalProvider(package_index=PackageIndex(index_url=...)) to a reachable mirror), or "
-            "build offline from a directory of wheels: "
+            "pip could not reach a package index. Connect this machine to the network, or give "
+            "the environment a reachable mirror or a directory of wheels to build from offline: "
+            f"LocalProvider(environments=[SandboxEnvironment({environment.name!r}, [...], "
+            "PackageIndex(index_url=...))]) or "
             "PackageIndex(find_links=['/path/to/wheels'], no_index=True)."
         )
     else:

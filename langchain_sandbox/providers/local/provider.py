@@ -75,8 +75,8 @@ class LocalProvider(Provider):
             only the limits and the scrubbed environment; it must be asked for by name and
             warns, because sandboxed code can then read and change anything this user can.
         python: Interpreter the sessions run (default: the one running this process).
-        package_index: Where ``install_packages`` and environment builds may fetch from
-            (trusted, host-side).
+        package_index: Where ``install_packages`` may fetch from (trusted, host-side); sandbox
+            environments name their own (``SandboxEnvironment.package_index``).
         bwrap: Path of the bubblewrap binary (default: ``bwrap`` on ``PATH``).
         environments: Sandbox environments sessions may select with ``SessionSpec(template=...)``,
             besides ``"default"`` (numpy, pandas, matplotlib; an environment named ``"default"``
@@ -237,7 +237,6 @@ class LocalProvider(Provider):
             python=python,
             isolation=self.isolation,
             bwrap=bwrap,
-            package_index=self.package_index,
         )
 
     async def _sandbox_environment(
