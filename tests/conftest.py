@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from langchain_sandbox.home import ENVIRONMENTS_ENV, environments_dir
+from langchain_sandbox.paths import ENVIRONMENTS_ENV, environments_dir
 
 _HOME = tempfile.mkdtemp(prefix="lcsbx-tests-")
 

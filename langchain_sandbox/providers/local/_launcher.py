@@ -59,6 +59,7 @@ class Launcher:
             :mod:`~langchain_sandbox.providers.local.environments`), bound read-only at
             :data:`SANDBOX_ENVIRONMENT_DIR`; its site-packages replace the interpreter's.
             ``None``: the interpreter's own site-packages (``python.site_packages``).
+        seccomp: The seccomp filter (a BPF program) bubblewrap installs, or ``None`` for none.
     """
 
     isolation: Isolation
@@ -72,6 +73,7 @@ class Launcher:
     worker_bytecode: str | None = None
     cgroup: SessionCgroup | None = None
     sandbox_environment: str | None = None
+    seccomp: bytes | None = None
 
     @property
     def isolated(self) -> bool:
@@ -204,7 +206,7 @@ class Launcher:
         if not self.isolated:
             yield self._joined(argv), ()
             return
-        with options_via_fd(argv) as (command, fds):
+        with options_via_fd(argv, seccomp=self.seccomp) as (command, fds):
             yield self._joined(command), fds
 
     def _joined(self, argv: Sequence[str]) -> list[str]:

@@ -156,10 +156,11 @@ class EnvironmentCache:
     """The built environments of one interpreter, in one directory, shared by every process.
 
     Args:
-        root: The directory (see :func:`~langchain_sandbox.home.environments_dir`).
+        root: The directory (see :func:`~langchain_sandbox.paths.environments_dir`).
         python: The interpreter sessions run; environments are virtualenvs of it.
         isolation: ``"bubblewrap"`` builds in a sandbox; ``"none"`` builds on the host.
         bwrap: The bubblewrap binary (with ``"bubblewrap"``).
+        seccomp: The seccomp filter the build sandbox runs under, as sessions do.
     """
 
     def __init__(
@@ -169,11 +170,13 @@ class EnvironmentCache:
         python: PythonInstall,
         isolation: Isolation,
         bwrap: str | None,
+        seccomp: bytes | None = None,
     ) -> None:
         self.root = root
         self.python = dataclasses.replace(python, site_packages=())
         self.isolation: Isolation = isolation
         self.bwrap = bwrap
+        self.seccomp = seccomp
 
     @staticmethod
     def _index(environment: SandboxEnvironment) -> PackageIndex:
@@ -247,6 +250,7 @@ class EnvironmentCache:
                 workspace_dir=str(work / "home"),
                 bwrap=self.bwrap,
                 etc_files=generate_etc(str(work / "etc")) if isolated else {},
+                seccomp=self.seccomp,
             )
             # Inside the build sandbox the environment already sits where sessions will see it,
             # so the paths pip writes into it (scripts' shebangs) hold after the rename.

@@ -25,8 +25,8 @@ from typing import Any
 
 from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import InvalidInputError, SandboxError
-from langchain_sandbox.home import HOME_ENV, state_dir
-from langchain_sandbox.home import environments_dir as default_environments_dir
+from langchain_sandbox.paths import HOME_ENV, state_dir
+from langchain_sandbox.paths import environments_dir as default_environments_dir
 from langchain_sandbox.providers.base import Provider, SessionRecord, SessionSpec
 from langchain_sandbox.providers.local._bubblewrap import (
     PythonInstall,
@@ -46,6 +46,7 @@ from langchain_sandbox.providers.local._launcher import (
     compile_worker,
 )
 from langchain_sandbox.providers.local._packages import PackageIndex
+from langchain_sandbox.providers.local._seccomp import SyscallFilter, seccomp_program
 from langchain_sandbox.providers.local.environments import (
     DEFAULT,
     DEFAULT_ENVIRONMENT,
@@ -58,6 +59,7 @@ from langchain_sandbox.providers.local.environments import (
     print_progress,
 )
 from langchain_sandbox.providers.local.session import LOCAL_CAPABILITIES, LocalSession
+from langchain_sandbox.providers.names import LOCAL
 
 _SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 _RECORD_FILE = "session.json"
@@ -83,11 +85,15 @@ class LocalProvider(Provider):
             replaces it) and ``"host"`` (the interpreter's own site-packages: the host
             application's packages become importable, so only when asked for by name).
         environments_dir: Where built environments are cached (default:
-            :func:`~langchain_sandbox.home.environments_dir`), shared by every process.
+            :func:`~langchain_sandbox.paths.environments_dir`), shared by every process.
         progress: Receives the lines of an environment build (default: standard error).
+        syscall_filter: ``"seccomp"`` (default) installs the sandbox's seccomp filter (no nested
+            namespaces, mounts, kernel keyring, ``bpf``...; see ``docs/isolation.md``); without
+            libseccomp sessions then refuse to start. ``"none"`` runs without it; it must be
+            asked for by name, because the sandbox then reaches the whole kernel interface.
     """
 
-    name = "local"
+    name = LOCAL
     capabilities = LOCAL_CAPABILITIES
 
     def __init__(
@@ -101,9 +107,14 @@ class LocalProvider(Provider):
         environments: Sequence[SandboxEnvironment] = (),
         environments_dir: str | os.PathLike[str] | None = None,
         progress: Progress | None = None,
+        syscall_filter: SyscallFilter = "seccomp",
     ) -> None:
         if isolation not in ("bubblewrap", "none"):
             raise InvalidInputError(f"isolation must be 'bubblewrap' or 'none', not {isolation!r}.")
+        if syscall_filter not in ("seccomp", "none"):
+            raise InvalidInputError(
+                f"syscall_filter must be 'seccomp' or 'none', not {syscall_filter!r}."
+            )
         self.base_dir = Path(base_dir) if base_dir is not None else default_base_dir()
         self.isolation: Isolation = isolation
         self.python = python or sys.executable
@@ -120,6 +131,7 @@ class LocalProvider(Provider):
             Path(environments_dir) if environments_dir is not None else default_environments_dir()
         )
         self.progress = progress or print_progress
+        self.syscall_filter: SyscallFilter = syscall_filter
         self._python_install: PythonInstall | None = None
         self._worker_bytecode: str | None = None
         self._cgroups: CgroupSupport | None = None
@@ -148,8 +160,11 @@ class LocalProvider(Provider):
         spec = spec or SessionSpec()
         env = validate_env(spec.env)
         bwrap: str | None = None
+        seccomp: bytes | None = None
         if self.isolation == "bubblewrap":
             bwrap = find_bubblewrap(self.bwrap)
+            if self.syscall_filter == "seccomp":
+                seccomp = await asyncio.to_thread(seccomp_program)
         else:
             warnings.warn(
                 "LocalProvider(isolation='none') runs sandboxed code directly on this machine: "
@@ -158,7 +173,7 @@ class LocalProvider(Provider):
                 stacklevel=2,
             )
         python, support = await self._environment()
-        environment = await self._sandbox_environment(spec.template, python, bwrap)
+        environment = await self._sandbox_environment(spec.template, python, bwrap, seccomp)
         if environment is not None:
             # The sandbox imports from the environment, never from the host's site-packages.
             python = dataclasses.replace(python, site_packages=())
@@ -190,6 +205,7 @@ class LocalProvider(Provider):
                 worker_bytecode=self._worker_bytecode,
                 cgroup=cgroup,
                 sandbox_environment=environment,
+                seccomp=seccomp,
             )
             session = LocalSession(
                 session_id=session_id,
@@ -213,7 +229,7 @@ class LocalProvider(Provider):
                 await session.close()
                 raise SandboxError(
                     "Installing the session's packages failed:\n" + result.render(max_chars=2000),
-                    provider="local",
+                    provider=LOCAL,
                 )
         return session
 
@@ -231,23 +247,30 @@ class LocalProvider(Provider):
             )
         return self.environments[name]
 
-    def _cache(self, python: PythonInstall, bwrap: str | None) -> EnvironmentCache:
+    def _cache(
+        self, python: PythonInstall, bwrap: str | None, seccomp: bytes | None = None
+    ) -> EnvironmentCache:
         return EnvironmentCache(
             self.environments_dir,
             python=python,
             isolation=self.isolation,
             bwrap=bwrap,
+            seccomp=seccomp,
         )
 
     async def _sandbox_environment(
-        self, template: str | None, python: PythonInstall, bwrap: str | None
+        self,
+        template: str | None,
+        python: PythonInstall,
+        bwrap: str | None,
+        seccomp: bytes | None,
     ) -> str | None:
         """Host directory of the environment ``template`` selects, built first if needed."""
         environment = self._selected(template)
         if environment is None:
             return None
         status = await asyncio.to_thread(
-            self._cache(python, bwrap).ensure, environment, self.progress
+            self._cache(python, bwrap, seccomp).ensure, environment, self.progress
         )
         return str(status.path)
 
@@ -261,10 +284,15 @@ class LocalProvider(Provider):
         environment = self._selected(name)
         if environment is None:
             raise InvalidInputError(f"{HOST_ENVIRONMENT!r} is the host's own; it is not built.")
-        bwrap = find_bubblewrap(self.bwrap) if self.isolation == "bubblewrap" else None
+        bwrap: str | None = None
+        seccomp: bytes | None = None
+        if self.isolation == "bubblewrap":
+            bwrap = await asyncio.to_thread(find_bubblewrap, self.bwrap)
+            if self.syscall_filter == "seccomp":
+                seccomp = await asyncio.to_thread(seccomp_program)
         python, _ = await self._environment()
         return await asyncio.to_thread(
-            self._cache(python, bwrap).ensure, environment, self.progress
+            self._cache(python, bwrap, seccomp).ensure, environment, self.progress
         )
 
     async def environment_statuses(self) -> list[EnvironmentStatus]:
@@ -290,7 +318,7 @@ class LocalProvider(Provider):
         (directory / "workspace" / PACKAGES_DIR).mkdir(mode=0o755)
         (directory / "etc").mkdir(mode=0o755)
         record: dict[str, Any] = {
-            "provider": "local",
+            "provider": LOCAL,
             "session_id": session_id,
             "sandbox_id": session_id,
             "created_at": created_at,
@@ -336,7 +364,7 @@ class LocalProvider(Provider):
             metadata = raw.get("metadata") if isinstance(raw, dict) else None
             records.append(
                 {
-                    "provider": "local",
+                    "provider": LOCAL,
                     "session_id": entry.name,
                     "sandbox_id": entry.name,
                     "created_at": float(raw.get("created_at", 0.0)) if raw else 0.0,
