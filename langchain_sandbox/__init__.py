@@ -164,6 +164,12 @@ def __dir__() -> list[str]:
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        from langchain_sandbox._removed_api import REPLACEMENTS, removed_api_error
+
+        if name in REPLACEMENTS:
+            # An ImportError, not an AttributeError: ``from langchain_sandbox import X`` turns
+            # an AttributeError into a bare "cannot import name" and drops this message.
+            raise removed_api_error(name)
         raise AttributeError(f"module 'langchain_sandbox' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
