@@ -83,6 +83,12 @@ class Limits:
         max_processes: Processes and threads the session may have at once.
         max_output_bytes: Bytes of each output stream kept per call (head and tail).
         max_file_bytes: Largest file ``read_files`` returns.
+        workspace_bytes: Quota of the workspace (``/home/user``): what its files take on disk,
+            a sparse file counted at its apparent size. A call that grows the workspace past it
+            is stopped, and ``write_files`` refuses to. Enforced by the local provider; remote
+            providers have their own disk sizes.
+        tmp_bytes: Size of the private ``/tmp`` (local provider: a tmpfs of this size, which
+            also counts against ``memory_mb``); ``None``: as large as ``memory_mb``.
     """
 
     timeout: float = 60.0
@@ -90,6 +96,8 @@ class Limits:
     max_processes: int | None = 256
     max_output_bytes: int = DEFAULT_CAPTURE_BYTES
     max_file_bytes: int = 64 * 1024 * 1024
+    workspace_bytes: int | None = 1024 * 1024 * 1024
+    tmp_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -300,6 +308,25 @@ class Session(ABC):
     @abstractmethod
     async def _install_packages(self, names: list[str], *, timeout: float) -> ExecutionResult:
         """:meth:`install_packages` with validated requirements; the notice is added for you."""
+
+    async def run_shell(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        """Run a command in the session's persistent shell: the working directory and exported
+        variables of earlier ``run_shell`` calls carry over (``cd`` and ``export`` stick), and
+        travel with the workspace's snapshots. ``cwd`` changes directory first, and the shell
+        stays there. See :mod:`langchain_sandbox.providers.persistent_shell`.
+        """
+        from langchain_sandbox.providers.persistent_shell import shell_script
+
+        return await self.run_command(
+            shell_script(command, cwd), timeout=timeout, on_output=on_output
+        )
 
     @abstractmethod
     async def write_files(self, files: Mapping[str, bytes]) -> None:
