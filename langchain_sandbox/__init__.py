@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_sandbox.errors import (
     AuthenticationError,
+    CheckpointerUnavailableError,
     InvalidInputError,
     InvalidPackageNameError,
     InvalidPathError,
@@ -98,6 +99,7 @@ __all__ = [
     "Artifact",
     "AuthenticationError",
     "Capabilities",
+    "CheckpointerUnavailableError",
     "E2BProvider",
     "ExecutionError",
     "ExecutionResult",
