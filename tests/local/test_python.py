@@ -226,7 +226,8 @@ async def test_a_reply_past_the_size_bound_is_a_clear_error(session: LocalSessio
 async def test_a_timeout_traceback_shows_only_the_users_frames(session: LocalSession) -> None:
     result = await session.run_code("def spin():\n    while True:\n        pass\nspin()", timeout=1)
     assert result.timed_out
-    assert result.error is not None and result.error.name == "KeyboardInterrupt"
+    assert result.error is not None
+    assert result.error.name == "KeyboardInterrupt"
     frames = [line for line in result.error.traceback.splitlines() if line.startswith("  File ")]
     # The cell's two frames and nothing else: no frame of the worker's own SIGINT handler.
     assert frames == [
