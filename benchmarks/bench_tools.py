@@ -79,7 +79,8 @@ class _ProviderClock:
     the scheduling noise of a shared machine that separate runs would pick up."""
 
     def __init__(self, runtime: SandboxRuntime, thread_id: str) -> None:
-        session = runtime._slots[thread_id].session  # benchmark-only peek at the live session
+        thread = runtime._pool.thread(thread_id)  # benchmark-only peek at the live session
+        session = thread.session if thread is not None else None
         assert session is not None
         inner = session.run_code
         self.last_ms = 0.0

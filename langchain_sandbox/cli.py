@@ -85,6 +85,7 @@ def _doctor() -> int:
     print(f"  bubblewrap:        {report.bubblewrap or 'not found'}")
     print(f"  isolation works:   {'yes' if report.bubblewrap_usable else 'no'}")
     print(f"  network isolation: {'yes' if report.network_isolation else 'no'}")
+    print(f"  seccomp filter:    {'yes' if report.syscall_filter else 'no'}")
     print(f"  memory limit:      {report.memory_limit}")
     print(f"  process limit:     {report.process_limit}")
     for problem in report.problems:

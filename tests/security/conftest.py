@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from langchain_sandbox.providers.local import LocalProvider
+from langchain_sandbox.providers.base import Limits, SessionSpec
+from langchain_sandbox.providers.local import LocalProvider, LocalSession
 
 
 @pytest.fixture
@@ -17,3 +18,12 @@ async def provider(tmp_path: Path) -> AsyncIterator[LocalProvider]:
         yield made
     finally:
         await made.aclose()
+
+
+@pytest.fixture
+async def session(provider: LocalProvider) -> AsyncIterator[LocalSession]:
+    made = await provider.create(SessionSpec(limits=Limits(timeout=60.0)))
+    try:
+        yield made
+    finally:
+        await made.close()

@@ -44,6 +44,7 @@ from langchain_sandbox.providers.local._launcher import (
     compile_worker,
 )
 from langchain_sandbox.providers.local._packages import PackageIndex
+from langchain_sandbox.providers.local._seccomp import SyscallFilter, seccomp_program
 from langchain_sandbox.providers.local.session import LOCAL_CAPABILITIES, LocalSession
 from langchain_sandbox.providers.names import LOCAL
 
@@ -66,6 +67,10 @@ class LocalProvider(Provider):
             virtualenv's site-packages importable read-only).
         package_index: Where ``install_packages`` may fetch from (trusted, host-side).
         bwrap: Path of the bubblewrap binary (default: ``bwrap`` on ``PATH``).
+        syscall_filter: ``"seccomp"`` (default) installs the sandbox's seccomp filter (no nested
+            namespaces, mounts, kernel keyring, ``bpf``...; see ``docs/isolation.md``); without
+            libseccomp sessions then refuse to start. ``"none"`` runs without it; it must be
+            asked for by name, because the sandbox then reaches the whole kernel interface.
     """
 
     name = LOCAL
@@ -79,14 +84,20 @@ class LocalProvider(Provider):
         python: str | None = None,
         package_index: PackageIndex | None = None,
         bwrap: str | None = None,
+        syscall_filter: SyscallFilter = "seccomp",
     ) -> None:
         if isolation not in ("bubblewrap", "none"):
             raise InvalidInputError(f"isolation must be 'bubblewrap' or 'none', not {isolation!r}.")
+        if syscall_filter not in ("seccomp", "none"):
+            raise InvalidInputError(
+                f"syscall_filter must be 'seccomp' or 'none', not {syscall_filter!r}."
+            )
         self.base_dir = Path(base_dir) if base_dir is not None else default_base_dir()
         self.isolation: Isolation = isolation
         self.python = python or sys.executable
         self.package_index = package_index or PackageIndex()
         self.bwrap = bwrap
+        self.syscall_filter: SyscallFilter = syscall_filter
         self._python_install: PythonInstall | None = None
         self._worker_bytecode: str | None = None
         self._cgroups: CgroupSupport | None = None
@@ -115,8 +126,11 @@ class LocalProvider(Provider):
         spec = spec or SessionSpec()
         env = validate_env(spec.env)
         bwrap: str | None = None
+        seccomp: bytes | None = None
         if self.isolation == "bubblewrap":
             bwrap = find_bubblewrap(self.bwrap)
+            if self.syscall_filter == "seccomp":
+                seccomp = await asyncio.to_thread(seccomp_program)
         else:
             warnings.warn(
                 "LocalProvider(isolation='none') runs sandboxed code directly on this machine: "
@@ -152,6 +166,7 @@ class LocalProvider(Provider):
                 tmp_size_bytes=memory_mb * 1024 * 1024 if memory_mb else None,
                 worker_bytecode=self._worker_bytecode,
                 cgroup=cgroup,
+                seccomp=seccomp,
             )
             session = LocalSession(
                 session_id=session_id,
