@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_sandbox.errors import (
     AuthenticationError,
+    ConfigurationError,
     InvalidInputError,
     InvalidPackageNameError,
     InvalidPathError,
@@ -98,6 +99,7 @@ __all__ = [
     "Artifact",
     "AuthenticationError",
     "Capabilities",
+    "ConfigurationError",
     "E2BProvider",
     "ExecutionError",
     "ExecutionResult",

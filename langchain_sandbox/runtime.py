@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, NamedTuple, Protocol, TypeVar
 
-from langchain_sandbox._event_loop import LoopThread
+from langchain_sandbox._event_loop import LoopThread, on_event_loop
 from langchain_sandbox.errors import SandboxError, SandboxGoneError, SessionClosedError
 from langchain_sandbox.providers import get_provider
 from langchain_sandbox.providers.base import (
@@ -221,6 +221,14 @@ class SandboxRuntime:
         max_sessions: Live sessions kept at most; the least recently used idle one is closed to
             make room. A session that is busy is never closed, so under load the cap can be
             exceeded until calls finish.
+
+    Building a runtime never blocks an event loop: its loop thread starts without being waited
+    for, and the default snapshot store touches the disk only when it first writes.
+
+    Raises:
+        ConfigurationError: the provider named cannot work here (a missing extra, API key or
+            bubblewrap). Raised by the constructor when it runs off an event loop, else by the
+            first call.
     """
 
     def __init__(
@@ -244,7 +252,12 @@ class SandboxRuntime:
             raise ValueError("provider_options apply only when the provider is given by name.")
         self._provider_arg = provider
         self._provider_options = dict(provider_options or {})
-        self._provider: Provider | None = None
+        self._provider: Provider | None = provider if isinstance(provider, Provider) else None
+        if self._provider is None and not on_event_loop():
+            # Fail fast: a missing extra, API key or bubblewrap raises here, to the developer.
+            # On an event loop that check would block it (imports, the filesystem); there the
+            # provider is built off the loop at the first call, which raises the same errors.
+            self._provider = get_provider(provider, **self._provider_options)
         self.spec = spec or SessionSpec()
         self.snapshotter = snapshotter if snapshotter is not None else _default_snapshotter()
         self.persist: PersistPolicy = persist
@@ -257,7 +270,8 @@ class SandboxRuntime:
         self._reaper: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
         if idle_ttl is not None:
-            self._loop.submit(self._start_reaper()).result()
+            # Not waited for: construction must not block a caller on an event loop.
+            self._loop.submit(self._start_reaper())
         _register_exit_hook(functools.partial(_close_at_exit, weakref.ref(self)))
 
     # -- introspection -----------------------------------------------------------------------
@@ -478,7 +492,14 @@ class SandboxRuntime:
 
     async def _get_provider(self) -> Provider:
         if self._provider is None:
-            self._provider = get_provider(self._provider_arg, **self._provider_options)
+            built = await asyncio.to_thread(
+                get_provider, self._provider_arg, **self._provider_options
+            )
+            # Two first calls may race here; the first provider built is the one kept.
+            if self._provider is None:
+                self._provider = built
+            elif built is not self._provider:
+                await built.aclose()
         return self._provider
 
     async def _create(self, thread_id: str) -> Session:

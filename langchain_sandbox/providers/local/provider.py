@@ -29,7 +29,6 @@ from langchain_sandbox.providers.base import Provider, SessionRecord, SessionSpe
 from langchain_sandbox.providers.local._bubblewrap import (
     PythonInstall,
     describe_python,
-    find_bubblewrap,
     generate_etc,
 )
 from langchain_sandbox.providers.local._cgroups import (
@@ -44,6 +43,7 @@ from langchain_sandbox.providers.local._launcher import (
     compile_worker,
 )
 from langchain_sandbox.providers.local._packages import PackageIndex
+from langchain_sandbox.providers.local._probe import usable_bubblewrap
 from langchain_sandbox.providers.local.session import LOCAL_CAPABILITIES, LocalSession
 
 _SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -65,6 +65,12 @@ class LocalProvider(Provider):
             virtualenv's site-packages importable read-only).
         package_index: Where ``install_packages`` may fetch from (trusted, host-side).
         bwrap: Path of the bubblewrap binary (default: ``bwrap`` on ``PATH``).
+
+    Raises:
+        IsolationUnavailableError: with ``isolation="bubblewrap"``, bubblewrap is missing or
+            cannot create namespaces here (the message says how to fix it). Checked when the
+            provider is built (it runs bubblewrap once per process), so build it off any event
+            loop; :class:`~langchain_sandbox.SandboxRuntime` does.
     """
 
     name = "local"
@@ -86,6 +92,8 @@ class LocalProvider(Provider):
         self.python = python or sys.executable
         self.package_index = package_index or PackageIndex()
         self.bwrap = bwrap
+        # Checked now, so a machine that cannot isolate fails when the provider is built.
+        self._bwrap_path = usable_bubblewrap(bwrap) if isolation == "bubblewrap" else None
         self._python_install: PythonInstall | None = None
         self._worker_bytecode: str | None = None
         self._cgroups: CgroupSupport | None = None
@@ -113,10 +121,8 @@ class LocalProvider(Provider):
     async def create(self, spec: SessionSpec | None = None) -> LocalSession:
         spec = spec or SessionSpec()
         env = validate_env(spec.env)
-        bwrap: str | None = None
-        if self.isolation == "bubblewrap":
-            bwrap = find_bubblewrap(self.bwrap)
-        else:
+        bwrap = self._bwrap_path
+        if bwrap is None:
             warnings.warn(
                 "LocalProvider(isolation='none') runs sandboxed code directly on this machine: "
                 "it can read and change anything this user can, and reach the network.",
