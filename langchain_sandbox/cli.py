@@ -20,14 +20,15 @@ import sys
 from collections.abc import Sequence
 
 from langchain_sandbox.errors import SandboxError
-from langchain_sandbox.providers import PROVIDER_NAMES, get_provider
+from langchain_sandbox.providers import get_provider
 from langchain_sandbox.providers.base import Limits, SessionSpec
+from langchain_sandbox.providers.names import E2B, LOCAL, PROVIDER_NAMES, RUNLOOP
 from langchain_sandbox.results import ExecutionResult
 
 _PROVIDER_REQUIREMENTS = {
-    "local": ((), ()),
-    "e2b": (("e2b_code_interpreter",), ("E2B_API_KEY",)),
-    "runloop": (("runloop_api_client",), ("RUNLOOP_API_KEY",)),
+    LOCAL: ((), ()),
+    E2B: (("e2b_code_interpreter",), ("E2B_API_KEY",)),
+    RUNLOOP: (("runloop_api_client",), ("RUNLOOP_API_KEY",)),
 }
 
 
@@ -78,6 +79,7 @@ def _doctor() -> int:
     print(f"  bubblewrap:        {report.bubblewrap or 'not found'}")
     print(f"  isolation works:   {'yes' if report.bubblewrap_usable else 'no'}")
     print(f"  network isolation: {'yes' if report.network_isolation else 'no'}")
+    print(f"  seccomp filter:    {'yes' if report.syscall_filter else 'no'}")
     print(f"  memory limit:      {report.memory_limit}")
     print(f"  process limit:     {report.process_limit}")
     for problem in report.problems:
@@ -87,7 +89,7 @@ def _doctor() -> int:
         modules, keys = _PROVIDER_REQUIREMENTS[name]
         missing = [m for m in modules if importlib.util.find_spec(m) is None]
         unset = [k for k in keys if not os.environ.get(k)]
-        if name == "local":
+        if name == LOCAL:
             state = "ready" if report.bubblewrap_usable else "unavailable (see problems above)"
         elif missing:
             state = f"SDK not installed (pip install 'langchain-sandbox[{name}]')"
@@ -100,7 +102,7 @@ def _doctor() -> int:
 
 
 async def _gc(args: argparse.Namespace) -> int:
-    from langchain_sandbox.lifecycle import collect_garbage
+    from langchain_sandbox.gc import collect_garbage
     from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 
     store = LocalDirectoryBlobStore(args.blobs) if args.blobs else None

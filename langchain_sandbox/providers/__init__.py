@@ -22,17 +22,16 @@ from langchain_sandbox.providers.base import (
     SessionSpec,
     VariablesDump,
 )
+from langchain_sandbox.providers.names import E2B, LOCAL, PROVIDER_NAMES, RUNLOOP
 
 _PROVIDERS = {
-    "local": ("langchain_sandbox.providers.local", "LocalProvider"),
-    "e2b": ("langchain_sandbox.providers.e2b", "E2BProvider"),
-    "runloop": ("langchain_sandbox.providers.runloop", "RunloopProvider"),
+    LOCAL: ("langchain_sandbox.providers.local", "LocalProvider"),
+    E2B: ("langchain_sandbox.providers.e2b", "E2BProvider"),
+    RUNLOOP: ("langchain_sandbox.providers.runloop", "RunloopProvider"),
 }
 
-PROVIDER_NAMES = tuple(_PROVIDERS)
 
-
-def get_provider(name: str | Provider = "local", **options: Any) -> Provider:
+def get_provider(name: str | Provider = LOCAL, **options: Any) -> Provider:
     """Return a provider: ``name`` is ``"local"``, ``"e2b"``, ``"runloop"`` or a ``Provider``."""
     if isinstance(name, Provider):
         if options:

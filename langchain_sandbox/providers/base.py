@@ -37,7 +37,9 @@ class Limits:
     """Resource limits of a session. ``None`` leaves a limit to the provider's own default.
 
     Attributes:
-        timeout: Default wall time of one ``run_code`` / ``run_command`` call, in seconds.
+        timeout: Default wall time of one ``run_code`` / ``run_command`` call, in seconds, and
+            its ceiling: through :class:`~langchain_sandbox.SandboxRuntime` (and so every tool)
+            a call may ask for less time, never more.
         memory_mb: Memory of the whole session (all its processes).
         max_processes: Processes and threads the session may have at once.
         max_output_bytes: Bytes of each output stream kept per call (head and tail).
@@ -195,6 +197,25 @@ class Session(ABC):
         on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
         """Run a shell command (``bash -c``) in ``cwd`` (default: the workspace root)."""
+
+    async def run_shell(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        """Run a command in the session's persistent shell: the working directory and exported
+        variables of earlier ``run_shell`` calls carry over (``cd`` and ``export`` stick), and
+        travel with the workspace's snapshots. ``cwd`` changes directory first, and the shell
+        stays there. See :mod:`langchain_sandbox.providers.persistent_shell`.
+        """
+        from langchain_sandbox.providers.persistent_shell import shell_script
+
+        return await self.run_command(
+            shell_script(command, cwd), timeout=timeout, on_output=on_output
+        )
 
     @abstractmethod
     async def write_files(self, files: Mapping[str, bytes]) -> None:

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 from langchain_sandbox.errors import SandboxError, SnapshotNotFoundError
-from langchain_sandbox.home import HOME_ENV, data_dir
+from langchain_sandbox.paths import HOME_ENV, data_dir
 from langchain_sandbox.snapshots.manifest import is_digest
 from langchain_sandbox.snapshots.store import BlobInfo, BlobStore, check_key
 

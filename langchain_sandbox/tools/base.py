@@ -8,7 +8,10 @@ A tool call resolves, in order:
   a :class:`SandboxRuntime`, an object with a ``sandbox_runtime`` attribute or a dict with that
   key); ``config["configurable"]["sandbox_runtime"]``; the process-wide default runtime on the
   local provider;
-* the **thread**: ``config["configurable"]["thread_id"]``, else ``"default"``;
+* the **thread**: ``config["configurable"]["thread_id"]``, else the tool's ``default_thread_id``:
+  a private thread of this tool instance unless set (a :class:`SandboxToolkit`'s tools share
+  one), so two tools or agents called without a thread id never see each other's variables or
+  files;
 * the **record**: the graph state's ``sandbox`` key, read from the ``ToolRuntime`` that ``ToolNode``
   injects into the ``runtime`` argument (``None`` outside a graph: the runtime keeps the state).
 
@@ -26,6 +29,7 @@ or bubblewrap) is not the model's to fix and propagates to the developer.
 import contextlib
 import contextvars
 import threading
+import uuid
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -42,7 +46,6 @@ from langchain_sandbox.errors import ConfigurationError, SandboxError
 from langchain_sandbox.providers.base import OutputCallback
 from langchain_sandbox.results import DEFAULT_RENDER_CHARS, ExecutionResult
 from langchain_sandbox.runtime import (
-    DEFAULT_THREAD_ID,
     Outcome,
     SandboxRuntime,
     StepCall,
@@ -133,10 +136,16 @@ def resolve_runtime(
     return get_default_runtime()
 
 
-def resolve_thread_id(config: RunnableConfig | None) -> str:
-    """The conversation thread of a call: ``configurable.thread_id``, else ``"default"``."""
+def private_thread_id() -> str:
+    """A thread id no other owner uses: the sandbox of calls that carry no ``thread_id``."""
+    return f"private-{uuid.uuid4().hex}"
+
+
+def resolve_thread_id(config: RunnableConfig | None, default: str) -> str:
+    """The conversation thread of a call: ``configurable.thread_id``, else ``default`` (the
+    caller's own private or explicitly shared thread)."""
     thread_id = (config or {}).get("configurable", {}).get("thread_id")
-    return str(thread_id) if thread_id not in (None, "") else DEFAULT_THREAD_ID
+    return str(thread_id) if thread_id not in (None, "") else default
 
 
 def graph_record(tool_runtime: Any) -> SandboxState | None:
@@ -233,6 +242,10 @@ class SandboxTool(BaseTool):
             ``"runloop"``) instead of finding one.
         provider_options: Options for that provider.
         max_output_chars: Characters of each output stream the model reads (head and tail kept).
+        default_thread_id: The thread of calls whose config carries no ``thread_id``. By default
+            each tool instance has a private one, so separate tools (and the agents holding
+            them) never share a sandbox by accident; give tools the same name to share one on
+            purpose. A :class:`SandboxToolkit` gives all its tools one private thread.
     """
 
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
@@ -241,6 +254,7 @@ class SandboxTool(BaseTool):
     provider: str | None = None
     provider_options: dict[str, Any] | None = Field(default=None, exclude=True)
     max_output_chars: int = DEFAULT_RENDER_CHARS
+    default_thread_id: str = Field(default_factory=private_thread_id)
 
     streams_output: ClassVar[bool] = False
     """Whether the tool forwards output to LangGraph's stream writer while it runs."""
@@ -283,7 +297,7 @@ class SandboxTool(BaseTool):
             await owned.aclose()
 
     def _prepare(self, config: RunnableConfig, tool_runtime: Any) -> SandboxCall:
-        thread_id = resolve_thread_id(config)
+        thread_id = resolve_thread_id(config, self.default_thread_id)
         step_call = step_call_of(tool_runtime)
         return SandboxCall(
             runtime=resolve_runtime(self._explicit_runtime(), tool_runtime, config),
@@ -349,6 +363,7 @@ __all__ = [
     "execution_reply",
     "graph_record",
     "notice_lines",
+    "private_thread_id",
     "resolve_runtime",
     "resolve_thread_id",
     "step_call_of",

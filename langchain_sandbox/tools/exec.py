@@ -27,8 +27,10 @@ class SandboxExecArgs(SandboxToolArgs):
     timeout: float | None = Field(
         default=None,
         gt=0,
-        le=3600,
-        description="Seconds before the run is stopped (default: the sandbox's limit).",
+        description=(
+            "Seconds before the run is stopped. At most the sandbox's time limit set by the "
+            "operator (also the default); a larger value is lowered to that limit."
+        ),
     )
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from langchain_sandbox.errors import IsolationUnavailableError
+from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 SANDBOX_UID = 1000
@@ -45,6 +46,8 @@ _NETWORK_ETC = (
     "/etc/pki/tls/certs",
     "/etc/pki/ca-trust",
 )
+
+_HOST_KEYRING_VIEWS = ("/proc/keys", "/proc/key-users")
 
 _DESCRIBE_PYTHON = (
     "import json, os, site, sys;"
@@ -141,7 +144,7 @@ def describe_python(executable: str) -> PythonInstall:
         raise IsolationUnavailableError(
             f"Cannot run the sandbox's Python interpreter {executable!r}: {exc}. "
             "Pass python='/path/to/python3' to LocalProvider.",
-            provider="local",
+            provider=LOCAL,
         ) from exc
     return PythonInstall(
         executable=str(info["executable"]),
@@ -161,7 +164,7 @@ def find_bubblewrap(path: str | None = None) -> str:
         f"bubblewrap (bwrap) was not found{where}, so code cannot be isolated here. "
         "Install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), "
         "or, only if you accept running code unisolated, pass isolation='none'.",
-        provider="local",
+        provider=LOCAL,
     )
 
 
@@ -220,6 +223,10 @@ def bubblewrap_argv(
         "--unshare-ipc",
         "--unshare-uts",
         "--unshare-cgroup-try",
+        # No user namespace inside: without one, nothing in the sandbox can gain the privileges to
+        # mount (cgroupfs included, where the session's own limits live) or to unshare further.
+        "--disable-userns",
+        "--assert-userns-disabled",
         "--uid",
         str(SANDBOX_UID),
         "--gid",
@@ -250,7 +257,11 @@ def bubblewrap_argv(
         argv += ["--ro-bind", host_path, sandbox_path]
     # /proc and /dev are read-only: the sandbox user maps to the host's uid, which would
     # otherwise own (and could write) host-wide sysctls such as /proc/sys/kernel/core_pattern.
-    argv += ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev"]
+    argv += ["--proc", "/proc"]
+    # The kernel keyring is not namespaced: these list the host user's keys and key quotas.
+    for path in _HOST_KEYRING_VIEWS:
+        argv += ["--ro-bind", "/dev/null", path]
+    argv += ["--remount-ro", "/proc", "--dev", "/dev"]
     size = ["--size", str(tmp_size_bytes)] if tmp_size_bytes is not None else []
     argv += [*size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     argv += [*size, "--tmpfs", "/tmp", "--chmod", "1777", "/tmp"]
@@ -264,20 +275,40 @@ def bubblewrap_argv(
 
 
 @contextlib.contextmanager
-def options_via_fd(argv: Sequence[str]) -> Iterator[tuple[list[str], tuple[int, ...]]]:
+def options_via_fd(
+    argv: Sequence[str], *, seccomp: bytes | None = None
+) -> Iterator[tuple[list[str], tuple[int, ...]]]:
     """Hand bubblewrap its options through a memfd (``--args FD``) instead of its argv.
 
     bubblewrap's own process is pid 1 inside the sandbox, and ``/proc/1/cmdline`` would show
-    every host path it binds. Yields the short argv and the descriptor to pass to the child.
+    every host path it binds. With ``seccomp`` (a BPF program), bubblewrap also gets
+    ``--seccomp FD`` and installs the filter. Yields the short argv and the descriptors to pass to
+    the child.
     """
     split = list(argv).index("--")
-    fd = os.memfd_create("bwrap-args")
+    options = list(argv[1:split])
+    fds: list[int] = []
     try:
-        os.write(fd, b"".join(arg.encode() + b"\0" for arg in argv[1:split]))
-        os.lseek(fd, 0, os.SEEK_SET)
-        yield [argv[0], "--args", str(fd), *argv[split:]], (fd,)
+        if seccomp is not None:
+            fds.append(_memfd("bwrap-seccomp", seccomp))
+            options += ["--seccomp", str(fds[-1])]
+        fds.append(_memfd("bwrap-args", b"".join(arg.encode() + b"\0" for arg in options)))
+        yield [argv[0], "--args", str(fds[-1]), *argv[split:]], tuple(fds)
     finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _memfd(name: str, data: bytes) -> int:
+    """A memory file holding ``data``, positioned at its start for the reader."""
+    fd = os.memfd_create(name)
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def _system_dir_args(directory: str) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Literal
 
 from langchain_sandbox.errors import InvalidInputError, InvalidPathError
 from langchain_sandbox.providers.base import FileInfo
+from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.workspace import relative_path
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -213,7 +214,7 @@ def _path_error(exc: OSError, path: str) -> InvalidPathError:
         message = f"{path!r} is a directory."
     else:
         message = f"{path!r} cannot be accessed: {exc.strerror}."
-    return InvalidPathError(message, provider="local", details={"errno": exc.errno})
+    return InvalidPathError(message, provider=LOCAL, details={"errno": exc.errno})
 
 
 __all__ = ["HostWorkspace"]

@@ -52,6 +52,7 @@ class Launcher:
         worker_bytecode: Host path of the worker compiled by :func:`compile_worker` (saves
             compiling it at every start), or ``None`` to run its source.
         cgroup: The session's cgroups, joined by every process it starts.
+        seccomp: The seccomp filter (a BPF program) bubblewrap installs, or ``None`` for none.
     """
 
     isolation: Isolation
@@ -64,6 +65,7 @@ class Launcher:
     tmp_size_bytes: int | None = None
     worker_bytecode: str | None = None
     cgroup: SessionCgroup | None = None
+    seccomp: bytes | None = None
 
     @property
     def isolated(self) -> bool:
@@ -180,7 +182,7 @@ class Launcher:
         if not self.isolated:
             yield self._joined(argv), ()
             return
-        with options_via_fd(argv) as (command, fds):
+        with options_via_fd(argv, seccomp=self.seccomp) as (command, fds):
             yield self._joined(command), fds
 
     def _joined(self, argv: Sequence[str]) -> list[str]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import InvalidInputError, SandboxError
-from langchain_sandbox.home import HOME_ENV, state_dir
+from langchain_sandbox.paths import HOME_ENV, state_dir
 from langchain_sandbox.providers.base import Provider, SessionRecord, SessionSpec
 from langchain_sandbox.providers.local._bubblewrap import (
     PythonInstall,
@@ -44,7 +44,9 @@ from langchain_sandbox.providers.local._launcher import (
 )
 from langchain_sandbox.providers.local._packages import PackageIndex
 from langchain_sandbox.providers.local._probe import usable_bubblewrap
+from langchain_sandbox.providers.local._seccomp import SyscallFilter, seccomp_program
 from langchain_sandbox.providers.local.session import LOCAL_CAPABILITIES, LocalSession
+from langchain_sandbox.providers.names import LOCAL
 
 _SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 _RECORD_FILE = "session.json"
@@ -65,6 +67,10 @@ class LocalProvider(Provider):
             virtualenv's site-packages importable read-only).
         package_index: Where ``install_packages`` may fetch from (trusted, host-side).
         bwrap: Path of the bubblewrap binary (default: ``bwrap`` on ``PATH``).
+        syscall_filter: ``"seccomp"`` (default) installs the sandbox's seccomp filter (no nested
+            namespaces, mounts, kernel keyring, ``bpf``...; see ``docs/isolation.md``); without
+            libseccomp sessions then refuse to start. ``"none"`` runs without it; it must be
+            asked for by name, because the sandbox then reaches the whole kernel interface.
 
     Raises:
         IsolationUnavailableError: with ``isolation="bubblewrap"``, bubblewrap is missing or
@@ -73,7 +79,7 @@ class LocalProvider(Provider):
             loop; :class:`~langchain_sandbox.SandboxRuntime` does.
     """
 
-    name = "local"
+    name = LOCAL
     capabilities = LOCAL_CAPABILITIES
 
     def __init__(
@@ -84,14 +90,20 @@ class LocalProvider(Provider):
         python: str | None = None,
         package_index: PackageIndex | None = None,
         bwrap: str | None = None,
+        syscall_filter: SyscallFilter = "seccomp",
     ) -> None:
         if isolation not in ("bubblewrap", "none"):
             raise InvalidInputError(f"isolation must be 'bubblewrap' or 'none', not {isolation!r}.")
+        if syscall_filter not in ("seccomp", "none"):
+            raise InvalidInputError(
+                f"syscall_filter must be 'seccomp' or 'none', not {syscall_filter!r}."
+            )
         self.base_dir = Path(base_dir) if base_dir is not None else default_base_dir()
         self.isolation: Isolation = isolation
         self.python = python or sys.executable
         self.package_index = package_index or PackageIndex()
         self.bwrap = bwrap
+        self.syscall_filter: SyscallFilter = syscall_filter
         # Checked now, so a machine that cannot isolate fails when the provider is built.
         self._bwrap_path = usable_bubblewrap(bwrap) if isolation == "bubblewrap" else None
         self._python_install: PythonInstall | None = None
@@ -122,7 +134,11 @@ class LocalProvider(Provider):
         spec = spec or SessionSpec()
         env = validate_env(spec.env)
         bwrap = self._bwrap_path
-        if bwrap is None:
+        seccomp: bytes | None = None
+        if bwrap is not None:
+            if self.syscall_filter == "seccomp":
+                seccomp = await asyncio.to_thread(seccomp_program)
+        else:
             warnings.warn(
                 "LocalProvider(isolation='none') runs sandboxed code directly on this machine: "
                 "it can read and change anything this user can, and reach the network.",
@@ -157,6 +173,7 @@ class LocalProvider(Provider):
                 tmp_size_bytes=memory_mb * 1024 * 1024 if memory_mb else None,
                 worker_bytecode=self._worker_bytecode,
                 cgroup=cgroup,
+                seccomp=seccomp,
             )
             session = LocalSession(
                 session_id=session_id,
@@ -180,7 +197,7 @@ class LocalProvider(Provider):
                 await session.close()
                 raise SandboxError(
                     "Installing the session's packages failed:\n" + result.render(max_chars=2000),
-                    provider="local",
+                    provider=LOCAL,
                 )
         return session
 
@@ -194,7 +211,7 @@ class LocalProvider(Provider):
         (directory / "workspace" / PACKAGES_DIR).mkdir(mode=0o755)
         (directory / "etc").mkdir(mode=0o755)
         record: dict[str, Any] = {
-            "provider": "local",
+            "provider": LOCAL,
             "session_id": session_id,
             "sandbox_id": session_id,
             "created_at": created_at,
@@ -240,7 +257,7 @@ class LocalProvider(Provider):
             metadata = raw.get("metadata") if isinstance(raw, dict) else None
             records.append(
                 {
-                    "provider": "local",
+                    "provider": LOCAL,
                     "session_id": entry.name,
                     "sandbox_id": entry.name,
                     "created_at": float(raw.get("created_at", 0.0)) if raw else 0.0,

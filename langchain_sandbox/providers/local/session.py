@@ -51,6 +51,7 @@ from langchain_sandbox.providers.local._packages import (
     run_captured,
 )
 from langchain_sandbox.providers.local._worker_process import WorkerDied, WorkerProcess
+from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult, OutputCapture
 from langchain_sandbox.workspace import resolve_path
@@ -125,7 +126,7 @@ class _Streams:
 class LocalSession(Session):
     """A live local sandbox. Made by :meth:`LocalProvider.create`; see the module docstring."""
 
-    provider_name = "local"
+    provider_name = LOCAL
     capabilities = LOCAL_CAPABILITIES
 
     def __init__(
@@ -162,7 +163,7 @@ class LocalSession(Session):
     @property
     def record(self) -> SessionRecord:
         return {
-            "provider": "local",
+            "provider": LOCAL,
             "session_id": self.session_id,
             "sandbox_id": self.session_id,
             "created_at": self.created_at,
@@ -214,9 +215,7 @@ class LocalSession(Session):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise SessionClosedError(
-                f"Local session {self.session_id} is closed.", provider="local"
-            )
+            raise SessionClosedError(f"Local session {self.session_id} is closed.", provider=LOCAL)
 
     async def is_alive(self) -> bool:
         if self._closed:
@@ -303,11 +302,11 @@ class LocalSession(Session):
             outcome = await self._request(worker, op, payload, timeout=self.spec.limits.timeout)
         if outcome.reply is None or outcome.timed_out:
             raise SandboxError(
-                f"The worker could not {op}: {outcome.lost or 'it timed out'}.", provider="local"
+                f"The worker could not {op}: {outcome.lost or 'it timed out'}.", provider=LOCAL
             )
         if "failure" in outcome.reply:
             raise SandboxError(
-                f"The worker could not {op}: {outcome.reply['failure']}", provider="local"
+                f"The worker could not {op}: {outcome.reply['failure']}", provider=LOCAL
             )
         return outcome.reply
 
@@ -378,7 +377,7 @@ class LocalSession(Session):
             # but it must surface as a clear error, not as a crash in the host.
             raise SandboxError(
                 f"The sandbox sent a malformed reply ({type(exc).__name__}: {exc}).",
-                provider="local",
+                provider=LOCAL,
             ) from None
 
     @staticmethod
@@ -390,7 +389,7 @@ class LocalSession(Session):
     ) -> ExecutionResult:
         reply = outcome.reply or {}
         if "failure" in reply:
-            raise SandboxError(f"The worker failed: {reply['failure']}", provider="local")
+            raise SandboxError(f"The worker failed: {reply['failure']}", provider=LOCAL)
         fields = streams.result_fields(reply.get("dropped"))
         error = None
         if "error" in reply:

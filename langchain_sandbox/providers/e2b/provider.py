@@ -62,6 +62,7 @@ from langchain_sandbox.providers.base import (
     SessionSpec,
     VariablesDump,
 )
+from langchain_sandbox.providers.names import E2B as PROVIDER_NAME
 from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult, OutputCapture
 from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE, retry_async
@@ -71,7 +72,6 @@ T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
-PROVIDER_NAME = "e2b"
 TAG_KEY = "langchain_sandbox"
 """Metadata key set to ``"1"`` on every sandbox this package creates (``gc`` filters on it)."""
 SESSION_KEY = "langchain_sandbox_session"

@@ -2,7 +2,7 @@
 
 A session is one devbox. Runloop offers shell commands, files, suspend/resume and disk snapshots,
 but no kernel, so stateful Python runs in a small interpreter inside the devbox
-(:mod:`langchain_sandbox.providers._runloop_worker`), started in the background by the first
+(:mod:`langchain_sandbox.providers.runloop._worker`), started in the background by the first
 ``run_code`` and reached by one short command per call. Every call is one ``execute_async``
 request plus one ``wait_for_status`` long-poll while it runs (two HTTP requests for a warm call).
 
@@ -52,7 +52,7 @@ from langchain_sandbox.errors import (
     SandboxTimeoutError,
     SessionClosedError,
 )
-from langchain_sandbox.providers import _runloop_worker, kernel_state
+from langchain_sandbox.providers import kernel_state
 from langchain_sandbox.providers.base import (
     Capabilities,
     FileInfo,
@@ -64,6 +64,8 @@ from langchain_sandbox.providers.base import (
     SessionSpec,
     VariablesDump,
 )
+from langchain_sandbox.providers.names import RUNLOOP as PROVIDER_NAME
+from langchain_sandbox.providers.runloop import _worker as _runloop_worker
 from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import (
     DEFAULT_CAPTURE_BYTES,
@@ -77,7 +79,6 @@ from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
 
 T = TypeVar("T")
 
-PROVIDER_NAME = "runloop"
 TAG_KEY = "langchain_sandbox"
 """Devbox metadata key marking devboxes this package made (``gc`` lists only those)."""
 SESSION_KEY = "langchain_sandbox_session"
@@ -105,7 +106,7 @@ _INTERPRETER_OPS = frozenset({"code", "dump", "load", "save"})
 _LIVE_STATUSES = frozenset({"running", "suspending", "suspended", "resuming"})
 _BOOTING_STATUSES = frozenset({"scheduled", "queued", "provisioning", "initializing", "resuming"})
 
-_log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 CAPABILITIES = Capabilities(
     stateful_python=True,
@@ -401,7 +402,9 @@ class RunloopProvider(Provider):
                 if view.metadata.get(SESSION_KEY) == session_id and view.status != "shutdown":
                     await self.sdk().api.devboxes.shutdown(view.id)
         except Exception:
-            _log.warning("could not clean up after a failed Runloop devbox creation", exc_info=True)
+            logger.warning(
+                "could not clean up after a failed Runloop devbox creation", exc_info=True
+            )
 
     async def _live_views(self) -> list[Any]:
         """Devboxes not shut down, one status at a time: an account's history of shut-down
@@ -599,7 +602,7 @@ class RunloopSession(Session):
             raise
         except Exception:
             # Live output is a courtesy: the result still carries all of it.
-            _log.debug("following %s of execution %s stopped", name, execution_id, exc_info=True)
+            logger.debug("following %s of execution %s stopped", name, execution_id, exc_info=True)
 
     async def _wait_once(self, current: Any, hold: int) -> Any:
         import httpx
@@ -644,7 +647,7 @@ class RunloopSession(Session):
             async with _errors("kill"):
                 await self._api().devboxes.executions.kill(execution_id, devbox_id=self.devbox_id)
         except SandboxError:
-            _log.warning("could not kill Runloop execution %s", execution_id, exc_info=True)
+            logger.warning("could not kill Runloop execution %s", execution_id, exc_info=True)
 
     async def _stdout_of(self, view: Any) -> str:
         if not view.stdout_truncated:
