@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_sandbox.errors import (
     AuthenticationError,
     ConfigurationError,
+    EnvironmentBuildError,
     InvalidInputError,
     InvalidPackageNameError,
     InvalidPathError,
@@ -55,7 +56,12 @@ if TYPE_CHECKING:
         SandboxToolNode,
     )
     from langchain_sandbox.providers.e2b import E2BProvider
-    from langchain_sandbox.providers.local import LocalProvider
+    from langchain_sandbox.providers.local import (
+        EnvironmentStatus,
+        LocalProvider,
+        PackageIndex,
+        SandboxEnvironment,
+    )
     from langchain_sandbox.providers.runloop import RunloopProvider
     from langchain_sandbox.runtime import SandboxRuntime, get_default_runtime
     from langchain_sandbox.snapshots import (
@@ -91,6 +97,9 @@ _LAZY: dict[str, str] = {
     "LocalDirectoryBlobStore": "langchain_sandbox.snapshots",
     "LangGraphStoreBlobStore": "langchain_sandbox.snapshots",
     "LocalProvider": "langchain_sandbox.providers.local",
+    "SandboxEnvironment": "langchain_sandbox.providers.local",
+    "EnvironmentStatus": "langchain_sandbox.providers.local",
+    "PackageIndex": "langchain_sandbox.providers.local",
     "E2BProvider": "langchain_sandbox.providers.e2b",
     "RunloopProvider": "langchain_sandbox.providers.runloop",
 }
@@ -101,6 +110,8 @@ __all__ = [
     "Capabilities",
     "ConfigurationError",
     "E2BProvider",
+    "EnvironmentBuildError",
+    "EnvironmentStatus",
     "ExecutionError",
     "ExecutionResult",
     "FileInfo",
@@ -113,11 +124,13 @@ __all__ = [
     "LocalDirectoryBlobStore",
     "LocalProvider",
     "MissingDependencyError",
+    "PackageIndex",
     "Provider",
     "ProviderUnavailableError",
     "QuotaExceededError",
     "RunloopProvider",
     "SandboxAgentState",
+    "SandboxEnvironment",
     "SandboxError",
     "SandboxExecTool",
     "SandboxGoneError",
@@ -153,6 +166,12 @@ def __dir__() -> list[str]:
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        from langchain_sandbox._removed_api import REPLACEMENTS, removed_api_error
+
+        if name in REPLACEMENTS:
+            # An ImportError, not an AttributeError: ``from langchain_sandbox import X`` turns
+            # an AttributeError into a bare "cannot import name" and drops this message.
+            raise removed_api_error(name)
         raise AttributeError(f"module 'langchain_sandbox' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

@@ -109,6 +109,11 @@ class IsolationUnavailableError(ConfigurationError):
     """The local provider cannot isolate code on this machine; the message says how to fix it."""
 
 
+class EnvironmentBuildError(SandboxError):
+    """A local sandbox environment could not be built (no package index reachable, a requirement
+    that does not resolve). The message names the cause and pip's last lines."""
+
+
 class MissingDependencyError(ConfigurationError, ImportError):
     """An optional dependency is not installed; the message names the extra that brings it."""
 
@@ -129,6 +134,7 @@ def is_retryable(exc: BaseException) -> bool:
 __all__ = [
     "AuthenticationError",
     "ConfigurationError",
+    "EnvironmentBuildError",
     "InvalidInputError",
     "InvalidPackageNameError",
     "InvalidPathError",

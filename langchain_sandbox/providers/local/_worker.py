@@ -396,6 +396,8 @@ class Worker:
         self.stderr.drain()
         self.stdout.sink = self.stderr.sink = None
         reply["dropped"] = {"stdout": out.finish(), "stderr": err.finish()}
+        if os.getpid() == self.pid:
+            _end_strays()
         return reply
 
     def _run_cell(self, code: str) -> Any:
@@ -536,6 +538,28 @@ class Worker:
         blob = bytes(request["data"])
         failed = self._kernel_state().load_namespace(self.namespace, blob)
         return {"failed": failed}
+
+
+def _end_strays() -> None:
+    """Kill what a cell left running in the worker's own process group, and reap it.
+
+    The rule, as for commands: what code starts ends with the call (forks and children that
+    did not start a session of their own); a service meant to outlive the call is started with
+    ``start_new_session=True`` (or ``setsid``). Only this process group is touched, so without
+    isolation nothing else on the host is.
+    """
+    me, group = os.getpid(), os.getpgrp()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in (1, me):
+            continue
+        pid = int(name)
+        try:
+            if os.getpgid(pid) != group:
+                continue
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            continue  # gone already, or not our child (its parent or pid 1 reaps it)
 
 
 def _kill_group(pgid: int, *, wait: float = 0.0) -> None:
