@@ -292,12 +292,10 @@ class LocalProvider(Provider):
         environment = self._selected(name)
         if environment is None:
             raise InvalidInputError(f"{HOST_ENVIRONMENT!r} is the host's own; it is not built.")
-        bwrap: str | None = None
+        bwrap = self._bwrap_path
         seccomp: bytes | None = None
-        if self.isolation == "bubblewrap":
-            bwrap = await asyncio.to_thread(find_bubblewrap, self.bwrap)
-            if self.syscall_filter == "seccomp":
-                seccomp = await asyncio.to_thread(seccomp_program)
+        if bwrap is not None and self.syscall_filter == "seccomp":
+            seccomp = await asyncio.to_thread(seccomp_program)
         python, _ = await self._environment()
         return await asyncio.to_thread(
             self._cache(python, bwrap, seccomp).ensure, environment, self.progress
