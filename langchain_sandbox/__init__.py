@@ -15,10 +15,13 @@ first use, so ``import langchain_sandbox`` stays cheap and never needs an option
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from langchain_sandbox.errors import (
     AuthenticationError,
+    CheckpointerUnavailableError,
+    EnvironmentBuildError,
     InvalidInputError,
     InvalidPackageNameError,
     InvalidPathError,
@@ -46,6 +49,12 @@ from langchain_sandbox.providers.base import (
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.state import SandboxState, merge_sandbox_state
 
+try:
+    __version__: str = version("langchain-sandbox")
+    """The installed distribution's version (the one in ``pyproject.toml``)."""
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
+
 if TYPE_CHECKING:
     from langchain_sandbox.graph import (
         SandboxAgentState,
@@ -54,7 +63,12 @@ if TYPE_CHECKING:
         SandboxToolNode,
     )
     from langchain_sandbox.providers.e2b import E2BProvider
-    from langchain_sandbox.providers.local import LocalProvider
+    from langchain_sandbox.providers.local import (
+        EnvironmentStatus,
+        LocalProvider,
+        PackageIndex,
+        SandboxEnvironment,
+    )
     from langchain_sandbox.providers.runloop import RunloopProvider
     from langchain_sandbox.runtime import SandboxRuntime, get_default_runtime
     from langchain_sandbox.snapshots import (
@@ -90,6 +104,9 @@ _LAZY: dict[str, str] = {
     "LocalDirectoryBlobStore": "langchain_sandbox.snapshots",
     "LangGraphStoreBlobStore": "langchain_sandbox.snapshots",
     "LocalProvider": "langchain_sandbox.providers.local",
+    "SandboxEnvironment": "langchain_sandbox.providers.local",
+    "EnvironmentStatus": "langchain_sandbox.providers.local",
+    "PackageIndex": "langchain_sandbox.providers.local",
     "E2BProvider": "langchain_sandbox.providers.e2b",
     "RunloopProvider": "langchain_sandbox.providers.runloop",
 }
@@ -98,7 +115,10 @@ __all__ = [
     "Artifact",
     "AuthenticationError",
     "Capabilities",
+    "CheckpointerUnavailableError",
     "E2BProvider",
+    "EnvironmentBuildError",
+    "EnvironmentStatus",
     "ExecutionError",
     "ExecutionResult",
     "FileInfo",
@@ -111,11 +131,13 @@ __all__ = [
     "LocalDirectoryBlobStore",
     "LocalProvider",
     "MissingDependencyError",
+    "PackageIndex",
     "Provider",
     "ProviderUnavailableError",
     "QuotaExceededError",
     "RunloopProvider",
     "SandboxAgentState",
+    "SandboxEnvironment",
     "SandboxError",
     "SandboxExecTool",
     "SandboxGoneError",

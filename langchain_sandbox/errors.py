@@ -80,6 +80,12 @@ class ProviderUnavailableError(SandboxError):
     retryable = True
 
 
+class CheckpointerUnavailableError(SandboxError):
+    """A checkpointer named by URL could not be opened (server down, wrong address or password)."""
+
+    retryable = True
+
+
 class QuotaExceededError(SandboxError):
     """The provider rate-limited the request or the account ran out of quota (HTTP 429)."""
 
@@ -96,6 +102,11 @@ class SnapshotNotFoundError(SandboxError):
 
 class IsolationUnavailableError(SandboxError):
     """The local provider cannot isolate code on this machine; the message says how to fix it."""
+
+
+class EnvironmentBuildError(SandboxError):
+    """A local sandbox environment could not be built (no package index reachable, a requirement
+    that does not resolve). The message names the cause and pip's last lines."""
 
 
 class MissingDependencyError(SandboxError, ImportError):
@@ -117,6 +128,8 @@ def is_retryable(exc: BaseException) -> bool:
 
 __all__ = [
     "AuthenticationError",
+    "CheckpointerUnavailableError",
+    "EnvironmentBuildError",
     "InvalidInputError",
     "InvalidPackageNameError",
     "InvalidPathError",

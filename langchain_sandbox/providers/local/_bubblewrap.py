@@ -54,7 +54,7 @@ _DESCRIBE_PYTHON = (
     "print(json.dumps({'executable': os.path.realpath(sys.executable),"
     " 'prefix': sys.base_prefix,"
     " 'site': [p for p in site.getsitepackages() if os.path.isdir(p)],"
-    " 'version': '%d.%d' % sys.version_info[:2]}))"
+    " 'version': '%d.%d' % sys.version_info[:2], 'build': sys.version}))"
 )
 
 
@@ -67,12 +67,15 @@ class PythonInstall:
         prefix: Host path of its installation prefix (``sys.base_prefix``).
         site_packages: Host site-packages directories to make importable (a venv's included).
         version: ``"3.11"``.
+        build: The interpreter's full ``sys.version`` (release and build), which sandbox
+            environments made with it are addressed by.
     """
 
     executable: str
     prefix: str
     site_packages: tuple[str, ...]
     version: str
+    build: str = ""
 
     @property
     def _prefix_is_system(self) -> bool:
@@ -151,6 +154,7 @@ def describe_python(executable: str) -> PythonInstall:
         prefix=str(info["prefix"]),
         site_packages=tuple(str(p) for p in info["site"]),
         version=str(info["version"]),
+        build=str(info["build"]),
     )
 
 
@@ -200,6 +204,7 @@ def bubblewrap_argv(
     env: Mapping[str, str],
     network: bool,
     read_only: Sequence[tuple[str, str]] = (),
+    read_write: Sequence[tuple[str, str]] = (),
     tmp_size_bytes: int | None = None,
 ) -> list[str]:
     """The full ``bwrap`` argv that runs ``command`` in a fresh sandbox.
@@ -214,6 +219,7 @@ def bubblewrap_argv(
         network: Share the host's network (and its resolver and CA certificates).
         read_only: Extra ``(host, sandbox)`` read-only binds (the worker's sources, a trusted
             package directory).
+        read_write: Extra ``(host, sandbox)`` writable binds (only an environment being built).
         tmp_size_bytes: Size cap of the private ``/tmp``.
     """
     argv = [
@@ -266,6 +272,8 @@ def bubblewrap_argv(
     argv += [*size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     argv += [*size, "--tmpfs", "/tmp", "--chmod", "1777", "/tmp"]
     argv += ["--bind", workspace, WORKSPACE_ROOT, "--chdir", WORKSPACE_ROOT]
+    for host_path, sandbox_path in read_write:
+        argv += ["--bind", host_path, sandbox_path]
     # The assembled root itself is read-only: only /home/user, /tmp and /dev take writes.
     argv += ["--remount-ro", "/"]
     for key, value in env.items():

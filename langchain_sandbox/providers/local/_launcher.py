@@ -31,6 +31,9 @@ Isolation = Literal["bubblewrap", "none"]
 PACKAGES_DIR = ".packages"
 """Workspace-relative directory that ``install_packages`` installs into (on ``sys.path``)."""
 
+SANDBOX_ENVIRONMENT_DIR = "/opt/environment"
+"""Where a session's sandbox environment (a virtualenv) appears inside the sandbox."""
+
 _WORKER_SOURCE = Path(__file__).with_name("_worker.py")
 _KERNEL_STATE_SOURCE = Path(__file__).parent.parent / "kernel_state.py"
 _BASH_CANDIDATES = ("/bin/bash", "/usr/bin/bash")
@@ -52,6 +55,10 @@ class Launcher:
         worker_bytecode: Host path of the worker compiled by :func:`compile_worker` (saves
             compiling it at every start), or ``None`` to run its source.
         cgroup: The session's cgroups, joined by every process it starts.
+        sandbox_environment: Host directory of the session's sandbox environment (a virtualenv made by
+            :mod:`~langchain_sandbox.providers.local.environments`), bound read-only at
+            :data:`SANDBOX_ENVIRONMENT_DIR`; its site-packages replace the interpreter's.
+            ``None``: the interpreter's own site-packages (``python.site_packages``).
         seccomp: The seccomp filter (a BPF program) bubblewrap installs, or ``None`` for none.
     """
 
@@ -65,6 +72,7 @@ class Launcher:
     tmp_size_bytes: int | None = None
     worker_bytecode: str | None = None
     cgroup: SessionCgroup | None = None
+    sandbox_environment: str | None = None
     seccomp: bytes | None = None
 
     @property
@@ -87,7 +95,17 @@ class Launcher:
         return self.python.sandbox_executable() if self.isolated else self.python.executable
 
     @property
+    def environment_prefix(self) -> str | None:
+        """The sandbox environment's prefix as the session's processes see it."""
+        if self.sandbox_environment is None:
+            return None
+        return SANDBOX_ENVIRONMENT_DIR if self.isolated else self.sandbox_environment
+
+    @property
     def site_packages(self) -> list[str]:
+        prefix = self.environment_prefix
+        if prefix is not None:
+            return [f"{prefix}/lib/python{self.python.version}/site-packages"]
         if self.isolated:
             return self.python.sandbox_site_packages()
         return list(self.python.site_packages)
@@ -111,9 +129,11 @@ class Launcher:
 
     def environment(self) -> dict[str, str]:
         """The allow-listed environment of every process in the session; never the host's."""
-        python_bin = os.path.dirname(self.python_executable)
+        bin_dirs = [f"{self.packages_dir}/bin", os.path.dirname(self.python_executable)]
+        if self.environment_prefix is not None:
+            bin_dirs.insert(1, f"{self.environment_prefix}/bin")
         env = {
-            "PATH": f"{self.packages_dir}/bin:{python_bin}:/usr/local/bin:/usr/bin:/bin",
+            "PATH": ":".join([*bin_dirs, "/usr/local/bin", "/usr/bin", "/bin"]),
             "HOME": self.workspace,
             "USER": "user",
             "LANG": "C.UTF-8",
@@ -152,6 +172,7 @@ class Launcher:
         *,
         network: bool,
         read_only: Sequence[tuple[str, str]] = (),
+        read_write: Sequence[tuple[str, str]] = (),
     ) -> list[str]:
         """``command`` as it must be started to run inside this session's sandbox."""
         if not self.isolated:
@@ -163,6 +184,8 @@ class Launcher:
         ]
         if self.worker_bytecode:
             runtime.append((self.worker_bytecode, f"{SANDBOX_RUNTIME_DIR}/worker.pyc"))
+        if self.sandbox_environment is not None:
+            runtime.append((self.sandbox_environment, SANDBOX_ENVIRONMENT_DIR))
         return bubblewrap_argv(
             self.bwrap,
             command,
@@ -172,6 +195,7 @@ class Launcher:
             env=self.environment(),
             network=network,
             read_only=[*runtime, *read_only],
+            read_write=read_write,
             tmp_size_bytes=self.tmp_size_bytes,
         )
 
@@ -236,4 +260,4 @@ def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> 
     return str(target)
 
 
-__all__ = ["PACKAGES_DIR", "Isolation", "Launcher", "compile_worker"]
+__all__ = ["PACKAGES_DIR", "SANDBOX_ENVIRONMENT_DIR", "Isolation", "Launcher", "compile_worker"]
