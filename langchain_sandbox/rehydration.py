@@ -118,7 +118,6 @@ class Position:
     revision: int = 0
     snapshot: str | None = None
     snapshot_revision: int = 0
-    cwd: str | None = None
 
     @property
     def known(self) -> bool:
@@ -130,7 +129,6 @@ class Position:
         self.revision = record.get("revision", 0)
         self.snapshot = record.get("snapshot")
         self.snapshot_revision = record.get("snapshot_revision", 0)
-        self.cwd = record.get("cwd", self.cwd)
 
 
 @dataclass
@@ -179,8 +177,6 @@ class ThreadSandbox:
         )
         if self.session is not None:
             record["session"] = self.session.record
-        if position.cwd is not None:
-            record["cwd"] = position.cwd
         return record
 
     def take_session(self) -> Session | None:
@@ -254,10 +250,7 @@ class RehydrationEngine:
             raise
         if mutates:
             await self._advance(thread, session, step_call, notices)
-        updated = thread.as_record()
-        if record is not None and "cwd" in record and "cwd" not in updated:
-            updated["cwd"] = record["cwd"]
-        return Outcome(value, updated, notices)
+        return Outcome(value, thread.as_record(), notices)
 
     async def discard(self, thread: ThreadSandbox) -> None:
         """Close the thread's live session, if any."""

@@ -323,6 +323,58 @@ class SandboxRuntime:
             )
         )
 
+    async def arun_shell(
+        self,
+        thread_id: str,
+        command: str,
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        record: SandboxState | None = None,
+        on_output: OutputCallback | None = None,
+        step_call: StepCall | None = None,
+    ) -> Outcome[ExecutionResult]:
+        """Run a command in the thread's persistent shell: ``cd`` and ``export`` carry over to
+        its next commands, and across a resume or fork (they travel with the workspace's
+        snapshot). ``cwd`` changes directory first, and the shell stays there. See
+        :meth:`Session.run_shell <langchain_sandbox.providers.base.Session.run_shell>`.
+
+        ``timeout`` is capped by ``Limits.timeout`` as in :meth:`arun_code`.
+        """
+        capped, notices = _capped_timeout(timeout, self.spec.limits.timeout)
+
+        async def _run(session: Session) -> ExecutionResult:
+            result = await session.run_shell(command, timeout=capped, cwd=cwd, on_output=on_output)
+            return result.with_notices(*notices)
+
+        return _as_execution(
+            await self.aexecute(thread_id, _run, record=record, step_call=step_call)
+        )
+
+    def run_shell(
+        self,
+        thread_id: str,
+        command: str,
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        record: SandboxState | None = None,
+        on_output: OutputCallback | None = None,
+        step_call: StepCall | None = None,
+    ) -> Outcome[ExecutionResult]:
+        """Blocking twin of :meth:`arun_shell`."""
+        return self._loop.run_sync(
+            self.arun_shell(
+                thread_id,
+                command,
+                timeout=timeout,
+                cwd=cwd,
+                record=record,
+                on_output=on_output,
+                step_call=step_call,
+            )
+        )
+
     async def awrite_files(
         self,
         thread_id: str,

@@ -27,7 +27,6 @@ class SandboxState(TypedDict, total=False):
             sandbox-changing call; a live session whose head differs from the record's is stale).
         snapshot: Reference of the workspace snapshot taken at ``snapshot_revision``, or ``None``.
         snapshot_revision: The revision ``snapshot`` captures.
-        cwd: Working directory of the shell tool, workspace-relative.
         exec_count: Number of executions; sent as a *delta* in updates, summed by the reducer.
     """
 
@@ -36,7 +35,6 @@ class SandboxState(TypedDict, total=False):
     head: str | None
     snapshot: str | None
     snapshot_revision: int
-    cwd: str
     exec_count: int
 
 

@@ -198,6 +198,25 @@ class Session(ABC):
     ) -> ExecutionResult:
         """Run a shell command (``bash -c``) in ``cwd`` (default: the workspace root)."""
 
+    async def run_shell(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        """Run a command in the session's persistent shell: the working directory and exported
+        variables of earlier ``run_shell`` calls carry over (``cd`` and ``export`` stick), and
+        travel with the workspace's snapshots. ``cwd`` changes directory first, and the shell
+        stays there. See :mod:`langchain_sandbox.providers.persistent_shell`.
+        """
+        from langchain_sandbox.providers.persistent_shell import shell_script
+
+        return await self.run_command(
+            shell_script(command, cwd), timeout=timeout, on_output=on_output
+        )
+
     @abstractmethod
     async def write_files(self, files: Mapping[str, bytes]) -> None:
         """Write files (creating parent directories). Paths resolve inside the workspace."""

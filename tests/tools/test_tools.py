@@ -90,6 +90,15 @@ def test_shell_and_file_tools_share_one_workspace(runtime: SandboxRuntime) -> No
     assert _text(_call(tools["sandbox_read_file"], {"path": "data/out.txt"})) == "from python"
 
 
+def test_the_shell_tool_keeps_cd_and_export_between_calls(runtime: SandboxRuntime) -> None:
+    shell = SandboxShellTool(runtime=runtime)
+    _call(shell, {"command": "mkdir -p src && cd src && export BUILD=release"})
+    later = _call(shell, {"command": 'pwd; echo "$BUILD"'})
+    assert later.artifact["result"]["stdout"] == "/home/user/src\nrelease\n"
+    assert "cd" in shell.description
+    assert "do not carry over" not in shell.description
+
+
 def test_binary_and_image_files_are_not_dumped_as_text(runtime: SandboxRuntime) -> None:
     write = SandboxWriteFileTool(runtime=runtime)
     read = SandboxReadFileTool(runtime=runtime)
