@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_sandbox.errors import (
     AuthenticationError,
+    EnvironmentBuildError,
     InvalidInputError,
     InvalidPackageNameError,
     InvalidPathError,
@@ -54,7 +55,12 @@ if TYPE_CHECKING:
         SandboxToolNode,
     )
     from langchain_sandbox.providers.e2b import E2BProvider
-    from langchain_sandbox.providers.local import LocalProvider
+    from langchain_sandbox.providers.local import (
+        EnvironmentStatus,
+        LocalProvider,
+        PackageIndex,
+        SandboxEnvironment,
+    )
     from langchain_sandbox.providers.runloop import RunloopProvider
     from langchain_sandbox.runtime import SandboxRuntime, get_default_runtime
     from langchain_sandbox.snapshots import (
@@ -90,6 +96,9 @@ _LAZY: dict[str, str] = {
     "LocalDirectoryBlobStore": "langchain_sandbox.snapshots",
     "LangGraphStoreBlobStore": "langchain_sandbox.snapshots",
     "LocalProvider": "langchain_sandbox.providers.local",
+    "SandboxEnvironment": "langchain_sandbox.providers.local",
+    "EnvironmentStatus": "langchain_sandbox.providers.local",
+    "PackageIndex": "langchain_sandbox.providers.local",
     "E2BProvider": "langchain_sandbox.providers.e2b",
     "RunloopProvider": "langchain_sandbox.providers.runloop",
 }
@@ -99,6 +108,8 @@ __all__ = [
     "AuthenticationError",
     "Capabilities",
     "E2BProvider",
+    "EnvironmentBuildError",
+    "EnvironmentStatus",
     "ExecutionError",
     "ExecutionResult",
     "FileInfo",
@@ -111,11 +122,13 @@ __all__ = [
     "LocalDirectoryBlobStore",
     "LocalProvider",
     "MissingDependencyError",
+    "PackageIndex",
     "Provider",
     "ProviderUnavailableError",
     "QuotaExceededError",
     "RunloopProvider",
     "SandboxAgentState",
+    "SandboxEnvironment",
     "SandboxError",
     "SandboxExecTool",
     "SandboxGoneError",
@@ -151,6 +164,12 @@ def __dir__() -> list[str]:
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        from langchain_sandbox._removed_api import REPLACEMENTS, removed_api_error
+
+        if name in REPLACEMENTS:
+            # An ImportError, not an AttributeError: ``from langchain_sandbox import X`` turns
+            # an AttributeError into a bare "cannot import name" and drops this message.
+            raise removed_api_error(name)
         raise AttributeError(f"module 'langchain_sandbox' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

@@ -98,7 +98,34 @@ def _doctor() -> int:
         else:
             state = "ready"
         print(f"  {name:8} {state}")
+    _print_environments()
     return 0 if report.bubblewrap_usable else 1
+
+
+def _print_environments() -> None:
+    """The local provider's sandbox environments: built or not, size, what they are made of."""
+    from langchain_sandbox.providers.local import HOST_ENVIRONMENT, LocalProvider
+
+    provider = LocalProvider()
+    try:
+        statuses = asyncio.run(provider.environment_statuses())
+    except SandboxError as exc:
+        print(f"sandbox environments: cannot list them ({exc})")
+        return
+    print(f"sandbox environments (cached in {provider.environments_dir}):")
+    for status in statuses:
+        state = (
+            f"built, {status.size_bytes / 1e6:.0f} MB"
+            if status.built
+            else "not built (the first session that selects it builds it)"
+        )
+        print(f"  {status.name:10} {state}; key {status.key}")
+        print(f"  {'':10} requirements: {' '.join(status.inputs.get('requirements', [])) or '-'}")
+        python = status.inputs.get("python_build", "").split(" ")[0]
+        print(f"  {'':10} python {python} at {status.inputs.get('python')}")
+        if status.inputs.get("index"):
+            print(f"  {'':10} pip options: {' '.join(status.inputs['index'])}")
+    print(f"  {HOST_ENVIRONMENT:10} the interpreter's own site-packages (opt-in, never built)")
 
 
 async def _gc(args: argparse.Namespace) -> int:

@@ -98,6 +98,11 @@ class IsolationUnavailableError(SandboxError):
     """The local provider cannot isolate code on this machine; the message says how to fix it."""
 
 
+class EnvironmentBuildError(SandboxError):
+    """A local sandbox environment could not be built (no package index reachable, a requirement
+    that does not resolve). The message names the cause and pip's last lines."""
+
+
 class MissingDependencyError(SandboxError, ImportError):
     """An optional dependency is not installed; the message names the extra that brings it."""
 
@@ -117,6 +122,7 @@ def is_retryable(exc: BaseException) -> bool:
 
 __all__ = [
     "AuthenticationError",
+    "EnvironmentBuildError",
     "InvalidInputError",
     "InvalidPackageNameError",
     "InvalidPathError",

@@ -5,9 +5,9 @@ command line, working directory, root, executable, open descriptors and mount ta
 may appear (the host's temporary directories, its home, the host venv's ``sys.prefix``, the
 provider's base directory, the session's directory, the host's working directory), with one
 documented exception the kernel imposes: ``mountinfo`` prints, for a directory bound from the host,
-that directory's path within its file system. Those are exactly three kinds of bind (the workspace,
-the interpreter's prefix, the virtualenv's site-packages), and they must be the only place a host
-path shows.
+that directory's path within its file system. Those are exactly the workspace, the interpreter's
+prefix and the site-packages (the host virtualenv's, or the session's sandbox environment), and they
+must be the only place a host path shows.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import langchain_sandbox
 from langchain_sandbox.providers.local import LocalProvider, LocalSession
+from langchain_sandbox.providers.local._launcher import SANDBOX_ENVIRONMENT_DIR
 
 _INSPECT = r"""
 import json, os, subprocess
@@ -68,8 +69,11 @@ def _host_paths(provider: LocalProvider, session: LocalSession) -> set[str]:
 
 def _documented_binds(session: LocalSession) -> set[tuple[str, str]]:
     """(host directory, sandbox path) of the directory binds whose source the kernel shows."""
-    python = session.launcher.python
-    return {(session.workspace_dir, "/home/user"), *python.binds()}
+    launcher = session.launcher
+    binds = {(session.workspace_dir, "/home/user"), *launcher.python.binds()}
+    if launcher.sandbox_environment is not None:
+        binds.add((launcher.sandbox_environment, SANDBOX_ENVIRONMENT_DIR))
+    return binds
 
 
 async def test_no_host_path_is_visible_in_proc(

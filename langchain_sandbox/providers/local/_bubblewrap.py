@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -56,7 +57,7 @@ _DESCRIBE_PYTHON = (
     "print(json.dumps({'executable': os.path.realpath(sys.executable),"
     " 'prefix': sys.base_prefix,"
     " 'site': [p for p in site.getsitepackages() if os.path.isdir(p)],"
-    " 'version': '%d.%d' % sys.version_info[:2]}))"
+    " 'version': '%d.%d' % sys.version_info[:2], 'build': sys.version}))"
 )
 
 
@@ -69,12 +70,15 @@ class PythonInstall:
         prefix: Host path of its installation prefix (``sys.base_prefix``).
         site_packages: Host site-packages directories to make importable (a venv's included).
         version: ``"3.11"``.
+        build: The interpreter's full ``sys.version`` (release and build), which sandbox
+            environments made with it are addressed by.
     """
 
     executable: str
     prefix: str
     site_packages: tuple[str, ...]
     version: str
+    build: str = ""
 
     @property
     def _prefix_is_system(self) -> bool:
@@ -153,6 +157,7 @@ def describe_python(executable: str) -> PythonInstall:
         prefix=str(info["prefix"]),
         site_packages=tuple(str(p) for p in info["site"]),
         version=str(info["version"]),
+        build=str(info["build"]),
     )
 
 
@@ -170,26 +175,28 @@ def find_bubblewrap(path: str | None = None) -> str:
     )
 
 
-def etc_contents() -> dict[str, bytes]:
-    """The sandbox's own ``/etc/passwd``, ``group`` and ``hosts``: ``{sandbox path: content}``."""
-    return {
+def etc_files() -> dict[str, str]:
+    """The sandbox's own ``/etc/passwd``, ``group`` and ``hosts``, as data sources for ``files``."""
+    contents = {
         "/etc/passwd": (
             f"user:x:{SANDBOX_UID}:{SANDBOX_GID}:user:{WORKSPACE_ROOT}:/bin/bash\n"
             "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-        ).encode(),
-        "/etc/group": f"user:x:{SANDBOX_GID}:\nnogroup:x:65534:\n".encode(),
-        "/etc/hosts": (
-            f"127.0.0.1 localhost {SANDBOX_HOSTNAME}\n::1 localhost ip6-localhost\n"
-        ).encode(),
+        ),
+        "/etc/group": f"user:x:{SANDBOX_GID}:\nnogroup:x:65534:\n",
+        "/etc/hosts": f"127.0.0.1 localhost {SANDBOX_HOSTNAME}\n::1 localhost ip6-localhost\n",
+    }
+    return {
+        path: sealed_file(os.path.basename(path), text.encode()) for path, text in contents.items()
     }
 
 
+@functools.cache
 def sealed_file(name: str, data: bytes) -> str:
     """``data`` in a sealed memory file (nobody can change it), as a data source for ``files``.
 
     Files given to sandboxes this way appear in ``/proc/self/mountinfo`` inside without any host
     path, where a bind of a host file would show the file's host path. The memory file lives as
-    long as this process; the returned ``/proc/self/fd/N`` path names it.
+    long as this process (one per distinct content); the returned ``/proc/self/fd/N`` names it.
     """
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     view = memoryview(data)
@@ -213,6 +220,7 @@ def bubblewrap_argv(
     env: Mapping[str, str],
     network: bool,
     read_only: Sequence[tuple[str, str]] = (),
+    read_write: Sequence[tuple[str, str]] = (),
     tmp_size_bytes: int | None = None,
 ) -> list[str]:
     """The full ``bwrap`` argv that runs ``command`` in a fresh sandbox.
@@ -226,7 +234,9 @@ def bubblewrap_argv(
             sources made by :func:`sealed_file`): the generated ``/etc`` files, the worker.
         env: The complete environment inside; the host's is cleared.
         network: Share the host's network (and its resolver and CA certificates).
-        read_only: Extra ``(host, sandbox)`` read-only binds (a trusted package directory).
+        read_only: Extra ``(host, sandbox)`` read-only binds (the session's environment, a
+            trusted package directory).
+        read_write: Extra ``(host, sandbox)`` writable binds (only an environment being built).
         tmp_size_bytes: Size cap of the private ``/tmp``.
     """
     argv = [
@@ -279,6 +289,8 @@ def bubblewrap_argv(
     argv += [*size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     argv += [*size, "--tmpfs", "/tmp", "--chmod", "1777", "/tmp"]
     argv += ["--bind", workspace, WORKSPACE_ROOT, "--chdir", WORKSPACE_ROOT]
+    for host_path, sandbox_path in read_write:
+        argv += ["--bind", host_path, sandbox_path]
     # The assembled root itself is read-only: only /home/user, /tmp and /dev take writes.
     argv += ["--remount-ro", "/"]
     for key, value in env.items():
@@ -355,7 +367,7 @@ __all__ = [
     "PythonInstall",
     "bubblewrap_argv",
     "describe_python",
-    "etc_contents",
+    "etc_files",
     "find_bubblewrap",
     "options_via_fd",
     "sealed_file",

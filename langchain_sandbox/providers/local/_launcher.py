@@ -21,7 +21,7 @@ from langchain_sandbox.providers.local._bubblewrap import (
     SANDBOX_RUNTIME_DIR,
     PythonInstall,
     bubblewrap_argv,
-    etc_contents,
+    etc_files,
     options_via_fd,
     sealed_file,
 )
@@ -32,6 +32,9 @@ Isolation = Literal["bubblewrap", "none"]
 
 PACKAGES_DIR = ".packages"
 """Workspace-relative directory that ``install_packages`` installs into (on ``sys.path``)."""
+
+SANDBOX_ENVIRONMENT_DIR = "/opt/environment"
+"""Where a session's sandbox environment (a virtualenv) appears inside the sandbox."""
 
 _WORKER_SOURCE = Path(__file__).with_name("_worker.py")
 _KERNEL_STATE_SOURCE = Path(__file__).parent.parent / "kernel_state.py"
@@ -55,6 +58,10 @@ class Launcher:
         worker_bytecode: Host path of the worker compiled by :func:`compile_worker` (saves
             compiling it at every start), or ``None`` to run its source.
         cgroup: The session's cgroups, joined by every process it starts.
+        sandbox_environment: Host directory of the session's sandbox environment (a virtualenv made by
+            :mod:`~langchain_sandbox.providers.local.environments`), bound read-only at
+            :data:`SANDBOX_ENVIRONMENT_DIR`; its site-packages replace the interpreter's.
+            ``None``: the interpreter's own site-packages (``python.site_packages``).
         seccomp: The seccomp filter (a BPF program) bubblewrap installs, or ``None`` for none.
     """
 
@@ -68,6 +75,7 @@ class Launcher:
     tmp_size_bytes: int | None = None
     worker_bytecode: str | None = None
     cgroup: SessionCgroup | None = None
+    sandbox_environment: str | None = None
     seccomp: bytes | None = None
 
     @property
@@ -90,7 +98,17 @@ class Launcher:
         return self.python.sandbox_executable() if self.isolated else self.python.executable
 
     @property
+    def environment_prefix(self) -> str | None:
+        """The sandbox environment's prefix as the session's processes see it."""
+        if self.sandbox_environment is None:
+            return None
+        return SANDBOX_ENVIRONMENT_DIR if self.isolated else self.sandbox_environment
+
+    @property
     def site_packages(self) -> list[str]:
+        prefix = self.environment_prefix
+        if prefix is not None:
+            return [f"{prefix}/lib/python{self.python.version}/site-packages"]
         if self.isolated:
             return self.python.sandbox_site_packages()
         return list(self.python.site_packages)
@@ -114,9 +132,11 @@ class Launcher:
 
     def environment(self) -> dict[str, str]:
         """The allow-listed environment of every process in the session; never the host's."""
-        python_bin = os.path.dirname(self.python_executable)
+        bin_dirs = [f"{self.packages_dir}/bin", os.path.dirname(self.python_executable)]
+        if self.environment_prefix is not None:
+            bin_dirs.insert(1, f"{self.environment_prefix}/bin")
         env = {
-            "PATH": f"{self.packages_dir}/bin:{python_bin}:/usr/local/bin:/usr/bin:/bin",
+            "PATH": ":".join([*bin_dirs, "/usr/local/bin", "/usr/bin", "/bin"]),
             "HOME": self.workspace,
             "USER": "user",
             "LANG": "C.UTF-8",
@@ -155,11 +175,17 @@ class Launcher:
         *,
         network: bool,
         read_only: Sequence[tuple[str, str]] = (),
+        read_write: Sequence[tuple[str, str]] = (),
     ) -> list[str]:
         """``command`` as it must be started to run inside this session's sandbox."""
         if not self.isolated:
             return list(command)
         assert self.bwrap is not None
+        environment = (
+            [(self.sandbox_environment, SANDBOX_ENVIRONMENT_DIR)]
+            if self.sandbox_environment is not None
+            else []
+        )
         return bubblewrap_argv(
             self.bwrap,
             command,
@@ -168,7 +194,8 @@ class Launcher:
             files=self.files,
             env=self.environment(),
             network=network,
-            read_only=read_only,
+            read_only=[*environment, *read_only],
+            read_write=read_write,
             tmp_size_bytes=self.tmp_size_bytes,
         )
 
@@ -205,8 +232,10 @@ def sandbox_files(worker_bytecode: str | None) -> dict[str, str]:
     }
     if worker_bytecode:
         sources[f"{SANDBOX_RUNTIME_DIR}/worker.pyc"] = Path(worker_bytecode)
-    contents = {**etc_contents(), **{path: source.read_bytes() for path, source in sources.items()}}
-    return {path: sealed_file(os.path.basename(path), data) for path, data in contents.items()}
+    runtime = {
+        path: sealed_file(source.name, source.read_bytes()) for path, source in sources.items()
+    }
+    return {**etc_files(), **runtime}
 
 
 def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> str | None:
@@ -249,4 +278,11 @@ def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> 
     return str(target)
 
 
-__all__ = ["PACKAGES_DIR", "Isolation", "Launcher", "compile_worker", "sandbox_files"]
+__all__ = [
+    "PACKAGES_DIR",
+    "SANDBOX_ENVIRONMENT_DIR",
+    "Isolation",
+    "Launcher",
+    "compile_worker",
+    "sandbox_files",
+]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -18,13 +19,14 @@ import sys
 import time
 import uuid
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import InvalidInputError, SandboxError
 from langchain_sandbox.paths import HOME_ENV, state_dir
+from langchain_sandbox.paths import environments_dir as default_environments_dir
 from langchain_sandbox.providers.base import Provider, SessionRecord, SessionSpec
 from langchain_sandbox.providers.local._bubblewrap import (
     PythonInstall,
@@ -45,6 +47,17 @@ from langchain_sandbox.providers.local._launcher import (
 )
 from langchain_sandbox.providers.local._packages import PackageIndex
 from langchain_sandbox.providers.local._seccomp import SyscallFilter, seccomp_program
+from langchain_sandbox.providers.local.environments import (
+    DEFAULT,
+    DEFAULT_ENVIRONMENT,
+    HOST_ENVIRONMENT,
+    EnvironmentCache,
+    EnvironmentStatus,
+    Progress,
+    SandboxEnvironment,
+    environment_names,
+    print_progress,
+)
 from langchain_sandbox.providers.local.session import LOCAL_CAPABILITIES, LocalSession
 from langchain_sandbox.providers.names import LOCAL
 
@@ -63,10 +76,17 @@ class LocalProvider(Provider):
         isolation: ``"bubblewrap"`` (default). ``"none"`` runs code directly on the host, with
             only the limits and the scrubbed environment; it must be asked for by name and
             warns, because sandboxed code can then read and change anything this user can.
-        python: Interpreter the sessions run (default: the one running this process, with its
-            virtualenv's site-packages importable read-only).
-        package_index: Where ``install_packages`` may fetch from (trusted, host-side).
+        python: Interpreter the sessions run (default: the one running this process).
+        package_index: Where ``install_packages`` may fetch from (trusted, host-side); sandbox
+            environments name their own (``SandboxEnvironment.package_index``).
         bwrap: Path of the bubblewrap binary (default: ``bwrap`` on ``PATH``).
+        environments: Sandbox environments sessions may select with ``SessionSpec(template=...)``,
+            besides ``"default"`` (numpy, pandas, matplotlib; an environment named ``"default"``
+            replaces it) and ``"host"`` (the interpreter's own site-packages: the host
+            application's packages become importable, so only when asked for by name).
+        environments_dir: Where built environments are cached (default:
+            :func:`~langchain_sandbox.paths.environments_dir`), shared by every process.
+        progress: Receives the lines of an environment build (default: standard error).
         syscall_filter: ``"seccomp"`` (default) installs the sandbox's seccomp filter (no nested
             namespaces, mounts, kernel keyring, ``bpf``...; see ``docs/isolation.md``); without
             libseccomp sessions then refuse to start. ``"none"`` runs without it; it must be
@@ -84,6 +104,9 @@ class LocalProvider(Provider):
         python: str | None = None,
         package_index: PackageIndex | None = None,
         bwrap: str | None = None,
+        environments: Sequence[SandboxEnvironment] = (),
+        environments_dir: str | os.PathLike[str] | None = None,
+        progress: Progress | None = None,
         syscall_filter: SyscallFilter = "seccomp",
     ) -> None:
         if isolation not in ("bubblewrap", "none"):
@@ -97,6 +120,17 @@ class LocalProvider(Provider):
         self.python = python or sys.executable
         self.package_index = package_index or PackageIndex()
         self.bwrap = bwrap
+        self.environments = {DEFAULT_ENVIRONMENT: DEFAULT}
+        for environment in environments:
+            if not isinstance(environment, SandboxEnvironment):
+                raise InvalidInputError(
+                    f"environments must be SandboxEnvironment objects, not {environment!r}."
+                )
+            self.environments[environment.name] = environment
+        self.environments_dir = (
+            Path(environments_dir) if environments_dir is not None else default_environments_dir()
+        )
+        self.progress = progress or print_progress
         self.syscall_filter: SyscallFilter = syscall_filter
         self._python_install: PythonInstall | None = None
         self._worker_bytecode: str | None = None
@@ -142,6 +176,10 @@ class LocalProvider(Provider):
                 stacklevel=2,
             )
         python, support = await self._environment()
+        environment = await self._sandbox_environment(spec.template, python, bwrap, seccomp)
+        if environment is not None:
+            # The sandbox imports from the environment, never from the host's site-packages.
+            python = dataclasses.replace(python, site_packages=())
         session_id = uuid.uuid4().hex
         directory = self.sessions_dir / session_id
         created_at = time.time()
@@ -167,6 +205,7 @@ class LocalProvider(Provider):
                 tmp_size_bytes=memory_mb * 1024 * 1024 if memory_mb else None,
                 worker_bytecode=self._worker_bytecode,
                 cgroup=cgroup,
+                sandbox_environment=environment,
                 seccomp=seccomp,
             )
             session = LocalSession(
@@ -194,6 +233,81 @@ class LocalProvider(Provider):
                     provider=LOCAL,
                 )
         return session
+
+    def _selected(self, template: str | None) -> SandboxEnvironment | None:
+        """The environment ``template`` names (``None`` for ``"host"``), or raise."""
+        name = DEFAULT_ENVIRONMENT if template is None else template
+        if name == HOST_ENVIRONMENT:
+            return None
+        if name not in self.environments:
+            known = ", ".join(repr(n) for n in environment_names(list(self.environments.values())))
+            raise InvalidInputError(
+                f"The local provider has no sandbox environment {name!r} (known: {known}). "
+                "Define it with LocalProvider(environments=[SandboxEnvironment("
+                f"{name!r}, requirements=[...])])."
+            )
+        return self.environments[name]
+
+    def _cache(
+        self, python: PythonInstall, bwrap: str | None, seccomp: bytes | None = None
+    ) -> EnvironmentCache:
+        return EnvironmentCache(
+            self.environments_dir,
+            python=python,
+            isolation=self.isolation,
+            bwrap=bwrap,
+            seccomp=seccomp,
+        )
+
+    async def _sandbox_environment(
+        self,
+        template: str | None,
+        python: PythonInstall,
+        bwrap: str | None,
+        seccomp: bytes | None,
+    ) -> str | None:
+        """Host directory of the environment ``template`` selects, built first if needed."""
+        environment = self._selected(template)
+        if environment is None:
+            return None
+        status = await asyncio.to_thread(
+            self._cache(python, bwrap, seccomp).ensure, environment, self.progress
+        )
+        return str(status.path)
+
+    async def prepare_environment(self, name: str = DEFAULT_ENVIRONMENT) -> EnvironmentStatus:
+        """Build the environment ``name`` now unless it is built (sessions would on first use).
+
+        Raises:
+            InvalidInputError: no such environment (or ``"host"``, which is never built).
+            EnvironmentBuildError: the build failed.
+        """
+        environment = self._selected(name)
+        if environment is None:
+            raise InvalidInputError(f"{HOST_ENVIRONMENT!r} is the host's own; it is not built.")
+        bwrap: str | None = None
+        seccomp: bytes | None = None
+        if self.isolation == "bubblewrap":
+            bwrap = await asyncio.to_thread(find_bubblewrap, self.bwrap)
+            if self.syscall_filter == "seccomp":
+                seccomp = await asyncio.to_thread(seccomp_program)
+        python, _ = await self._environment()
+        return await asyncio.to_thread(
+            self._cache(python, bwrap, seccomp).ensure, environment, self.progress
+        )
+
+    async def environment_statuses(self) -> list[EnvironmentStatus]:
+        """This provider's environments (built or not) and any other built in its cache."""
+        python, _ = await self._environment()
+        bwrap = self.bwrap if self.isolation == "bubblewrap" else None
+        cache = self._cache(python, bwrap)
+
+        def collect() -> list[EnvironmentStatus]:
+            known = [cache.status(e) for e in self.environments.values()]
+            keys = {s.key for s in known}
+            return known + [s for s in cache.built() if s.key not in keys]
+
+        return await asyncio.to_thread(collect)
 
     @staticmethod
     def _make_directory(
