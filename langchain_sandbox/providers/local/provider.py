@@ -14,7 +14,6 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import sys
 import time
 import uuid
@@ -38,6 +37,7 @@ from langchain_sandbox.providers.local._cgroups import (
     SessionCgroup,
     detect_cgroups,
 )
+from langchain_sandbox.providers.local._files import remove_directory
 from langchain_sandbox.providers.local._launcher import (
     PACKAGES_DIR,
     Isolation,
@@ -202,7 +202,8 @@ class LocalProvider(Provider):
                 network=spec.network,
                 files=self._sandbox_files,
                 extra_env=env,
-                tmp_size_bytes=memory_mb * 1024 * 1024 if memory_mb else None,
+                tmp_size_bytes=spec.limits.tmp_bytes
+                or (memory_mb * 1024 * 1024 if memory_mb else None),
                 worker_bytecode=self._worker_bytecode,
                 cgroup=cgroup,
                 sandbox_environment=environment,
@@ -221,7 +222,7 @@ class LocalProvider(Provider):
             await session.start()
         except BaseException:
             await asyncio.to_thread(cgroup.remove)
-            await asyncio.to_thread(shutil.rmtree, directory, True)
+            await asyncio.to_thread(remove_directory, directory)
             raise
         self._sessions[session_id] = session
         if spec.packages:
@@ -387,7 +388,7 @@ class LocalProvider(Provider):
         await asyncio.to_thread(leftover.remove)
         if not directory.is_dir():
             return False
-        await asyncio.to_thread(shutil.rmtree, directory, True)
+        await asyncio.to_thread(remove_directory, directory)
         return True
 
     async def aclose(self) -> None:
