@@ -44,6 +44,12 @@ class Limits:
         max_processes: Processes and threads the session may have at once.
         max_output_bytes: Bytes of each output stream kept per call (head and tail).
         max_file_bytes: Largest file ``read_files`` returns.
+        workspace_bytes: Quota of the workspace (``/home/user``): what its files take on disk,
+            a sparse file counted at its apparent size. A call that grows the workspace past it
+            is stopped, and ``write_files`` refuses to. Enforced by the local provider; remote
+            providers have their own disk sizes.
+        tmp_bytes: Size of the private ``/tmp`` (local provider: a tmpfs of this size, which
+            also counts against ``memory_mb``); ``None``: as large as ``memory_mb``.
     """
 
     timeout: float = 60.0
@@ -51,6 +57,8 @@ class Limits:
     max_processes: int | None = 256
     max_output_bytes: int = DEFAULT_CAPTURE_BYTES
     max_file_bytes: int = 64 * 1024 * 1024
+    workspace_bytes: int | None = 1024 * 1024 * 1024
+    tmp_bytes: int | None = None
 
 
 @dataclass(frozen=True)

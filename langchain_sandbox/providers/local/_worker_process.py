@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from langchain_sandbox._event_loop import entered_off_loop
 from langchain_sandbox.errors import IsolationUnavailableError, SandboxError
 from langchain_sandbox.providers.names import LOCAL
 
@@ -103,7 +104,10 @@ class WorkerProcess:
         child_fds = (request_r, event_w, control_r)
         loop = asyncio.get_running_loop()
         try:
-            with prepare(build_argv(*child_fds)) as (argv, extra_fds):
+            async with entered_off_loop(lambda: prepare(build_argv(*child_fds))) as (
+                argv,
+                extra_fds,
+            ):
                 process = await asyncio.create_subprocess_exec(
                     *argv,
                     stdin=asyncio.subprocess.DEVNULL,
@@ -160,43 +164,48 @@ class WorkerProcess:
         """Mark the worker gone and wake everything that waits for it, saying why."""
         self.exited = True
         died = WorkerDied(reason)
-        if not self._ready.done():
-            self._ready.set_exception(died)
-            self._ready.exception()  # mark retrieved: nobody may be waiting any more
-        for future, _ in self._pending.values():
+        for future in (self._ready, *(future for future, _ in self._pending.values())):
             if not future.done():
                 future.set_exception(died)
+                # Mark it retrieved: a request given up after its timeout has nobody waiting
+                # any more ("Future exception was never retrieved"); a waiter still gets it.
+                future.exception()
         self._pending.clear()
 
     async def _read_events(self) -> None:
+        # Whatever the sandbox sends, this task ends only by failing the worker with a reason:
+        # an exception escaping it would resurface in every later kill() and close().
         reason = "its process was killed or crashed"
         try:
             while True:
                 line = await self._events.readline()
                 if not line:
                     break
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
+                event = _parse_event(line)
+                if event is None:
+                    reason = "it sent a malformed message on its event pipe"
+                    break
                 self._dispatch(event)
         except (ValueError, asyncio.LimitOverrunError):
-            reason = f"it sent a reply larger than the {_MAX_LINE // (1024 * 1024)} MB limit"
+            reason = f"it sent a message larger than the {_MAX_LINE // (1024 * 1024)} MB limit"
         except OSError as exc:
             reason = f"its event pipe failed ({exc})"
+        except Exception as exc:
+            reason = f"its events could not be handled ({type(exc).__name__})"
+            logger.exception("the event reader of a sandbox worker failed")
         finally:
             self._fail_all(reason)
 
     def _dispatch(self, event: dict[str, Any]) -> None:
-        if event.get("ev") == "ready":
+        if event["ev"] == "ready":
             if not self._ready.done():
                 self._ready.set_result(event)
             return
-        pending = self._pending.get(event.get("id", -1))
+        pending = self._pending.get(event["id"])
         if pending is None:
             return
         future, on_event = pending
-        if event.get("ev") == "done":
+        if event["ev"] == "done":
             del self._pending[event["id"]]
             if not future.done():
                 future.set_result(event)
@@ -232,8 +241,13 @@ class WorkerProcess:
         with contextlib.suppress(OSError):
             os.write(self._control_fd, line)
 
-    async def kill(self) -> None:
-        """Kill the worker and its sandbox (bubblewrap's namespace dies with it). Idempotent."""
+    async def kill(self, reason: str | None = None) -> None:
+        """Kill the worker and its sandbox (bubblewrap's namespace dies with it). Idempotent.
+
+        ``reason``, if given, is what a request still waiting learns (:class:`WorkerDied`).
+        """
+        if reason is not None:
+            self._fail_all(reason)
         self.exited = True
         if self._process.returncode is None:
             # The process leads its own group. Not Process.kill(): Popen.send_signal polls, which
@@ -282,6 +296,24 @@ class _StderrDrain(asyncio.Protocol):
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._closed), 2.0)
         return self._head.decode("utf-8", errors="replace").strip()
+
+
+_EVENT_KINDS = frozenset({"ready", "out", "done"})
+
+
+def _parse_event(line: bytes) -> dict[str, Any] | None:
+    """One event line as a dict with a known ``ev`` (and an int ``id`` unless it is ``ready``),
+    or ``None`` for anything else the sandbox may have written there."""
+    try:
+        event = json.loads(line)
+    except (ValueError, RecursionError):  # RecursionError: deeply nested JSON
+        return None
+    if not isinstance(event, dict) or event.get("ev") not in _EVENT_KINDS:
+        return None
+    request_id = event.get("id")
+    if event["ev"] != "ready" and (type(request_id) is not int):
+        return None
+    return event
 
 
 def _startup_error(stderr: str, exc: BaseException) -> SandboxError:
