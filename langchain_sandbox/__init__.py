@@ -15,10 +15,12 @@ first use, so ``import langchain_sandbox`` stays cheap and never needs an option
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from langchain_sandbox.errors import (
     AuthenticationError,
+    CheckpointerUnavailableError,
     EnvironmentBuildError,
     InvalidInputError,
     InvalidPackageNameError,
@@ -46,6 +48,12 @@ from langchain_sandbox.providers.base import (
 )
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.state import SandboxState, merge_sandbox_state
+
+try:
+    __version__: str = version("langchain-sandbox")
+    """The installed distribution's version (the one in ``pyproject.toml``)."""
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 if TYPE_CHECKING:
     from langchain_sandbox.graph import (
@@ -107,6 +115,7 @@ __all__ = [
     "Artifact",
     "AuthenticationError",
     "Capabilities",
+    "CheckpointerUnavailableError",
     "E2BProvider",
     "EnvironmentBuildError",
     "EnvironmentStatus",

@@ -28,7 +28,8 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from langchain_sandbox.errors import SandboxError
+from langchain_sandbox.errors import MissingDependencyError, SandboxError
+from langchain_sandbox.providers.names import LOCAL, PROVIDER_NAMES
 from langchain_sandbox.testing.scripted_model import ScriptedToolModel, call
 
 CHART_NAME = "monthly_sales.png"
@@ -159,7 +160,10 @@ def run_demo(
         provider: The sandbox provider (``"local"`` needs no account).
         echo: Where transcript lines go.
     """
-    from langchain.agents import create_agent
+    try:
+        from langchain.agents import create_agent
+    except ImportError as exc:
+        raise MissingDependencyError("langchain", "agents", purpose="The demo") from exc
     from langgraph.checkpoint.memory import InMemorySaver
 
     from langchain_sandbox.graph.middleware import SandboxMiddleware
@@ -254,7 +258,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="auto",
         help="auto: a real model if its API key and package are present, else the scripted one",
     )
-    parser.add_argument("--provider", default="local", help="sandbox provider (default: local)")
+    parser.add_argument(
+        "--provider",
+        default=LOCAL,
+        choices=PROVIDER_NAMES,
+        help="where the agent's code runs: local (bubblewrap, the default), e2b or runloop",
+    )
     args = parser.parse_args(argv)
     try:
         result = run_demo(args.output_dir, model=args.model, provider=args.provider)

@@ -80,6 +80,12 @@ class ProviderUnavailableError(SandboxError):
     retryable = True
 
 
+class CheckpointerUnavailableError(SandboxError):
+    """A checkpointer named by URL could not be opened (server down, wrong address or password)."""
+
+    retryable = True
+
+
 class QuotaExceededError(SandboxError):
     """The provider rate-limited the request or the account ran out of quota (HTTP 429)."""
 
@@ -122,6 +128,7 @@ def is_retryable(exc: BaseException) -> bool:
 
 __all__ = [
     "AuthenticationError",
+    "CheckpointerUnavailableError",
     "EnvironmentBuildError",
     "InvalidInputError",
     "InvalidPackageNameError",

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from langchain_sandbox._event_loop import LoopThread
 from langchain_sandbox.providers.base import (
+    Capabilities,
     FileInfo,
     OutputCallback,
     Provider,
@@ -137,6 +138,11 @@ class SandboxRuntime:
     @property
     def max_sessions(self) -> int | None:
         return self._pool.max_sessions
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the runtime's provider can do, known without creating a provider or a sandbox."""
+        return self._pool.capabilities
 
     @property
     def closed(self) -> bool:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_sandbox.errors import SessionClosedError
-from langchain_sandbox.providers import get_provider
-from langchain_sandbox.providers.base import Provider, Session, SessionSpec
+from langchain_sandbox.providers import get_provider, provider_class
+from langchain_sandbox.providers.base import Capabilities, Provider, Session, SessionSpec
 from langchain_sandbox.rehydration import ThreadSandbox
 from langchain_sandbox.retries import retry_async
 
@@ -83,6 +83,13 @@ class SessionPool:
         if isinstance(self._provider_arg, Provider):
             return self._provider_arg.name
         return self._provider_arg
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the provider can do, known without building it (no SDK client, no sandbox)."""
+        if isinstance(self._provider_arg, Provider):
+            return self._provider_arg.capabilities
+        return provider_class(self._provider_arg).capabilities
 
     def live_sessions(self) -> dict[str, str]:
         """``{thread_id: session_id}`` of the sessions alive right now."""

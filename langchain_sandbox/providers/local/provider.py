@@ -1,8 +1,8 @@
 """The local provider: isolated sandboxes on this machine with bubblewrap, no account, no daemon.
 
 Each session lives in ``<base_dir>/sessions/<session_id>/`` (mode 0700): its workspace (bound at
-``/home/user``), its generated ``/etc`` files and a ``session.json`` record used to find sessions
-left behind by a process that died (``list_sessions`` / ``destroy``, for ``gc``). A local sandbox
+``/home/user``) and a ``session.json`` record used to find sessions left behind by a process that
+died (``list_sessions`` / ``destroy``, for ``gc``). A local sandbox
 lives and dies with the process that made it, so ``attach`` finds only sessions of this process.
 """
 
@@ -31,7 +31,6 @@ from langchain_sandbox.providers.local._bubblewrap import (
     PythonInstall,
     describe_python,
     find_bubblewrap,
-    generate_etc,
 )
 from langchain_sandbox.providers.local._cgroups import (
     CgroupSupport,
@@ -44,6 +43,7 @@ from langchain_sandbox.providers.local._launcher import (
     Isolation,
     Launcher,
     compile_worker,
+    sandbox_files,
 )
 from langchain_sandbox.providers.local._packages import PackageIndex
 from langchain_sandbox.providers.local._seccomp import SyscallFilter, seccomp_program
@@ -134,6 +134,7 @@ class LocalProvider(Provider):
         self.syscall_filter: SyscallFilter = syscall_filter
         self._python_install: PythonInstall | None = None
         self._worker_bytecode: str | None = None
+        self._sandbox_files: dict[str, str] = {}
         self._cgroups: CgroupSupport | None = None
         self._sessions: dict[str, LocalSession] = {}
 
@@ -151,6 +152,8 @@ class LocalProvider(Provider):
                 str(self.base_dir / "runtime"),
                 isolated=self.isolation == "bubblewrap",
             )
+            if self.isolation == "bubblewrap":
+                self._sandbox_files = await asyncio.to_thread(sandbox_files, self._worker_bytecode)
             self._python_install = python
         if self._cgroups is None:
             self._cgroups = await asyncio.to_thread(detect_cgroups)
@@ -183,9 +186,7 @@ class LocalProvider(Provider):
         memory_mb = spec.limits.memory_mb
         cgroup = SessionCgroup()
         try:
-            etc_files = await asyncio.to_thread(
-                self._make_directory, directory, session_id, spec, created_at
-            )
+            await asyncio.to_thread(self._make_directory, directory, session_id, spec, created_at)
             cgroup = await asyncio.to_thread(
                 SessionCgroup.create,
                 support,
@@ -199,7 +200,7 @@ class LocalProvider(Provider):
                 workspace_dir=str(directory / "workspace"),
                 bwrap=bwrap,
                 network=spec.network,
-                etc_files=etc_files,
+                files=self._sandbox_files,
                 extra_env=env,
                 tmp_size_bytes=spec.limits.tmp_bytes
                 or (memory_mb * 1024 * 1024 if memory_mb else None),
@@ -312,12 +313,11 @@ class LocalProvider(Provider):
     @staticmethod
     def _make_directory(
         directory: Path, session_id: str, spec: SessionSpec, created_at: float
-    ) -> dict[str, str]:
+    ) -> None:
         directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         directory.mkdir(mode=0o700)
         (directory / "workspace").mkdir(mode=0o700)
         (directory / "workspace" / PACKAGES_DIR).mkdir(mode=0o755)
-        (directory / "etc").mkdir(mode=0o755)
         record: dict[str, Any] = {
             "provider": LOCAL,
             "session_id": session_id,
@@ -327,7 +327,6 @@ class LocalProvider(Provider):
             "state": {"owner_pid": os.getpid()},
         }
         (directory / _RECORD_FILE).write_text(json.dumps(record), encoding="utf-8")
-        return generate_etc(str(directory / "etc"))
 
     def _forget(self, session: LocalSession) -> None:
         self._sessions.pop(session.session_id, None)
