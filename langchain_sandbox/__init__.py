@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_sandbox.errors import (
     AuthenticationError,
     CheckpointerUnavailableError,
+    ConfigurationError,
     EnvironmentBuildError,
     InvalidInputError,
     InvalidPackageNameError,
@@ -116,6 +117,7 @@ __all__ = [
     "AuthenticationError",
     "Capabilities",
     "CheckpointerUnavailableError",
+    "ConfigurationError",
     "E2BProvider",
     "EnvironmentBuildError",
     "EnvironmentStatus",
