@@ -47,6 +47,7 @@ from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.state import SandboxState, merge_sandbox_state
 
 if TYPE_CHECKING:
+    from langchain_sandbox.deepagents import SandboxBackend
     from langchain_sandbox.graph import (
         SandboxAgentState,
         SandboxGraphState,
@@ -86,6 +87,7 @@ _LAZY: dict[str, str] = {
     "SandboxMiddleware": "langchain_sandbox.graph",
     "SandboxGraphState": "langchain_sandbox.graph",
     "SandboxAgentState": "langchain_sandbox.graph",
+    "SandboxBackend": "langchain_sandbox.deepagents",
     "Snapshotter": "langchain_sandbox.snapshots",
     "LocalDirectoryBlobStore": "langchain_sandbox.snapshots",
     "LangGraphStoreBlobStore": "langchain_sandbox.snapshots",
@@ -116,6 +118,7 @@ __all__ = [
     "QuotaExceededError",
     "RunloopProvider",
     "SandboxAgentState",
+    "SandboxBackend",
     "SandboxError",
     "SandboxExecTool",
     "SandboxGoneError",

@@ -87,9 +87,9 @@ def scripted_model() -> ScriptedToolModel:
 def real_model() -> BaseChatModel | None:
     """A real chat model when its API key and integration package are both present."""
     if os.environ.get("ANTHROPIC_API_KEY") and importlib.util.find_spec("langchain_anthropic"):
-        from langchain_anthropic import ChatAnthropic  # type: ignore[import-not-found]
-
-        model: BaseChatModel = ChatAnthropic(model="claude-sonnet-4-5", temperature=0)
+        # Looked up at run time: the package may or may not be installed where this is type-checked.
+        chat_anthropic = importlib.import_module("langchain_anthropic").ChatAnthropic
+        model: BaseChatModel = chat_anthropic(model="claude-sonnet-4-5", temperature=0)
         return model
     if os.environ.get("OPENAI_API_KEY") and importlib.util.find_spec("langchain_openai"):
         from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
