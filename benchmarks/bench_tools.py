@@ -79,7 +79,8 @@ class _ProviderClock:
     the scheduling noise of a shared machine that separate runs would pick up."""
 
     def __init__(self, runtime: SandboxRuntime, thread_id: str) -> None:
-        session = runtime._slots[thread_id].session  # benchmark-only peek at the live session
+        thread = runtime._pool.thread(thread_id)  # benchmark-only peek at the live session
+        session = thread.session if thread is not None else None
         assert session is not None
         inner = session.run_code
         self.last_ms = 0.0
@@ -145,15 +146,15 @@ def bench_overhead(root: Path, n: int) -> None:
     summary: dict[str, float] = {}
     for policy in ("never", "every_call"):
         with _runtime(root, f"tool-{policy}", persist=policy) as runtime:
-            tool = SandboxExecTool(runtime=runtime)
+            tool = SandboxExecTool(runtime=runtime, default_thread_id="bench")
             tool.invoke({"code": "n = 0"})
-            clock = _ProviderClock(runtime, "default")
+            clock = _ProviderClock(runtime, "bench")
             calls: dict[str, Callable[[], object]] = {
                 "bare BaseTool.invoke (no-op)": lambda: noop.invoke({"code": "n += 1"}),
                 "BaseTool.invoke, our schema (no-op)": lambda: schema_noop.invoke(
                     {"code": "n += 1"}
                 ),
-                "runtime.run_code": lambda rt=runtime: rt.run_code("default", "n += 1"),
+                "runtime.run_code": lambda rt=runtime: rt.run_code("bench", "n += 1"),
                 "SandboxExecTool.invoke": lambda t=tool: t.invoke({"code": "n += 1"}),
             }
             t = _round_robin(calls, n, clock)

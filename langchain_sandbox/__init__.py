@@ -15,10 +15,14 @@ first use, so ``import langchain_sandbox`` stays cheap and never needs an option
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from langchain_sandbox.errors import (
     AuthenticationError,
+    CheckpointerUnavailableError,
+    ConfigurationError,
+    EnvironmentBuildError,
     InvalidInputError,
     InvalidPackageNameError,
     InvalidPathError,
@@ -46,6 +50,12 @@ from langchain_sandbox.providers.base import (
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.state import SandboxState, merge_sandbox_state
 
+try:
+    __version__: str = version("langchain-sandbox")
+    """The installed distribution's version (the one in ``pyproject.toml``)."""
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
+
 if TYPE_CHECKING:
     from langchain_sandbox.deepagents import SandboxBackend
     from langchain_sandbox.graph import (
@@ -55,7 +65,12 @@ if TYPE_CHECKING:
         SandboxToolNode,
     )
     from langchain_sandbox.providers.e2b import E2BProvider
-    from langchain_sandbox.providers.local import LocalProvider
+    from langchain_sandbox.providers.local import (
+        EnvironmentStatus,
+        LocalProvider,
+        PackageIndex,
+        SandboxEnvironment,
+    )
     from langchain_sandbox.providers.runloop import RunloopProvider
     from langchain_sandbox.runtime import SandboxRuntime, get_default_runtime
     from langchain_sandbox.snapshots import (
@@ -92,6 +107,9 @@ _LAZY: dict[str, str] = {
     "LocalDirectoryBlobStore": "langchain_sandbox.snapshots",
     "LangGraphStoreBlobStore": "langchain_sandbox.snapshots",
     "LocalProvider": "langchain_sandbox.providers.local",
+    "SandboxEnvironment": "langchain_sandbox.providers.local",
+    "EnvironmentStatus": "langchain_sandbox.providers.local",
+    "PackageIndex": "langchain_sandbox.providers.local",
     "E2BProvider": "langchain_sandbox.providers.e2b",
     "RunloopProvider": "langchain_sandbox.providers.runloop",
 }
@@ -100,7 +118,11 @@ __all__ = [
     "Artifact",
     "AuthenticationError",
     "Capabilities",
+    "CheckpointerUnavailableError",
+    "ConfigurationError",
     "E2BProvider",
+    "EnvironmentBuildError",
+    "EnvironmentStatus",
     "ExecutionError",
     "ExecutionResult",
     "FileInfo",
@@ -113,12 +135,14 @@ __all__ = [
     "LocalDirectoryBlobStore",
     "LocalProvider",
     "MissingDependencyError",
+    "PackageIndex",
     "Provider",
     "ProviderUnavailableError",
     "QuotaExceededError",
     "RunloopProvider",
     "SandboxAgentState",
     "SandboxBackend",
+    "SandboxEnvironment",
     "SandboxError",
     "SandboxExecTool",
     "SandboxGoneError",
@@ -154,6 +178,12 @@ def __dir__() -> list[str]:
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        from langchain_sandbox._removed_api import REPLACEMENTS, removed_api_error
+
+        if name in REPLACEMENTS:
+            # An ImportError, not an AttributeError: ``from langchain_sandbox import X`` turns
+            # an AttributeError into a bare "cannot import name" and drops this message.
+            raise removed_api_error(name)
         raise AttributeError(f"module 'langchain_sandbox' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

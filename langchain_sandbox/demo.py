@@ -6,12 +6,15 @@ in-memory checkpointer, on the local (bubblewrap) provider. The model is
 (``ANTHROPIC_API_KEY`` with ``langchain-anthropic``, or ``OPENAI_API_KEY`` with ``langchain-openai``).
 The run shows what the package is for: several stateful steps (variables made in one call are used
 in the next), two tool calls in one AI message sharing one sandbox, and a matplotlib chart copied out
-of the sandbox to a PNG on the host. It prints a transcript and the chart's path.
+of the sandbox to a PNG on the host. On the local provider the sandbox runs in the default sandbox
+environment (numpy, pandas, matplotlib), which the first run on a machine builds. It prints a
+transcript, what happened to the environment, and the chart's path, or why there is none.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib.util
 import os
 import sys
@@ -25,6 +28,8 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from langchain_sandbox.errors import MissingDependencyError, SandboxError
+from langchain_sandbox.providers.names import LOCAL, PROVIDER_NAMES
 from langchain_sandbox.testing.scripted_model import ScriptedToolModel, call
 
 CHART_NAME = "monthly_sales.png"
@@ -48,6 +53,8 @@ print(f"loaded {len(sales)} months")
 _TOTAL = 'total = sum(sales.values())\nprint(f"total = {total}")'
 _BEST = 'best = max(sales, key=sales.get)\nprint(f"best = {best} ({sales[best]})")'
 
+_SAVED = f"saved {CHART_NAME}"
+
 _CHART = f"""\
 import matplotlib
 matplotlib.use("Agg")
@@ -59,17 +66,21 @@ ax.set_title(f"Monthly sales (total {{total}}, best {{best}})")
 fig.tight_layout()
 fig.savefig("{CHART_NAME}", dpi=100)
 plt.close(fig)
-print("saved {CHART_NAME}")
+print("{_SAVED}")
 """
 
 
 def _summary(messages: list[BaseMessage]) -> str:
     """The scripted model's last answer, written from what the tools actually printed."""
     outputs = [m.text for m in messages if isinstance(m, ToolMessage)]
-    found = [
-        line for out in outputs for line in out.splitlines() if line.startswith(("total", "best"))
-    ]
-    return "Done. " + "; ".join(found) + f". The chart is {CHART_NAME} in the sandbox."
+    lines = [line for out in outputs for line in out.splitlines()]
+    found = [line for line in lines if line.startswith(("total", "best"))]
+    facts = "; ".join(found) or "no figures were computed"
+    if any(line.strip() == _SAVED for line in lines):
+        return f"Done. {facts}. The chart is {CHART_NAME} in the sandbox."
+    errors = [line for line in lines if "Error" in line]
+    reason = f" ({errors[-1].strip()})" if errors else ""
+    return f"{facts}. The chart could not be made{reason}."
 
 
 def scripted_model() -> ScriptedToolModel:
@@ -86,16 +97,12 @@ def scripted_model() -> ScriptedToolModel:
 
 def real_model() -> BaseChatModel | None:
     """A real chat model when its API key and integration package are both present."""
-    if os.environ.get("ANTHROPIC_API_KEY") and importlib.util.find_spec("langchain_anthropic"):
-        # Looked up at run time: the package may or may not be installed where this is type-checked.
-        chat_anthropic = importlib.import_module("langchain_anthropic").ChatAnthropic
-        model: BaseChatModel = chat_anthropic(model="claude-sonnet-4-5", temperature=0)
-        return model
-    if os.environ.get("OPENAI_API_KEY") and importlib.util.find_spec("langchain_openai"):
-        from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
+    from langchain.chat_models import init_chat_model
 
-        model = ChatOpenAI(model="gpt-4o-mini", temperature=0)
-        return model
+    if os.environ.get("ANTHROPIC_API_KEY") and importlib.util.find_spec("langchain_anthropic"):
+        return init_chat_model("anthropic:claude-sonnet-4-5", temperature=0)
+    if os.environ.get("OPENAI_API_KEY") and importlib.util.find_spec("langchain_openai"):
+        return init_chat_model("openai:gpt-4o-mini", temperature=0)
     return None
 
 
@@ -104,7 +111,7 @@ class DemoResult:
     """What a demo run produced.
 
     Attributes:
-        chart: Path of the chart on the host, or ``None`` if the agent made none.
+        chart: Path of the chart on the host (a PNG file), or ``None`` if the agent made none.
         messages: The whole conversation.
         transcript: The lines printed.
         model: ``"scripted"`` or the real model's class name.
@@ -114,6 +121,8 @@ class DemoResult:
     messages: list[BaseMessage]
     transcript: list[str] = field(default_factory=list)
     model: str = "scripted"
+    environment: str | None = None
+    """What happened to the local sandbox environment ("built in 31 s", "reused"), if local."""
 
 
 def _describe(message: BaseMessage) -> list[str]:
@@ -147,7 +156,10 @@ def run_demo(
         provider: The sandbox provider (``"local"`` needs no account).
         echo: Where transcript lines go.
     """
-    from langchain.agents import create_agent
+    try:
+        from langchain.agents import create_agent
+    except ImportError as exc:
+        raise MissingDependencyError("langchain", "agents", purpose="The demo") from exc
     from langgraph.checkpoint.memory import InMemorySaver
 
     from langchain_sandbox.graph.middleware import SandboxMiddleware
@@ -164,6 +176,7 @@ def run_demo(
         transcript.append(line)
         echo(line)
 
+    environment = _prepare_environment(say) if provider == "local" else None
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="lcsb-demo-") as blobs:
@@ -192,9 +205,25 @@ def run_demo(
             chart = _copy_out(runtime, thread_id, out)
         finally:
             runtime.close()
-    say(f"chart saved to {chart}" if chart else "the agent made no chart")
+    if environment:
+        say(f"sandbox environment 'default': {environment}")
+    say(f"chart saved to {chart}" if chart else "the agent made no chart (see the transcript)")
     name = "scripted" if isinstance(chat_model, ScriptedToolModel) else type(chat_model).__name__
-    return DemoResult(chart=chart, messages=messages, transcript=transcript, model=name)
+    return DemoResult(
+        chart=chart, messages=messages, transcript=transcript, model=name, environment=environment
+    )
+
+
+def _prepare_environment(say: Callable[[str], None]) -> str:
+    """Build (once per machine) or reuse the default sandbox environment; say which."""
+    from langchain_sandbox.providers.local import LocalProvider
+
+    status = asyncio.run(
+        LocalProvider(progress=lambda line: say(f"  [environment] {line}")).prepare_environment()
+    )
+    if status.built_now:
+        return f"built in {status.build_seconds:.0f} s ({status.size_bytes / 1e6:.0f} MB)"
+    return f"reused, built earlier ({status.size_bytes / 1e6:.0f} MB)"
 
 
 def _copy_out(runtime: Any, thread_id: str, out: Path) -> Path | None:
@@ -204,6 +233,8 @@ def _copy_out(runtime: Any, thread_id: str, out: Path) -> Path | None:
     try:
         files = runtime.read_files(thread_id, [CHART_NAME]).value
     except InvalidPathError:
+        return None
+    if not files[CHART_NAME].startswith(b"\x89PNG\r\n\x1a\n"):
         return None
     target = out / CHART_NAME
     target.write_bytes(files[CHART_NAME])
@@ -223,9 +254,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="auto",
         help="auto: a real model if its API key and package are present, else the scripted one",
     )
-    parser.add_argument("--provider", default="local", help="sandbox provider (default: local)")
+    parser.add_argument(
+        "--provider",
+        default=LOCAL,
+        choices=PROVIDER_NAMES,
+        help="where the agent's code runs: local (bubblewrap, the default), e2b or runloop",
+    )
     args = parser.parse_args(argv)
-    result = run_demo(args.output_dir, model=args.model, provider=args.provider)
+    try:
+        result = run_demo(args.output_dir, model=args.model, provider=args.provider)
+    except SandboxError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0 if result.chart is not None else 1
 
 

@@ -2,7 +2,7 @@
 
 Live handles never enter graph state; this small JSON record does. Any checkpointer stores it with
 every step, so resuming, forking or time-travelling to a checkpoint gives back the record of that
-checkpoint, and the runtime rehydrates the sandbox to match it (see ``runtime.py``).
+checkpoint, and the runtime rehydrates the sandbox to match it (see :mod:`langchain_sandbox.runtime`).
 
 This module is plain Python (no LangGraph import) so that the runtime below the graph layer can
 produce records; ``langchain_sandbox.graph`` declares the channel with :func:`merge_sandbox_state`
@@ -27,7 +27,6 @@ class SandboxState(TypedDict, total=False):
             sandbox-changing call; a live session whose head differs from the record's is stale).
         snapshot: Reference of the workspace snapshot taken at ``snapshot_revision``, or ``None``.
         snapshot_revision: The revision ``snapshot`` captures.
-        cwd: Working directory of the shell tool, workspace-relative.
         exec_count: Number of executions; sent as a *delta* in updates, summed by the reducer.
     """
 
@@ -36,7 +35,6 @@ class SandboxState(TypedDict, total=False):
     head: str | None
     snapshot: str | None
     snapshot_revision: int
-    cwd: str
     exec_count: int
 
 

@@ -4,17 +4,56 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+
+from langchain_sandbox.paths import ENVIRONMENTS_ENV, environments_dir
 
 _HOME = tempfile.mkdtemp(prefix="lcsbx-tests-")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Sandbox environments are content-addressed and built once per machine: the suite shares
+    # the user's cache (resolved before the override below), so the default one is built at most
+    # once, by the first test that needs it, and later runs reuse it.
+    os.environ.setdefault(ENVIRONMENTS_ENV, str(environments_dir()))
     # Set before any test (and any subprocess a test starts) can reach the default locations, so
-    # the suite never touches the user's own state directory.
+    # the suite never touches the user's sessions or snapshot blobs.
     os.environ["LANGCHAIN_SANDBOX_HOME"] = _HOME
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def user_venv(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """Makes a virtualenv the way a user does (``python -m venv``, then ``pip install -c
+    .ci/constraints.txt '.[extras]'``: no dev extra, no editable install); returns its directory.
+    One per set of extras and packages per test session."""
+    made: dict[tuple[str, ...], Path] = {}
+
+    def make(extras: str, *packages: str) -> Path:
+        key = (extras, *packages)
+        if key not in made:
+            venv = tmp_path_factory.mktemp("user-venv")
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+            constraints = REPO / ".ci" / "constraints.txt"
+            install = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+            subprocess.run(
+                [*install, "-c", str(constraints), f"{REPO}[{extras}]", *packages],
+                check=True,
+                timeout=1800,
+                cwd=venv,
+            )
+            made[key] = venv
+        return made[key]
+
+    return make
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -1,26 +1,60 @@
 """The cookbooks run top to bottom, offline, with the scripted model, and show what they claim.
 
-Each notebook is executed with nbclient on the venv's ipykernel, in a temporary working directory
-(the committed notebook is not modified; its outputs are those of the same run).
+Each notebook runs where a user runs it: its kernel is a fresh virtualenv with exactly what the
+notebook's first cell tells the user to install (``langchain-sandbox[extras]`` and ipykernel, no
+dev extra). nbclient drives it from the test's venv, in a temporary working directory (the
+committed notebook is not modified; its outputs are those of the same run).
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
 import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 COOKBOOK = Path(__file__).resolve().parent.parent / "cookbook"
+_INSTALL = re.compile(r"pip install 'langchain-sandbox\[([a-z0-9,]+)\]' ipykernel")
+
+pytestmark = pytest.mark.slow
 
 
-def execute(name: str, workdir: Path) -> tuple[str, list[str]]:
-    """Run a notebook; return all its text output and the MIME types of its rich outputs."""
+def stated_extras(notebook: nbformat.NotebookNode) -> str:
+    """The extras the notebook's first cell tells the user to install."""
+    first = notebook.cells[0]
+    found = _INSTALL.search(first.source) if first.cell_type == "markdown" else None
+    assert found, "the first cell must say what to pip install"
+    return found.group(1)
+
+
+def user_kernel(venv: Path, directory: Path) -> KernelManager:
+    """A kernel manager whose kernel is ``venv``'s Python."""
+    spec = directory / "kernels" / "user"
+    spec.mkdir(parents=True)
+    argv = [str(venv / "bin" / "python"), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "user venv", "language": "python"})
+    )
+    specs = KernelSpecManager(kernel_dirs=[str(spec.parent)])
+    return KernelManager(kernel_name="user", kernel_spec_manager=specs)
+
+
+def execute(name: str, workdir: Path, user_venv: Callable[..., Path]) -> tuple[str, list[str]]:
+    """Run a notebook in a venv made from its stated requirements; return all its text output and
+    the MIME types of its rich outputs."""
     notebook = nbformat.read(COOKBOOK / f"{name}.ipynb", as_version=4)
+    venv = user_venv(stated_extras(notebook), "ipykernel")
     client = NotebookClient(
-        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
+        notebook,
+        km=user_kernel(venv, workdir.parent / f"{workdir.name}-kernel"),
+        timeout=300,
+        resources={"metadata": {"path": str(workdir)}},
     )
     client.execute()  # raises CellExecutionError, with the cell and traceback, if a cell fails
     texts: list[str] = []
@@ -33,8 +67,8 @@ def execute(name: str, workdir: Path) -> tuple[str, list[str]]:
     return "".join(texts), mimes
 
 
-def test_quickstart(tmp_path: Path) -> None:
-    text, mimes = execute("quickstart", tmp_path)
+def test_quickstart(tmp_path: Path, user_venv: Callable[..., Path]) -> None:
+    text, mimes = execute("quickstart", tmp_path, user_venv)
     assert "HOME = /home/user" in text
     assert "network: OSError" in text or "network: TimeoutError" in text
     assert "{'Jan': 120, 'Feb': 95, 'Mar': 143, 'Apr': 131, 'May': 160, 'Jun': 152}" in text
@@ -44,8 +78,8 @@ def test_quickstart(tmp_path: Path) -> None:
     assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")  # and copied out
 
 
-def test_durable_sessions(tmp_path: Path) -> None:
-    text, _ = execute("durable_sessions", tmp_path)
+def test_durable_sessions(tmp_path: Path, user_venv: Callable[..., Path]) -> None:
+    text, _ = execute("durable_sessions", tmp_path, user_venv)
     assert "{'ada': 4} turn 1" in text  # resumed in a "new process" from the snapshot
     assert "fork:     [notice] The sandbox was restored from the snapshot of revision 1." in text
     assert "saw: 1 one" in text
@@ -53,8 +87,8 @@ def test_durable_sessions(tmp_path: Path) -> None:
     assert "['stdout:\\npublished\\n', \"stdout:\\n'report\\\\n'\\n\"]" in text  # ran once
 
 
-def test_providers(tmp_path: Path) -> None:
-    text, _ = execute("providers", tmp_path)
+def test_providers(tmp_path: Path, user_venv: Callable[..., Path]) -> None:
+    text, _ = execute("providers", tmp_path, user_venv)
     # the same agent and code on local, E2B and Runloop (emulated): same results, state kept
     assert "identical results on local, e2b and runloop: True" in text
     assert "value:\n('12.5 14.0 13.25 15.5', '/home/user')" in text

@@ -14,8 +14,9 @@ calls of one thread are serialized, limits, idle TTL and ``gc`` apply, and any p
 
 Where the work happens:
 
-* ``execute`` runs the command in the thread's sandbox with stderr merged into stdout at the
-  source; output past the session's cap is dropped in the sandbox and ``truncated`` says so.
+* ``execute`` runs the command in the thread's persistent shell (``cd`` and ``export`` stick,
+  and travel with the snapshots) with stderr merged into stdout at the source; output past the
+  session's cap is dropped in the sandbox and ``truncated`` says so.
 * ``read``, ``write``, ``edit``, ``ls``, ``upload_files`` and ``download_files`` use the
   provider's file API for paths under ``/home/user`` (the workspace, which is what snapshots keep):
   no script through the shell, no size limit of a command line, binary-safe. ``read`` and ``ls``
@@ -65,16 +66,12 @@ from langchain_sandbox.deepagents._pages import (
 from langchain_sandbox.errors import InvalidInputError, InvalidPathError, SandboxError
 from langchain_sandbox.providers.base import FileInfo as SandboxFileInfo
 from langchain_sandbox.providers.base import Provider, Session
-from langchain_sandbox.results import ExecutionResult
 from langchain_sandbox.runtime import Outcome, SandboxRuntime
 from langchain_sandbox.state import SandboxState
-from langchain_sandbox.tools.base import resolve_runtime, resolve_thread_id
+from langchain_sandbox.tools.base import private_thread_id, resolve_runtime, resolve_thread_id
 from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
 
 T = TypeVar("T")
-
-MAX_TIMEOUT = 3600
-"""Seconds a command may run when the caller passes ``timeout=0`` (no limit of its own)."""
 
 _READ_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "langchain_sandbox_deepagents_read_only", default=False
@@ -114,8 +111,8 @@ class SandboxBackend(BaseSandbox):
             on the local provider).
         runtime: The :class:`SandboxRuntime` to use (shared with other tools, owned by you).
         provider_options: Options for ``provider`` given by name.
-        default_timeout: Seconds a command may run when the caller gives no timeout (default:
-            the runtime's session limit).
+        thread_id: The thread of calls made outside a graph run (default: one of this
+            backend's own, shared with nothing else).
     """
 
     def __init__(
@@ -124,20 +121,18 @@ class SandboxBackend(BaseSandbox):
         *,
         runtime: SandboxRuntime | None = None,
         provider_options: dict[str, Any] | None = None,
-        default_timeout: float | None = None,
+        thread_id: str | None = None,
     ) -> None:
         if provider is not None and runtime is not None:
             raise ValueError("Pass provider or runtime, not both.")
         if provider_options and provider is None:
             raise ValueError("provider_options need a provider.")
-        if default_timeout is not None and default_timeout <= 0:
-            raise ValueError("default_timeout must be positive.")
         self._runtime = runtime
         self._provider = provider
         self._provider_options = provider_options
         self._owned: SandboxRuntime | None = None
         self._build_lock = threading.Lock()
-        self.default_timeout = default_timeout
+        self.default_thread_id = thread_id or private_thread_id()
 
     # -- where a call goes -------------------------------------------------------------------
 
@@ -156,7 +151,7 @@ class SandboxBackend(BaseSandbox):
     def _call(self) -> _Call:
         config = _graph_config()
         runtime = resolve_runtime(self._explicit_runtime(), None, config)
-        return _Call(runtime, resolve_thread_id(config), None)
+        return _Call(runtime, resolve_thread_id(config, self.default_thread_id), None)
 
     def _sync(self, work: Callable[[_Call], Awaitable[T]]) -> T:
         call = self._call()
@@ -202,10 +197,12 @@ class SandboxBackend(BaseSandbox):
     # -- execute -----------------------------------------------------------------------------
 
     def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
-        """Run ``command`` with ``bash -c`` in the thread's sandbox; stdout and stderr combined.
+        """Run ``command`` in the thread's persistent shell (``cd`` and ``export`` carry over to
+        later commands, and across a resume or fork); stdout and stderr combined.
 
-        ``timeout`` is in seconds (``None``: the default; ``0``: up to :data:`MAX_TIMEOUT`).
-        A command stopped at its timeout reports exit code 124.
+        ``timeout`` is in seconds; ``None`` or ``0`` means the session's limit
+        (``Limits.timeout``), which also caps larger values (the output says so). A command
+        stopped at its time limit reports exit code 124.
         """
         return self._sync(lambda call: self._aexecute(call, command, timeout))
 
@@ -215,26 +212,27 @@ class SandboxBackend(BaseSandbox):
 
     async def _aexecute(self, call: _Call, command: str, timeout: int | None) -> ExecuteResponse:
         if not isinstance(command, str) or not command.strip():
-            return ExecuteResponse(output="Error: the command is empty.", exit_code=None)
-        seconds = self.default_timeout if timeout is None else (timeout or MAX_TIMEOUT)
+            return ExecuteResponse(output="Error: the command is empty.")
         # Merged in the sandbox, so the model reads both streams in the order they were written
         # and the session's output cap applies to what it reads.
         merged = f"exec 2>&1\n{command}"
-
-        async def _run(session: Session) -> ExecutionResult:
-            return await session.run_command(merged, timeout=seconds)
-
-        read_only = _READ_ONLY.get()
+        seconds = float(timeout) if timeout else None
         try:
-            outcome = await self._on_session(
-                call, _run, mutates=not read_only, repeatable=read_only
-            )
+            if _READ_ONLY.get():
+                outcome = await self._on_session(
+                    call, lambda s: s.run_command(merged, timeout=seconds), mutates=False
+                )
+            else:
+                outcome = await call.runtime.arun_shell(
+                    call.thread_id, merged, timeout=seconds, record=call.record
+                )
         except SandboxError as exc:
             return ExecuteResponse(output=f"Error: the sandbox could not run the command: {exc}")
         result = outcome.value
-        output = "".join(f"[notice] {n}\n" for n in outcome.notices) + result.stdout + result.stderr
+        notices = "".join(f"[notice] {n}\n" for n in result.notices)
+        output = notices + result.stdout + result.stderr
         if result.timed_out:
-            output += f"\n[Command timed out after {seconds or 'the default'} seconds]"
+            output += "\n[Command stopped at its time limit]"
             return ExecuteResponse(output, _TIMEOUT_EXIT_CODE, result.truncated)
         return ExecuteResponse(
             output=output, exit_code=result.exit_code, truncated=result.truncated
@@ -638,4 +636,4 @@ async def _awaited(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
-__all__ = ["MAX_TIMEOUT", "SandboxBackend"]
+__all__ = ["SandboxBackend"]

@@ -36,13 +36,18 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from langchain_sandbox.errors import SandboxError
+from langchain_sandbox.errors import ConfigurationError, SandboxError
 from langchain_sandbox.graph.channel import SandboxChannel
 from langchain_sandbox.graph.tool_calls import SandboxToolCallWrapper, ToolResult, is_sandbox_tool
 from langchain_sandbox.providers.base import Session
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.state import SandboxState
-from langchain_sandbox.tools.base import notice_lines, resolve_runtime, resolve_thread_id
+from langchain_sandbox.tools.base import (
+    notice_lines,
+    private_thread_id,
+    resolve_runtime,
+    resolve_thread_id,
+)
 from langchain_sandbox.tools.toolkit import SandboxToolkit
 
 logger = logging.getLogger(__name__)
@@ -87,11 +92,17 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         tools: Sequence[BaseTool] | None = None,
         run_once: bool = True,
         release_between_turns: bool = False,
+        default_thread_id: str | None = None,
     ) -> None:
         super().__init__()
         self.runtime = runtime
+        self.default_thread_id = default_thread_id or private_thread_id()
         self.tools = (
-            list(tools) if tools is not None else SandboxToolkit(runtime=runtime).get_tools()
+            list(tools)
+            if tools is not None
+            else SandboxToolkit(
+                runtime=runtime, default_thread_id=self.default_thread_id
+            ).get_tools()
         )
         self.release_between_turns = release_between_turns
         self._wrapper = SandboxToolCallWrapper(runtime=runtime, run_once=run_once)
@@ -104,7 +115,10 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
 
     def _target(self, runtime: Runtime[Any]) -> tuple[SandboxRuntime, str]:
         config = get_config()
-        return resolve_runtime(self.runtime, runtime, config), resolve_thread_id(config)
+        return (
+            resolve_runtime(self.runtime, runtime, config),
+            resolve_thread_id(config, self.default_thread_id),
+        )
 
     def _after_rehydrate(
         self, sandbox: SandboxRuntime, thread_id: str, record: SandboxState, notices: list[str]
@@ -116,8 +130,11 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
 
     @staticmethod
     def _not_ready(thread_id: str, exc: SandboxError) -> None:
-        # The model may not need the sandbox this turn; if it does, its first sandbox call
-        # tries again and the model reads why it failed. Failing the whole run here would not.
+        # Misconfiguration is the developer's to fix: fail the run now, before the model runs.
+        if isinstance(exc, ConfigurationError):
+            raise exc
+        # Otherwise the model may not need the sandbox this turn; if it does, its first sandbox
+        # call tries again and the model reads why it failed. Failing the whole run would not.
         logger.warning("could not prepare the sandbox of thread %s: %s", thread_id, exc)
 
     def before_agent(
@@ -168,7 +185,8 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         explicit = getattr(request.tool, "runtime", None)  # the wrapper already bound it
         sandbox = resolve_runtime(explicit, request.runtime, config)
         with self._notices_lock:
-            notices = self._notices.pop((id(sandbox), resolve_thread_id(config)), None)
+            thread_id = resolve_thread_id(config, getattr(request.tool, "default_thread_id", ""))
+            notices = self._notices.pop((id(sandbox), thread_id), None)
         if not notices:
             return result
         prefix = notice_lines(notices)

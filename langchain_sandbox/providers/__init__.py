@@ -22,31 +22,36 @@ from langchain_sandbox.providers.base import (
     SessionSpec,
     VariablesDump,
 )
+from langchain_sandbox.providers.names import E2B, LOCAL, PROVIDER_NAMES, RUNLOOP
 
 _PROVIDERS = {
-    "local": ("langchain_sandbox.providers.local", "LocalProvider"),
-    "e2b": ("langchain_sandbox.providers.e2b", "E2BProvider"),
-    "runloop": ("langchain_sandbox.providers.runloop", "RunloopProvider"),
+    LOCAL: ("langchain_sandbox.providers.local", "LocalProvider"),
+    E2B: ("langchain_sandbox.providers.e2b", "E2BProvider"),
+    RUNLOOP: ("langchain_sandbox.providers.runloop", "RunloopProvider"),
 }
 
-PROVIDER_NAMES = tuple(_PROVIDERS)
 
-
-def get_provider(name: str | Provider = "local", **options: Any) -> Provider:
+def get_provider(name: str | Provider = LOCAL, **options: Any) -> Provider:
     """Return a provider: ``name`` is ``"local"``, ``"e2b"``, ``"runloop"`` or a ``Provider``."""
     if isinstance(name, Provider):
         if options:
             raise InvalidInputError("Options apply only when the provider is given by name.")
         return name
+    provider: Provider = provider_class(name)(**options)
+    return provider
+
+
+def provider_class(name: str) -> type[Provider]:
+    """The class of the provider called ``name``, without building one (its SDK is not needed:
+    provider modules import their SDK only when a provider is made)."""
     try:
         module_name, class_name = _PROVIDERS[name]
     except KeyError:
         raise InvalidInputError(
             f"Unknown provider {name!r}; choose one of {', '.join(PROVIDER_NAMES)}."
         ) from None
-    provider_cls = getattr(importlib.import_module(module_name), class_name)
-    provider: Provider = provider_cls(**options)
-    return provider
+    found: type[Provider] = getattr(importlib.import_module(module_name), class_name)
+    return found
 
 
 __all__ = [
@@ -61,4 +66,5 @@ __all__ = [
     "SessionSpec",
     "VariablesDump",
     "get_provider",
+    "provider_class",
 ]

@@ -37,11 +37,19 @@ class Limits:
     """Resource limits of a session. ``None`` leaves a limit to the provider's own default.
 
     Attributes:
-        timeout: Default wall time of one ``run_code`` / ``run_command`` call, in seconds.
+        timeout: Default wall time of one ``run_code`` / ``run_command`` call, in seconds, and
+            its ceiling: through :class:`~langchain_sandbox.SandboxRuntime` (and so every tool)
+            a call may ask for less time, never more.
         memory_mb: Memory of the whole session (all its processes).
         max_processes: Processes and threads the session may have at once.
         max_output_bytes: Bytes of each output stream kept per call (head and tail).
         max_file_bytes: Largest file ``read_files`` returns.
+        workspace_bytes: Quota of the workspace (``/home/user``): what its files take on disk,
+            a sparse file counted at its apparent size. A call that grows the workspace past it
+            is stopped, and ``write_files`` refuses to. Enforced by the local provider; remote
+            providers have their own disk sizes.
+        tmp_bytes: Size of the private ``/tmp`` (local provider: a tmpfs of this size, which
+            also counts against ``memory_mb``); ``None``: as large as ``memory_mb``.
     """
 
     timeout: float = 60.0
@@ -49,6 +57,8 @@ class Limits:
     max_processes: int | None = 256
     max_output_bytes: int = DEFAULT_CAPTURE_BYTES
     max_file_bytes: int = 64 * 1024 * 1024
+    workspace_bytes: int | None = 1024 * 1024 * 1024
+    tmp_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +205,25 @@ class Session(ABC):
         on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
         """Run a shell command (``bash -c``) in ``cwd`` (default: the workspace root)."""
+
+    async def run_shell(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        """Run a command in the session's persistent shell: the working directory and exported
+        variables of earlier ``run_shell`` calls carry over (``cd`` and ``export`` stick), and
+        travel with the workspace's snapshots. ``cwd`` changes directory first, and the shell
+        stays there. See :mod:`langchain_sandbox.providers.persistent_shell`.
+        """
+        from langchain_sandbox.providers.persistent_shell import shell_script
+
+        return await self.run_command(
+            shell_script(command, cwd), timeout=timeout, on_output=on_output
+        )
 
     @abstractmethod
     async def write_files(self, files: Mapping[str, bytes]) -> None:

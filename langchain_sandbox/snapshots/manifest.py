@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_sandbox.errors import UnsafeArchiveError
+from langchain_sandbox.workspace import MAX_PATH_DEPTH
 
 FORMAT = 1
 """Version of the manifest format this module writes and reads."""
@@ -170,6 +171,8 @@ def check_relative_path(path: object, *, what: str = "path") -> str:
         reason = "starts with a drive letter"
     elif len(path) > _MAX_PATH_CHARS:
         reason = f"is longer than {_MAX_PATH_CHARS} characters"
+    elif path.count("/") >= MAX_PATH_DEPTH:
+        reason = f"is nested deeper than {MAX_PATH_DEPTH} directories"
     else:
         for part in path.split("/"):
             if part in ("", ".", ".."):

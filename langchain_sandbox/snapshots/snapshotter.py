@@ -57,6 +57,7 @@ from langchain_sandbox.snapshots.manifest import (
     parse_manifest,
 )
 from langchain_sandbox.snapshots.store import BlobStore, digest
+from langchain_sandbox.workspace import MAX_PATH_DEPTH
 
 RACY_WINDOW_NS = 10_000_000
 """Longest filesystem timestamp tick guarded against (a jiffy at HZ=100); see the module docs."""
@@ -264,6 +265,7 @@ class Snapshotter:
         max_file = min(self.limits.max_file_bytes, session.spec.limits.max_file_bytes)
         selected, dirs, omitted = _select(listing, max_file)
         self._check_capacity(selected, dirs, omitted)
+        _check_quota(selected, session.spec.limits.workspace_bytes)
         hashes, to_read = await self._known_hashes(session, base, selected)
 
         # The variables are dumped by the sandbox's interpreter while the host reads the files,
@@ -670,6 +672,18 @@ def _verify(key: str, data: bytes, size: int | None, computed: str | None = None
         )
 
 
+def _check_quota(selected: Sequence[FileInfo], quota: int | None) -> None:
+    """Refuse to store more than the workspace may hold: sparse files count at their apparent
+    size (that is what reading them gives), so a few holes cannot fill the store."""
+    total = sum(info.size for info in selected)
+    if quota is not None and total > quota:
+        raise InvalidInputError(
+            f"The workspace holds {total} bytes of files (sparse files at their apparent size), "
+            f"over its quota of {quota} (Limits.workspace_bytes); no snapshot was taken. "
+            "Delete files you do not need."
+        )
+
+
 def _select(
     listing: Sequence[FileInfo], max_file: int
 ) -> tuple[list[FileInfo], set[str], dict[str, str]]:
@@ -683,6 +697,9 @@ def _select(
             continue
         if info.kind == "symlink":
             omitted[info.path] = "symlink"
+        elif info.kind == "dir" and info.path.count("/") + 1 >= MAX_PATH_DEPTH:
+            # Listings stop at this depth: what lies below was not seen, so it is not kept.
+            omitted[info.path] = f"its contents lie deeper than {MAX_PATH_DEPTH} directories"
         elif info.kind == "dir":
             dirs.add(info.path)
         elif info.size > max_file:

@@ -8,14 +8,19 @@ A tool call resolves, in order:
   a :class:`SandboxRuntime`, an object with a ``sandbox_runtime`` attribute or a dict with that
   key); ``config["configurable"]["sandbox_runtime"]``; the process-wide default runtime on the
   local provider;
-* the **thread**: ``config["configurable"]["thread_id"]``, else ``"default"``;
+* the **thread**: ``config["configurable"]["thread_id"]``, else the tool's ``default_thread_id``:
+  a private thread of this tool instance unless set (a :class:`SandboxToolkit`'s tools share
+  one), so two tools or agents called without a thread id never see each other's variables or
+  files;
 * the **record**: the graph state's ``sandbox`` key, read from the ``ToolRuntime`` that ``ToolNode``
   injects into the ``runtime`` argument (``None`` outside a graph: the runtime keeps the state).
 
 Tools return ``(content, artifact)``: the content is what the model reads; the artifact is
 ``{"result": <JSON result>, "sandbox": <updated record>}`` for programs and for the graph glue, which
 turns ``artifact["sandbox"]`` into a state update. Infrastructure failures become a
-``ToolException`` the model reads (``handle_tool_error=True``), never a crash of the agent.
+``ToolException`` the model reads (``handle_tool_error=True``), never a crash of the agent;
+misconfiguration (:class:`~langchain_sandbox.errors.ConfigurationError`: a missing extra, API key
+or bubblewrap) is not the model's to fix and propagates to the developer.
 """
 
 # No ``from __future__ import annotations`` here: LangChain resolves ``_run``'s annotations with
@@ -24,6 +29,7 @@ turns ``artifact["sandbox"]`` into a state update. Infrastructure failures becom
 import contextlib
 import contextvars
 import threading
+import uuid
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -35,17 +41,19 @@ from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, Field, PrivateAttr
 from pydantic.json_schema import SkipJsonSchema
 
-from langchain_sandbox.errors import SandboxError
-from langchain_sandbox.providers.base import OutputCallback
+from langchain_sandbox._event_loop import on_event_loop
+from langchain_sandbox.errors import ConfigurationError, SandboxError
+from langchain_sandbox.providers import provider_class
+from langchain_sandbox.providers.base import Capabilities, OutputCallback, SessionSpec
 from langchain_sandbox.results import DEFAULT_RENDER_CHARS, ExecutionResult
 from langchain_sandbox.runtime import (
-    DEFAULT_THREAD_ID,
     Outcome,
     SandboxRuntime,
     StepCall,
     get_default_runtime,
 )
 from langchain_sandbox.state import SandboxState
+from langchain_sandbox.tools.descriptions import sandbox_facts
 
 RUNTIME_KEY = "sandbox_runtime"
 """The context attribute / dict key and the ``configurable`` key a runtime is looked up under."""
@@ -130,10 +138,16 @@ def resolve_runtime(
     return get_default_runtime()
 
 
-def resolve_thread_id(config: RunnableConfig | None) -> str:
-    """The conversation thread of a call: ``configurable.thread_id``, else ``"default"``."""
+def private_thread_id() -> str:
+    """A thread id no other owner uses: the sandbox of calls that carry no ``thread_id``."""
+    return f"private-{uuid.uuid4().hex}"
+
+
+def resolve_thread_id(config: RunnableConfig | None, default: str) -> str:
+    """The conversation thread of a call: ``configurable.thread_id``, else ``default`` (the
+    caller's own private or explicitly shared thread)."""
     thread_id = (config or {}).get("configurable", {}).get("thread_id")
-    return str(thread_id) if thread_id not in (None, "") else DEFAULT_THREAD_ID
+    return str(thread_id) if thread_id not in (None, "") else default
 
 
 def graph_record(tool_runtime: Any) -> SandboxState | None:
@@ -230,6 +244,10 @@ class SandboxTool(BaseTool):
             ``"runloop"``) instead of finding one.
         provider_options: Options for that provider.
         max_output_chars: Characters of each output stream the model reads (head and tail kept).
+        default_thread_id: The thread of calls whose config carries no ``thread_id``. By default
+            each tool instance has a private one, so separate tools (and the agents holding
+            them) never share a sandbox by accident; give tools the same name to share one on
+            purpose. A :class:`SandboxToolkit` gives all its tools one private thread.
     """
 
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
@@ -238,11 +256,37 @@ class SandboxTool(BaseTool):
     provider: str | None = None
     provider_options: dict[str, Any] | None = Field(default=None, exclude=True)
     max_output_chars: int = DEFAULT_RENDER_CHARS
+    default_thread_id: str = Field(default_factory=private_thread_id)
 
     streams_output: ClassVar[bool] = False
     """Whether the tool forwards output to LangGraph's stream writer while it runs."""
 
+    about: ClassVar[str | None] = None
+    """For a tool whose description ends with facts about its sandbox: the fixed part. The facts
+    (network, time limit, memory) are derived when the tool is built from the runtime it is
+    bound to (see :mod:`langchain_sandbox.tools.descriptions`); ``description=`` overrides."""
+
     _owned_runtime: SandboxRuntime | None = PrivateAttr(default=None)
+
+    def model_post_init(self, context: Any) -> None:
+        super().model_post_init(context)
+        # With ``provider=``, build its runtime now, so misconfiguration fails at construction
+        # (on an event loop, where that would block, the first call builds it instead).
+        if self.provider is not None and not on_event_loop():
+            self._explicit_runtime()
+        if self.about is not None and "description" not in self.model_fields_set:
+            capabilities, spec = self._configuration()
+            self.description = f"{self.about} {sandbox_facts(capabilities, spec)}"
+
+    def _configuration(self) -> tuple[Capabilities | None, SessionSpec | None]:
+        """The provider's capabilities and the session spec this tool will run with, when they
+        are known before a call (``None``: the runtime is found per call)."""
+        if self.runtime is not None:
+            return self.runtime.capabilities, self.runtime.spec
+        if self.provider is not None:
+            # What _explicit_runtime will build, known without building it.
+            return provider_class(self.provider).capabilities, SessionSpec()
+        return None, None
 
     def _explicit_runtime(self) -> SandboxRuntime | None:
         if self.runtime is not None:
@@ -274,7 +318,7 @@ class SandboxTool(BaseTool):
             await owned.aclose()
 
     def _prepare(self, config: RunnableConfig, tool_runtime: Any) -> SandboxCall:
-        thread_id = resolve_thread_id(config)
+        thread_id = resolve_thread_id(config, self.default_thread_id)
         step_call = step_call_of(tool_runtime)
         return SandboxCall(
             runtime=resolve_runtime(self._explicit_runtime(), tool_runtime, config),
@@ -294,9 +338,12 @@ class SandboxTool(BaseTool):
 
     @contextlib.contextmanager
     def _tool_errors(self) -> Iterator[None]:
-        """Infrastructure failures and refused input become a message the model reads."""
+        """Infrastructure failures and refused input become a message the model reads;
+        misconfiguration (:class:`ConfigurationError`) is the developer's and propagates."""
         try:
             yield
+        except ConfigurationError:
+            raise
         except SandboxError as exc:
             raise ToolException(f"{self.name} failed: {exc}") from exc
 
@@ -337,6 +384,7 @@ __all__ = [
     "execution_reply",
     "graph_record",
     "notice_lines",
+    "private_thread_id",
     "resolve_runtime",
     "resolve_thread_id",
     "step_call_of",

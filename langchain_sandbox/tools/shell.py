@@ -13,45 +13,56 @@ from langchain_sandbox.tools.base import (
     ToolReply,
     execution_reply,
 )
-from langchain_sandbox.workspace import resolve_path
+from langchain_sandbox.tools.descriptions import sandbox_facts
 
 
 class SandboxShellArgs(SandboxToolArgs):
     """Arguments of :class:`SandboxShellTool`."""
 
-    command: str = Field(description="The command line, run with bash -c.")
+    command: str = Field(description="The command line, run by bash.")
     cwd: str | None = Field(
         default=None,
-        description="Directory to run in, relative to /home/user (default: /home/user).",
+        description=(
+            "Directory to change to first, relative to /home/user; the shell stays there, "
+            "as after cd (default: where the last command left it)."
+        ),
     )
     timeout: float | None = Field(
         default=None,
         gt=0,
-        le=3600,
-        description="Seconds before the command is stopped (default: the sandbox's limit).",
+        description=(
+            "Seconds before the command is stopped. At most the sandbox's time limit set by the "
+            "operator (also the default); a larger value is lowered to that limit."
+        ),
     )
+
+
+_ABOUT = (
+    "Run a shell command (bash) in the isolated sandbox and get back its stdout, stderr and "
+    "exit code. Use it for file management, git, grep, running scripts. Files live under "
+    "/home/user and are shared with the Python tool. The shell is persistent: the working "
+    "directory (cd) and exported variables (export) carry over to later commands; shell "
+    "functions, aliases and unexported variables do not."
+)
 
 
 class SandboxShellTool(SandboxTool):
-    """Run a shell command in the thread's sandbox (the same workspace the Python tool sees)."""
+    """Run a command in the thread's persistent shell (the same workspace the Python tool sees):
+    ``cd`` and exported variables carry over to the thread's next commands, also after a resume
+    or a fork (see :meth:`SandboxRuntime.arun_shell`)."""
 
     name: str = "sandbox_shell"
-    description: str = (
-        "Run a shell command (bash) in the isolated sandbox and get back its stdout, stderr and "
-        "exit code. Use it for file management, git, grep, running scripts. Files live under "
-        "/home/user and are shared with the Python tool. Each command starts a fresh shell, so "
-        "`cd` and exported variables do not carry over: pass cwd instead. No network access."
-    )
+    about: ClassVar[str | None] = _ABOUT
+    description: str = f"{_ABOUT} {sandbox_facts(None, None)}"
     args_schema: type[SandboxShellArgs] = SandboxShellArgs
     streams_output: ClassVar[bool] = True
 
     async def _acall(self, call: SandboxCall, args: dict[str, Any]) -> ToolReply:
-        cwd = args.get("cwd") or (call.record or {}).get("cwd")
-        outcome = await call.runtime.arun_command(
+        outcome = await call.runtime.arun_shell(
             call.thread_id,
             args["command"],
             timeout=args.get("timeout"),
-            cwd=resolve_path(cwd) if cwd else None,
+            cwd=args.get("cwd"),
             record=call.record,
             on_output=call.on_output,
             step_call=call.step_call,

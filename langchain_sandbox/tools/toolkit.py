@@ -8,6 +8,7 @@ from langchain_core.tools import BaseTool, BaseToolkit
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from langchain_sandbox.runtime import SandboxRuntime
+from langchain_sandbox.tools.base import private_thread_id
 from langchain_sandbox.tools.exec import SandboxExecTool
 from langchain_sandbox.tools.files import (
     SandboxListFilesTool,
@@ -27,6 +28,9 @@ class SandboxToolkit(BaseToolkit):
         provider: Build one runtime on this provider for all the tools.
         provider_options: Options for that provider.
         include: Names of the tools to include (all of them by default).
+        default_thread_id: The thread of calls that carry no ``thread_id``. By default one
+            private thread of this toolkit: its tools share a sandbox with each other and with
+            no one else. Give two toolkits the same name to share one on purpose.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -35,6 +39,7 @@ class SandboxToolkit(BaseToolkit):
     provider: str | None = None
     provider_options: dict[str, Any] | None = None
     include: list[str] | None = Field(default=None)
+    default_thread_id: str = Field(default_factory=private_thread_id)
 
     _built_runtime: SandboxRuntime | None = PrivateAttr(default=None)
 
@@ -51,14 +56,17 @@ class SandboxToolkit(BaseToolkit):
 
     def get_tools(self) -> list[BaseTool]:
         """The tools, all bound to the same runtime (or all resolving it the same way)."""
-        runtime = self._shared_runtime()
+        runtime, thread = self._shared_runtime(), self.default_thread_id
         tools: list[BaseTool] = [
-            SandboxExecTool(runtime=runtime),
-            SandboxShellTool(runtime=runtime),
-            SandboxWriteFileTool(runtime=runtime),
-            SandboxReadFileTool(runtime=runtime),
-            SandboxListFilesTool(runtime=runtime),
-            SandboxInstallPackagesTool(runtime=runtime),
+            tool_class(runtime=runtime, default_thread_id=thread)
+            for tool_class in (
+                SandboxExecTool,
+                SandboxShellTool,
+                SandboxWriteFileTool,
+                SandboxReadFileTool,
+                SandboxListFilesTool,
+                SandboxInstallPackagesTool,
+            )
         ]
         if self.include is None:
             return tools

@@ -23,7 +23,7 @@ def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[st
 def test_exec_prints_output_and_last_value() -> None:
     done = _run("exec", "import sys; x = 6 * 7; print(x); x")
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "42\n42\n"
+    assert done.stdout == "42\n[value] 42\n"
 
 
 def test_exec_failures_and_timeouts_have_exit_codes() -> None:

@@ -66,7 +66,7 @@ def test_a_command_past_its_timeout_reports_124_and_the_sandbox_stays_usable(
     backend = SandboxBackend(runtime=runtime)
     stopped = backend.execute("sleep 30", timeout=1)
     assert stopped.exit_code == 124
-    assert "timed out" in stopped.output
+    assert "time limit" in stopped.output
     assert backend.execute("echo alive").output.strip() == "alive"
 
 
@@ -134,3 +134,16 @@ async def test_async_twins_use_the_same_sandbox(runtime: SandboxRuntime) -> None
     assert page.file_data is not None
     assert page.file_data["content"] == "gamma"
     assert backend.execute("cat /home/user/a.txt").output == "alpha\ngamma\n"
+
+
+def test_cd_and_export_carry_over_to_the_next_command(runtime: SandboxRuntime) -> None:
+    backend = SandboxBackend(runtime=runtime)
+    backend.execute("mkdir -p /home/user/project && cd /home/user/project && export STAGE=two")
+    assert backend.execute('pwd; echo "$STAGE"').output.split() == ["/home/user/project", "two"]
+
+
+def test_backends_outside_a_graph_do_not_share_a_sandbox(runtime: SandboxRuntime) -> None:
+    first, second = SandboxBackend(runtime=runtime), SandboxBackend(runtime=runtime)
+    first.write("/home/user/mine.txt", "first's")
+    assert second.read("/home/user/mine.txt").error is not None
+    assert first.read("/home/user/mine.txt").error is None

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from langchain_core.messages import AIMessage
 
-from langchain_sandbox.demo import CHART_NAME, main, run_demo
+from langchain_sandbox.demo import _LOAD, CHART_NAME, _summary, main, run_demo
+from langchain_sandbox.testing.scripted_model import ScriptedToolModel, call
 
 
 def test_demo_runs_stateful_steps_parallel_calls_and_copies_the_chart(tmp_path: Path) -> None:
@@ -22,6 +23,29 @@ def test_demo_runs_stateful_steps_parallel_calls_and_copies_the_chart(tmp_path: 
     assert "best = May (160)" in text
     assert result.messages[-1].text.startswith("Done. total = 801; best = May (160)")
     assert f"chart saved to {result.chart}" in text
+    # The sandbox ran in the default environment, built by this run or an earlier one.
+    assert result.environment is not None
+    assert result.environment.startswith(("built in", "reused"))
+    assert f"sandbox environment 'default': {result.environment}" in text
+
+
+def test_demo_reports_a_chart_that_was_not_made(tmp_path: Path) -> None:
+    failing_chart = "import matplotlib\nmatplotlib.use('Agg')\nraise RuntimeError('no ink')"
+    model = ScriptedToolModel(
+        script=[
+            call("sandbox_exec", code=_LOAD),
+            call("sandbox_exec", code=failing_chart),
+            _summary,
+        ]
+    )
+    lines: list[str] = []
+    result = run_demo(tmp_path / "out", model=model, echo=lines.append)
+    assert result.chart is None
+    assert not (tmp_path / "out" / CHART_NAME).exists()
+    last = result.messages[-1].text
+    assert "The chart is" not in last
+    assert last.endswith("The chart could not be made (RuntimeError: no ink).")
+    assert lines[-1] == "the agent made no chart (see the transcript)"
 
 
 def test_demo_main_exits_zero(tmp_path: Path, capsys: object) -> None:

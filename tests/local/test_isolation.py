@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -141,10 +143,9 @@ async def test_no_capabilities_and_not_root_inside(session: LocalSession) -> Non
     assert shell.stdout.split()[-1] == "0000000000000000"
 
 
-async def test_missing_bubblewrap_refuses_with_a_fix(tmp_path: Path) -> None:
-    provider = LocalProvider(base_dir=tmp_path / "b", bwrap=str(tmp_path / "no" / "bwrap"))
+def test_missing_bubblewrap_refuses_with_a_fix(tmp_path: Path) -> None:
     with pytest.raises(IsolationUnavailableError) as caught:
-        await provider.create()
+        LocalProvider(base_dir=tmp_path / "b", bwrap=str(tmp_path / "no" / "bwrap"))
     message = str(caught.value)
     assert "bubblewrap" in message
     assert "install" in message.lower()
@@ -173,6 +174,7 @@ def test_probe_reports_what_is_enforced_here() -> None:
     report = probe_isolation()
     assert report.bubblewrap_usable
     assert report.network_isolation
+    assert report.syscall_filter
     assert report.process_limit.startswith("cgroup")
     assert report.memory_limit.startswith("cgroup")
     missing = probe_isolation("/nonexistent/bwrap")
@@ -180,7 +182,7 @@ def test_probe_reports_what_is_enforced_here() -> None:
     assert any("bubblewrap" in problem for problem in missing.problems)
 
 
-async def test_bubblewrap_without_user_namespaces_refuses_with_a_fix(tmp_path: Path) -> None:
+def test_bubblewrap_without_user_namespaces_refuses_with_a_fix(tmp_path: Path) -> None:
     # What bubblewrap prints where unprivileged user namespaces are disabled; the provider must
     # turn it into an error that says how to fix it, and leave nothing behind.
     failing = tmp_path / "bwrap"
@@ -188,12 +190,49 @@ async def test_bubblewrap_without_user_namespaces_refuses_with_a_fix(tmp_path: P
         "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n"
     )
     failing.chmod(0o755)
-    provider = LocalProvider(base_dir=tmp_path / "b", bwrap=str(failing))
     with pytest.raises(IsolationUnavailableError) as caught:
-        await provider.create()
+        LocalProvider(base_dir=tmp_path / "b", bwrap=str(failing))
     assert "user namespaces" in str(caught.value)
     assert "Permission denied" in str(caught.value)
-    assert list((tmp_path / "b" / "sessions").iterdir()) == []
+    assert not (tmp_path / "b").exists()
     report = probe_isolation(str(failing))
     assert not report.bubblewrap_usable
     assert any("user namespaces" in problem for problem in report.problems)
+
+
+_WITHOUT_LIBSECCOMP = """
+import asyncio, sys
+sys.modules["pyseccomp"] = None  # as on a machine where the binding or libseccomp is missing
+from langchain_sandbox.errors import IsolationUnavailableError
+from langchain_sandbox.providers.local import LocalProvider
+
+async def main(base):
+    try:
+        await LocalProvider(base_dir=base + "/filtered").create()
+    except IsolationUnavailableError as exc:
+        print("refused:", exc)
+    async with await LocalProvider(base_dir=base + "/opted-out", syscall_filter="none").create() as s:
+        print("unfiltered:", (await s.run_code("6 * 7")).value)
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_without_libseccomp_sessions_refuse_unless_the_filter_is_declined_by_name(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_LIBSECCOMP, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    refused, unfiltered = done.stdout.splitlines()
+    assert refused.startswith("refused:")
+    assert "libseccomp2" in refused
+    assert "pip install pyseccomp" in refused
+    assert "syscall_filter='none'" in refused
+    assert unfiltered == "unfiltered: 42"
+    with pytest.raises(Exception, match="syscall_filter must be"):
+        LocalProvider(syscall_filter="off")  # type: ignore[arg-type]

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import zipfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -15,36 +12,13 @@ from langchain_sandbox.providers.base import SessionSpec
 from langchain_sandbox.providers.local import LocalProvider, PackageIndex
 
 
-def _build_wheel(directory: Path, name: str, version: str, source: str) -> Path:
-    """Write a minimal, valid pure-Python wheel (PEP 427) by hand."""
-    dist_info = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": source.encode(),
-        f"{dist_info}/METADATA": (
-            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-        ).encode(),
-        f"{dist_info}/WHEEL": (
-            b"Wheel-Version: 1.0\nGenerator: handmade\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        ),
-    }
-    record_lines = []
-    for path, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record_lines.append(f"{path},sha256={digest},{len(data)}")
-    record_lines.append(f"{dist_info}/RECORD,,")
-    files[f"{dist_info}/RECORD"] = ("\n".join(record_lines) + "\n").encode()
-    wheel = directory / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, data in files.items():
-            archive.writestr(path, data)
-    return wheel
-
-
 @pytest.fixture
-async def offline_provider(tmp_path: Path) -> AsyncIterator[LocalProvider]:
+async def offline_provider(
+    tmp_path: Path, build_wheel: Callable[..., Path]
+) -> AsyncIterator[LocalProvider]:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    _build_wheel(wheels, "tinypkg", "0.1", "VALUE = 'installed'\n")
+    build_wheel(wheels, "tinypkg", "0.1", "VALUE = 'installed'\n")
     provider = LocalProvider(
         base_dir=tmp_path / "sandboxes",
         package_index=PackageIndex(find_links=(wheels,), no_index=True),

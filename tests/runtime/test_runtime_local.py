@@ -94,6 +94,26 @@ def test_fork_restores_older_state_and_the_original_keeps_its_own(tmp_path: Path
         assert back.value.stdout == "10\n"
 
 
+def test_the_shell_keeps_cd_and_export_and_follows_forks_and_new_processes(
+    tmp_path: Path,
+) -> None:
+    with _runtime(tmp_path) as runtime:
+        at_one = runtime.run_shell("t", "mkdir -p a b && cd a && export STAGE=one").record
+        assert runtime.run_shell("t", 'pwd; echo "$STAGE"').value.stdout == "/home/user/a\none\n"
+        at_two = runtime.run_shell("t", "cd ../b && export STAGE=two").record
+
+        fork = runtime.run_shell("t", 'pwd; echo "$STAGE"', record=at_one)
+        assert fork.value.stdout == "/home/user/a\none\n"
+        original = runtime.run_shell("t", 'pwd; echo "$STAGE"', record=at_two)
+        assert original.value.stdout == "/home/user/b\ntwo\n"
+
+    # A new process: another runtime, same snapshot store, the record from the checkpoint.
+    with _runtime(tmp_path) as resumed:
+        again = resumed.run_shell("t", 'pwd; echo "$STAGE"', record=original.record)
+        assert again.value.stdout == "/home/user/b\ntwo\n"
+        assert any("restored" in n for n in again.value.notices)
+
+
 def test_parallel_first_calls_create_one_sandbox_and_threads_are_isolated(
     tmp_path: Path,
 ) -> None:

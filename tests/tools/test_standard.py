@@ -30,6 +30,8 @@ from langchain_sandbox.tools import (
 from .conftest import make_local_runtime
 
 _RUNTIME: list[SandboxRuntime] = []
+_THREAD = "standard-tests"
+"""The suite builds a new tool for each test: they share one sandbox by naming its thread."""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -39,7 +41,7 @@ def _module_runtime() -> Iterator[None]:
         _RUNTIME.append(runtime)
         try:
             # The read test reads what the write test's example writes; make it exist up front.
-            runtime.write_files("default", {"notes/hello.txt": b"hello from the sandbox\n"})
+            runtime.write_files(_THREAD, {"notes/hello.txt": b"hello from the sandbox\n"})
             yield
         finally:
             _RUNTIME.remove(runtime)
@@ -56,7 +58,7 @@ class _Standard:
 
     @property
     def tool_constructor_params(self) -> dict[str, Any]:
-        return {"runtime": _RUNTIME[0]} if _RUNTIME else {}
+        return {"runtime": _RUNTIME[0], "default_thread_id": _THREAD} if _RUNTIME else {}
 
     @property
     def tool_invoke_params_example(self) -> dict[str, Any]:

@@ -90,6 +90,15 @@ def test_shell_and_file_tools_share_one_workspace(runtime: SandboxRuntime) -> No
     assert _text(_call(tools["sandbox_read_file"], {"path": "data/out.txt"})) == "from python"
 
 
+def test_the_shell_tool_keeps_cd_and_export_between_calls(runtime: SandboxRuntime) -> None:
+    shell = SandboxShellTool(runtime=runtime)
+    _call(shell, {"command": "mkdir -p src && cd src && export BUILD=release"})
+    later = _call(shell, {"command": 'pwd; echo "$BUILD"'})
+    assert later.artifact["result"]["stdout"] == "/home/user/src\nrelease\n"
+    assert "cd" in shell.description
+    assert "do not carry over" not in shell.description
+
+
 def test_binary_and_image_files_are_not_dumped_as_text(runtime: SandboxRuntime) -> None:
     write = SandboxWriteFileTool(runtime=runtime)
     read = SandboxReadFileTool(runtime=runtime)
@@ -242,11 +251,12 @@ def test_resolution_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         SandboxExecTool().invoke(code, config)
         assert "r" in configured.live_sessions()
 
-        # nothing given: the process-wide default runtime, on the default thread
+        # nothing given: the process-wide default runtime, on the tool's private thread
         monkeypatch.setattr(runtime_module, "_default_runtime", None)
-        SandboxExecTool().invoke(code)
+        unbound = SandboxExecTool()
+        unbound.invoke(code)
         default = runtime_module.get_default_runtime()
-        assert "default" in default.live_sessions()
+        assert list(default.live_sessions()) == [unbound.default_thread_id]
         assert default.provider_name == "local"
     finally:
         for made in (explicit, in_context, configured):

@@ -7,6 +7,12 @@ from __future__ import annotations
 
 from langchain_sandbox.providers.local._packages import PackageIndex
 from langchain_sandbox.providers.local._probe import IsolationReport, probe_isolation
+from langchain_sandbox.providers.local.environments import (
+    DEFAULT_ENVIRONMENT,
+    HOST_ENVIRONMENT,
+    EnvironmentStatus,
+    SandboxEnvironment,
+)
 from langchain_sandbox.providers.local.provider import HOME_ENV, LocalProvider, default_base_dir
 from langchain_sandbox.providers.local.session import (
     INTERRUPT_GRACE,
@@ -16,14 +22,18 @@ from langchain_sandbox.providers.local.session import (
 )
 
 __all__ = [
+    "DEFAULT_ENVIRONMENT",
     "HOME_ENV",
+    "HOST_ENVIRONMENT",
     "INTERRUPT_GRACE",
     "LOCAL_CAPABILITIES",
     "WORKER_RESTARTED",
+    "EnvironmentStatus",
     "IsolationReport",
     "LocalProvider",
     "LocalSession",
     "PackageIndex",
+    "SandboxEnvironment",
     "default_base_dir",
     "probe_isolation",
 ]

@@ -15,6 +15,8 @@ hold a secret.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import functools
 import json
 import os
 import shutil
@@ -23,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from langchain_sandbox.errors import IsolationUnavailableError
+from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 SANDBOX_UID = 1000
@@ -46,12 +49,15 @@ _NETWORK_ETC = (
     "/etc/pki/ca-trust",
 )
 
+_DATA_SOURCE = "/proc/self/fd/"
+_HOST_KEYRING_VIEWS = ("/proc/keys", "/proc/key-users")
+
 _DESCRIBE_PYTHON = (
     "import json, os, site, sys;"
     "print(json.dumps({'executable': os.path.realpath(sys.executable),"
     " 'prefix': sys.base_prefix,"
     " 'site': [p for p in site.getsitepackages() if os.path.isdir(p)],"
-    " 'version': '%d.%d' % sys.version_info[:2]}))"
+    " 'version': '%d.%d' % sys.version_info[:2], 'build': sys.version}))"
 )
 
 
@@ -64,12 +70,15 @@ class PythonInstall:
         prefix: Host path of its installation prefix (``sys.base_prefix``).
         site_packages: Host site-packages directories to make importable (a venv's included).
         version: ``"3.11"``.
+        build: The interpreter's full ``sys.version`` (release and build), which sandbox
+            environments made with it are addressed by.
     """
 
     executable: str
     prefix: str
     site_packages: tuple[str, ...]
     version: str
+    build: str = ""
 
     @property
     def _prefix_is_system(self) -> bool:
@@ -141,13 +150,14 @@ def describe_python(executable: str) -> PythonInstall:
         raise IsolationUnavailableError(
             f"Cannot run the sandbox's Python interpreter {executable!r}: {exc}. "
             "Pass python='/path/to/python3' to LocalProvider.",
-            provider="local",
+            provider=LOCAL,
         ) from exc
     return PythonInstall(
         executable=str(info["executable"]),
         prefix=str(info["prefix"]),
         site_packages=tuple(str(p) for p in info["site"]),
         version=str(info["version"]),
+        build=str(info["build"]),
     )
 
 
@@ -161,30 +171,43 @@ def find_bubblewrap(path: str | None = None) -> str:
         f"bubblewrap (bwrap) was not found{where}, so code cannot be isolated here. "
         "Install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), "
         "or, only if you accept running code unisolated, pass isolation='none'.",
-        provider="local",
+        provider=LOCAL,
     )
 
 
-def generate_etc(directory: str) -> dict[str, str]:
-    """Write the sandbox's own ``passwd``, ``group`` and ``hosts`` into ``directory``.
-
-    Returns ``{sandbox path: host path}`` for the generated files.
-    """
+def etc_files() -> dict[str, str]:
+    """The sandbox's own ``/etc/passwd``, ``group`` and ``hosts``, as data sources for ``files``."""
     contents = {
-        "passwd": (
+        "/etc/passwd": (
             f"user:x:{SANDBOX_UID}:{SANDBOX_GID}:user:{WORKSPACE_ROOT}:/bin/bash\n"
             "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
         ),
-        "group": f"user:x:{SANDBOX_GID}:\nnogroup:x:65534:\n",
-        "hosts": f"127.0.0.1 localhost {SANDBOX_HOSTNAME}\n::1 localhost ip6-localhost\n",
+        "/etc/group": f"user:x:{SANDBOX_GID}:\nnogroup:x:65534:\n",
+        "/etc/hosts": f"127.0.0.1 localhost {SANDBOX_HOSTNAME}\n::1 localhost ip6-localhost\n",
     }
-    generated: dict[str, str] = {}
-    for name, text in contents.items():
-        host_path = os.path.join(directory, name)
-        with open(host_path, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        generated[f"/etc/{name}"] = host_path
-    return generated
+    return {
+        path: sealed_file(os.path.basename(path), text.encode()) for path, text in contents.items()
+    }
+
+
+@functools.cache
+def sealed_file(name: str, data: bytes) -> str:
+    """``data`` in a sealed memory file (nobody can change it), as a data source for ``files``.
+
+    Files given to sandboxes this way appear in ``/proc/self/mountinfo`` inside without any host
+    path, where a bind of a host file would show the file's host path. The memory file lives as
+    long as this process (one per distinct content); the returned ``/proc/self/fd/N`` names it.
+    """
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    fcntl.fcntl(
+        fd,
+        fcntl.F_ADD_SEALS,
+        fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE,
+    )
+    return f"{_DATA_SOURCE}{fd}"
 
 
 def bubblewrap_argv(
@@ -193,10 +216,11 @@ def bubblewrap_argv(
     *,
     python: PythonInstall,
     workspace: str,
-    etc_files: Mapping[str, str],
+    files: Mapping[str, str],
     env: Mapping[str, str],
     network: bool,
     read_only: Sequence[tuple[str, str]] = (),
+    read_write: Sequence[tuple[str, str]] = (),
     tmp_size_bytes: int | None = None,
 ) -> list[str]:
     """The full ``bwrap`` argv that runs ``command`` in a fresh sandbox.
@@ -206,11 +230,13 @@ def bubblewrap_argv(
         command: argv inside the sandbox (sandbox paths).
         python: The interpreter to make available.
         workspace: Host directory bound read-write at ``/home/user``.
-        etc_files: Generated ``/etc`` files (``{sandbox path: host path}``).
+        files: Read-only files copied into the sandbox (``{sandbox path: data source}``, the
+            sources made by :func:`sealed_file`): the generated ``/etc`` files, the worker.
         env: The complete environment inside; the host's is cleared.
         network: Share the host's network (and its resolver and CA certificates).
-        read_only: Extra ``(host, sandbox)`` read-only binds (the worker's sources, a trusted
-            package directory).
+        read_only: Extra ``(host, sandbox)`` read-only binds (the session's environment, a
+            trusted package directory).
+        read_write: Extra ``(host, sandbox)`` writable binds (only an environment being built).
         tmp_size_bytes: Size cap of the private ``/tmp``.
     """
     argv = [
@@ -220,6 +246,10 @@ def bubblewrap_argv(
         "--unshare-ipc",
         "--unshare-uts",
         "--unshare-cgroup-try",
+        # No user namespace inside: without one, nothing in the sandbox can gain the privileges to
+        # mount (cgroupfs included, where the session's own limits live) or to unshare further.
+        "--disable-userns",
+        "--assert-userns-disabled",
         "--uid",
         str(SANDBOX_UID),
         "--gid",
@@ -240,8 +270,8 @@ def bubblewrap_argv(
     for path in _ETC_FILES:
         if os.path.exists(path):
             argv += ["--ro-bind", os.path.realpath(path), path]
-    for sandbox_path, host_path in etc_files.items():
-        argv += ["--ro-bind", host_path, sandbox_path]
+    for sandbox_path, source in files.items():
+        argv += ["--ro-bind-data", source, sandbox_path]
     if network:
         for path in _NETWORK_ETC:
             if os.path.exists(path):
@@ -250,11 +280,17 @@ def bubblewrap_argv(
         argv += ["--ro-bind", host_path, sandbox_path]
     # /proc and /dev are read-only: the sandbox user maps to the host's uid, which would
     # otherwise own (and could write) host-wide sysctls such as /proc/sys/kernel/core_pattern.
-    argv += ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev"]
+    argv += ["--proc", "/proc"]
+    # The kernel keyring is not namespaced: these list the host user's keys and key quotas.
+    for path in _HOST_KEYRING_VIEWS:
+        argv += ["--ro-bind", "/dev/null", path]
+    argv += ["--remount-ro", "/proc", "--dev", "/dev"]
     size = ["--size", str(tmp_size_bytes)] if tmp_size_bytes is not None else []
     argv += [*size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     argv += [*size, "--tmpfs", "/tmp", "--chmod", "1777", "/tmp"]
     argv += ["--bind", workspace, WORKSPACE_ROOT, "--chdir", WORKSPACE_ROOT]
+    for host_path, sandbox_path in read_write:
+        argv += ["--bind", host_path, sandbox_path]
     # The assembled root itself is read-only: only /home/user, /tmp and /dev take writes.
     argv += ["--remount-ro", "/"]
     for key, value in env.items():
@@ -264,20 +300,47 @@ def bubblewrap_argv(
 
 
 @contextlib.contextmanager
-def options_via_fd(argv: Sequence[str]) -> Iterator[tuple[list[str], tuple[int, ...]]]:
+def options_via_fd(
+    argv: Sequence[str], *, seccomp: bytes | None = None
+) -> Iterator[tuple[list[str], tuple[int, ...]]]:
     """Hand bubblewrap its options through a memfd (``--args FD``) instead of its argv.
 
     bubblewrap's own process is pid 1 inside the sandbox, and ``/proc/1/cmdline`` would show
-    every host path it binds. Yields the short argv and the descriptor to pass to the child.
+    every host path it binds. Data files (``--ro-bind-data`` of a :func:`sealed_file`) get a
+    descriptor each. With ``seccomp`` (a BPF program), bubblewrap also gets
+    ``--seccomp FD`` and installs the filter. Yields the short argv and the descriptors to pass to
+    the child.
     """
     split = list(argv).index("--")
-    fd = os.memfd_create("bwrap-args")
+    options = list(argv[1:split])
+    fds: list[int] = []
     try:
-        os.write(fd, b"".join(arg.encode() + b"\0" for arg in argv[1:split]))
-        os.lseek(fd, 0, os.SEEK_SET)
-        yield [argv[0], "--args", str(fd), *argv[split:]], (fd,)
+        for index, option in enumerate(options[:-1]):
+            if option == "--ro-bind-data" and options[index + 1].startswith(_DATA_SOURCE):
+                # bubblewrap reads the data from the descriptor's offset: each start gets a
+                # descriptor of its own, positioned at the start.
+                fds.append(os.open(options[index + 1], os.O_RDONLY | os.O_CLOEXEC))
+                options[index + 1] = str(fds[-1])
+        if seccomp is not None:
+            fds.append(_memfd("bwrap-seccomp", seccomp))
+            options += ["--seccomp", str(fds[-1])]
+        fds.append(_memfd("bwrap-args", b"".join(arg.encode() + b"\0" for arg in options)))
+        yield [argv[0], "--args", str(fds[-1]), *argv[split:]], tuple(fds)
     finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _memfd(name: str, data: bytes) -> int:
+    """A memory file holding ``data``, positioned at its start for the reader."""
+    fd = os.memfd_create(name)
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def _system_dir_args(directory: str) -> list[str]:
@@ -304,7 +367,8 @@ __all__ = [
     "PythonInstall",
     "bubblewrap_argv",
     "describe_python",
+    "etc_files",
     "find_bubblewrap",
-    "generate_etc",
     "options_via_fd",
+    "sealed_file",
 ]

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
-import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 from langchain_sandbox.errors import InvalidInputError, InvalidPathError
 from langchain_sandbox.providers.base import FileInfo
-from langchain_sandbox.workspace import relative_path
+from langchain_sandbox.providers.names import LOCAL
+from langchain_sandbox.workspace import MAX_PATH_DEPTH, relative_path
+
+logger = logging.getLogger(__name__)
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -112,11 +115,10 @@ class HostWorkspace:
                         f"{path!r} has {info.st_size} bytes, more than the {self.max_file_bytes} "
                         "a read returns; read it in parts from code instead."
                     )
-                with os.fdopen(os.dup(fd), "rb") as handle:
-                    data = handle.read(self.max_file_bytes + 1)
+                data = _read_at_most(fd, info.st_size, self.max_file_bytes)
             finally:
                 os.close(fd)
-            if len(data) > self.max_file_bytes:
+            if data is None:
                 raise InvalidInputError(f"{path!r} grew past {self.max_file_bytes} bytes.")
             return data
 
@@ -132,7 +134,8 @@ class HostWorkspace:
             except OSError as exc:
                 raise _path_error(exc, path) from None
             if not stat.S_ISDIR(info.st_mode):
-                return [_file_info(prefix, info)]
+                found = _file_info(prefix, info)
+                return [] if found is None else [found]
             try:
                 fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
             except OSError as exc:
@@ -143,25 +146,73 @@ class HostWorkspace:
                 os.close(fd)
 
     def _scan(self, fd: int, prefix: str, recursive: bool) -> list[FileInfo]:
+        """The entries below ``fd``, depth first in name order, walked with an explicit stack
+        (sandboxed code can nest directories far deeper than Python's recursion limit).
+
+        Directories at :data:`MAX_PATH_DEPTH` are listed but not entered: no path the host API
+        accepts lies below them.
+        """
         entries: list[FileInfo] = []
-        with os.scandir(fd) as iterator:
-            children = sorted(iterator, key=lambda entry: entry.name)
-        for entry in children:
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # removed by sandboxed code while we listed
-            entries.append(_file_info(prefix + entry.name, info))
-            if recursive and stat.S_ISDIR(info.st_mode):
-                try:
-                    child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
-                except OSError:
+        stack: list[tuple[int, str, Iterator[os.DirEntry[str]]]] = []
+        try:
+            current: tuple[int, str, Iterator[os.DirEntry[str]]] | None = (
+                fd,
+                prefix,
+                _sorted_entries(fd),
+            )
+            while current is not None:
+                directory, base, children = current
+                entry = next(children, None)
+                if entry is None:
+                    if directory != fd:
+                        os.close(directory)
+                    current = stack.pop() if stack else None
                     continue
                 try:
-                    entries.extend(self._scan(child, prefix + entry.name + "/", recursive))
-                finally:
-                    os.close(child)
+                    info = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # removed by sandboxed code while we listed
+                found = _file_info(base + entry.name, info)
+                if found is None:
+                    continue
+                entries.append(found)
+                depth = found.path.count("/") + 1
+                if not (recursive and found.kind == "dir" and depth < MAX_PATH_DEPTH):
+                    continue
+                try:
+                    child = os.open(entry.name, _DIR_FLAGS, dir_fd=directory)
+                except OSError:
+                    continue
+                stack.append(current)
+                current = (child, base + entry.name + "/", _sorted_entries(child))
+        finally:
+            for directory, _, _ in stack:
+                if directory != fd:
+                    os.close(directory)
         return entries
+
+    def usage(self) -> int:
+        """Bytes the workspace takes on the host: per file the larger of its size and the disk
+        blocks it uses, so a sparse file counts at its apparent size (what reading it, and so a
+        snapshot of it, costs) and a tiny file at the block it occupies. Any depth is counted."""
+        total = 0
+
+        def visit(fd: int) -> list[str]:
+            nonlocal total
+            dirs: list[str] = []
+            with os.scandir(fd) as iterator:
+                for entry in iterator:
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    total += max(info.st_size, info.st_blocks * 512)
+                    if stat.S_ISDIR(info.st_mode):
+                        dirs.append(entry.name)
+            return dirs
+
+        _walk_tree(os.open(self.root, _DIR_FLAGS), visit)
+        return total
 
     def remove(self, path: str) -> None:
         """Remove a file, symlink or directory tree; a missing path is not an error."""
@@ -175,8 +226,7 @@ class HostWorkspace:
                 except FileNotFoundError:
                     return
                 if stat.S_ISDIR(info.st_mode):
-                    # shutil.rmtree with dir_fd walks by descriptor and never follows symlinks.
-                    shutil.rmtree(name, dir_fd=parent)
+                    remove_tree(parent, name)
                 else:
                     os.unlink(name, dir_fd=parent)
         except InvalidPathError as exc:
@@ -185,14 +235,46 @@ class HostWorkspace:
             raise
 
 
-def _file_info(path: str, info: os.stat_result) -> FileInfo:
+_READ_CHUNK = 1024 * 1024
+
+
+def _read_at_most(fd: int, expected: int, limit: int) -> bytes | None:
+    """The file's bytes, read in chunks; ``None`` if it holds more than ``limit``.
+
+    Memory follows what the file holds (its size when opened, plus what it grew meanwhile),
+    never the limit: a ``read(limit + 1)`` reserved the whole limit per file, which a capture of
+    100,000 tiny files turned into terabytes of address space.
+    """
+    chunks: list[bytes] = []
+    total = 0
+    want = min(expected, limit) + 1  # one byte more than expected tells a file that grew
+    while True:
+        chunk = os.read(fd, min(max(want - total, 1), _READ_CHUNK))
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > limit:
+            return None
+        chunks.append(chunk)
+
+
+def _sorted_entries(fd: int) -> Iterator[os.DirEntry[str]]:
+    with os.scandir(fd) as iterator:
+        return iter(sorted(iterator, key=lambda entry: entry.name))
+
+
+def _file_info(path: str, info: os.stat_result) -> FileInfo | None:
+    """What a listing says about an entry; ``None`` for FIFOs, sockets and devices, which are
+    left out of listings (and so of snapshots): they hold no content to read or restore."""
     kind: Literal["file", "dir", "symlink"]
     if stat.S_ISLNK(info.st_mode):
         kind = "symlink"
     elif stat.S_ISDIR(info.st_mode):
         kind = "dir"
-    else:
+    elif stat.S_ISREG(info.st_mode):
         kind = "file"
+    else:
+        return None
     return FileInfo(
         path=path,
         size=0 if kind == "dir" else info.st_size,
@@ -200,6 +282,109 @@ def _file_info(path: str, info: os.stat_result) -> FileInfo:
         mode=stat.S_IMODE(info.st_mode),
         kind=kind,
     )
+
+
+def remove_tree(parent_fd: int, name: str) -> None:
+    """Remove the directory ``name`` in ``parent_fd`` with everything below it, at any depth,
+    never through a symlink (a symlink is removed, not followed).
+
+    ``shutil.rmtree`` recurses, which a deep tree turns into ``RecursionError``, and holds a
+    descriptor per level; this walks with :func:`_walk_tree`.
+    """
+    top = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    _walk_tree(top, _unlink_all_but_dirs, leave=lambda fd, child: os.rmdir(child, dir_fd=fd))
+    os.rmdir(name, dir_fd=parent_fd)
+
+
+def _walk_tree(
+    top: int,
+    visit: Callable[[int], list[str]],
+    *,
+    leave: Callable[[int, str], None] | None = None,
+) -> None:
+    """Depth-first over every directory below ``top`` (a descriptor this takes over), at any depth.
+
+    ``visit(fd)`` handles one directory and returns the names of its subdirectories to enter;
+    ``leave(parent_fd, name)`` runs once a subdirectory is done. Iterative, with two descriptors
+    open at a time: it climbs back with ``..`` and checks that it lands in the directory it came
+    from, so a tree moved meanwhile stops the walk (``OSError``) instead of leading it outside.
+    A subdirectory replaced by a symlink or a file is skipped, never followed.
+    """
+    fd = top
+    try:
+        # Per level: the directory's name in its parent, its identity, the subdirectories left.
+        frames: list[tuple[str, tuple[int, int], list[str]]] = [("", _identity(top), visit(top))]
+        while True:
+            pending = frames[-1][2]
+            if pending:
+                child_name = pending.pop()
+                try:
+                    child = os.open(child_name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
+                    if leave is not None:  # replaced by a non-directory: removal unlinks it
+                        os.unlink(child_name, dir_fd=fd)
+                    continue
+                os.close(fd)
+                fd = child
+                frames.append((child_name, _identity(child), visit(child)))
+                continue
+            if len(frames) == 1:
+                return
+            up = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            if _identity(up) != frames[-2][1]:
+                os.close(up)
+                raise OSError(errno.ESTALE, "the tree moved while it was walked")
+            os.close(fd)
+            fd = up
+            done = frames.pop()[0]
+            if leave is not None:
+                leave(fd, done)
+    finally:
+        os.close(fd)
+
+
+def remove_directory(path: str | os.PathLike[str]) -> None:
+    """Remove the host directory ``path`` and everything in it, as far as possible.
+
+    For a session's own directory (workspace and all), at close and by ``gc``: a missing
+    directory is fine, and what cannot be removed is logged, never raised, so closing always
+    completes.
+    """
+    parent, name = os.path.split(os.path.abspath(path))
+    try:
+        parent_fd = os.open(parent, _DIR_FLAGS)
+    except FileNotFoundError:
+        return
+    try:
+        remove_tree(parent_fd, name)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        logger.warning("could not remove a sandbox directory completely: %s", exc.strerror)
+    finally:
+        os.close(parent_fd)
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    info = os.fstat(fd)
+    return info.st_dev, info.st_ino
+
+
+def _unlink_all_but_dirs(fd: int) -> list[str]:
+    """Unlink every entry of ``fd`` that is not a directory; return the directories' names."""
+    dirs: list[str] = []
+    with os.scandir(fd) as iterator:
+        for entry in iterator:
+            if entry.is_dir(follow_symlinks=False):
+                dirs.append(entry.name)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.name, dir_fd=fd)
+    return dirs
 
 
 def _path_error(exc: OSError, path: str) -> InvalidPathError:
@@ -213,7 +398,7 @@ def _path_error(exc: OSError, path: str) -> InvalidPathError:
         message = f"{path!r} is a directory."
     else:
         message = f"{path!r} cannot be accessed: {exc.strerror}."
-    return InvalidPathError(message, provider="local", details={"errno": exc.errno})
+    return InvalidPathError(message, provider=LOCAL, details={"errno": exc.errno})
 
 
-__all__ = ["HostWorkspace"]
+__all__ = ["HostWorkspace", "remove_directory", "remove_tree"]

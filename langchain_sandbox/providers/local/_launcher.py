@@ -21,7 +21,9 @@ from langchain_sandbox.providers.local._bubblewrap import (
     SANDBOX_RUNTIME_DIR,
     PythonInstall,
     bubblewrap_argv,
+    etc_files,
     options_via_fd,
+    sealed_file,
 )
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
 from langchain_sandbox.workspace import WORKSPACE_ROOT
@@ -30,6 +32,9 @@ Isolation = Literal["bubblewrap", "none"]
 
 PACKAGES_DIR = ".packages"
 """Workspace-relative directory that ``install_packages`` installs into (on ``sys.path``)."""
+
+SANDBOX_ENVIRONMENT_DIR = "/opt/environment"
+"""Where a session's sandbox environment (a virtualenv) appears inside the sandbox."""
 
 _WORKER_SOURCE = Path(__file__).with_name("_worker.py")
 _KERNEL_STATE_SOURCE = Path(__file__).parent.parent / "kernel_state.py"
@@ -46,12 +51,18 @@ class Launcher:
         workspace_dir: Host directory of the workspace.
         bwrap: The bubblewrap binary (``None`` without isolation).
         network: Whether the session's processes share the host's network.
-        etc_files: Generated ``/etc`` files (``{sandbox path: host path}``).
+        files: Read-only files copied into the sandbox, ``{sandbox path: data source}``
+            (:func:`sandbox_files`: the generated ``/etc`` files and the worker).
         extra_env: The session's own variables (``SessionSpec.env``), applied last.
         tmp_size_bytes: Size cap of the private ``/tmp``.
         worker_bytecode: Host path of the worker compiled by :func:`compile_worker` (saves
             compiling it at every start), or ``None`` to run its source.
         cgroup: The session's cgroups, joined by every process it starts.
+        sandbox_environment: Host directory of the session's sandbox environment (a virtualenv made by
+            :mod:`~langchain_sandbox.providers.local.environments`), bound read-only at
+            :data:`SANDBOX_ENVIRONMENT_DIR`; its site-packages replace the interpreter's.
+            ``None``: the interpreter's own site-packages (``python.site_packages``).
+        seccomp: The seccomp filter (a BPF program) bubblewrap installs, or ``None`` for none.
     """
 
     isolation: Isolation
@@ -59,11 +70,13 @@ class Launcher:
     workspace_dir: str
     bwrap: str | None = None
     network: bool = False
-    etc_files: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)
     extra_env: Mapping[str, str] = field(default_factory=dict)
     tmp_size_bytes: int | None = None
     worker_bytecode: str | None = None
     cgroup: SessionCgroup | None = None
+    sandbox_environment: str | None = None
+    seccomp: bytes | None = None
 
     @property
     def isolated(self) -> bool:
@@ -85,7 +98,17 @@ class Launcher:
         return self.python.sandbox_executable() if self.isolated else self.python.executable
 
     @property
+    def environment_prefix(self) -> str | None:
+        """The sandbox environment's prefix as the session's processes see it."""
+        if self.sandbox_environment is None:
+            return None
+        return SANDBOX_ENVIRONMENT_DIR if self.isolated else self.sandbox_environment
+
+    @property
     def site_packages(self) -> list[str]:
+        prefix = self.environment_prefix
+        if prefix is not None:
+            return [f"{prefix}/lib/python{self.python.version}/site-packages"]
         if self.isolated:
             return self.python.sandbox_site_packages()
         return list(self.python.site_packages)
@@ -109,9 +132,11 @@ class Launcher:
 
     def environment(self) -> dict[str, str]:
         """The allow-listed environment of every process in the session; never the host's."""
-        python_bin = os.path.dirname(self.python_executable)
+        bin_dirs = [f"{self.packages_dir}/bin", os.path.dirname(self.python_executable)]
+        if self.environment_prefix is not None:
+            bin_dirs.insert(1, f"{self.environment_prefix}/bin")
         env = {
-            "PATH": f"{self.packages_dir}/bin:{python_bin}:/usr/local/bin:/usr/bin:/bin",
+            "PATH": ":".join([*bin_dirs, "/usr/local/bin", "/usr/bin", "/bin"]),
             "HOME": self.workspace,
             "USER": "user",
             "LANG": "C.UTF-8",
@@ -150,26 +175,27 @@ class Launcher:
         *,
         network: bool,
         read_only: Sequence[tuple[str, str]] = (),
+        read_write: Sequence[tuple[str, str]] = (),
     ) -> list[str]:
         """``command`` as it must be started to run inside this session's sandbox."""
         if not self.isolated:
             return list(command)
         assert self.bwrap is not None
-        runtime = [
-            (str(_WORKER_SOURCE), f"{SANDBOX_RUNTIME_DIR}/worker.py"),
-            (str(_KERNEL_STATE_SOURCE), f"{SANDBOX_RUNTIME_DIR}/kernel_state.py"),
-        ]
-        if self.worker_bytecode:
-            runtime.append((self.worker_bytecode, f"{SANDBOX_RUNTIME_DIR}/worker.pyc"))
+        environment = (
+            [(self.sandbox_environment, SANDBOX_ENVIRONMENT_DIR)]
+            if self.sandbox_environment is not None
+            else []
+        )
         return bubblewrap_argv(
             self.bwrap,
             command,
             python=self.python,
             workspace=self.workspace_dir,
-            etc_files=self.etc_files,
+            files=self.files,
             env=self.environment(),
             network=network,
-            read_only=[*runtime, *read_only],
+            read_only=[*environment, *read_only],
+            read_write=read_write,
             tmp_size_bytes=self.tmp_size_bytes,
         )
 
@@ -180,7 +206,7 @@ class Launcher:
         if not self.isolated:
             yield self._joined(argv), ()
             return
-        with options_via_fd(argv) as (command, fds):
+        with options_via_fd(argv, seccomp=self.seccomp) as (command, fds):
             yield self._joined(command), fds
 
     def _joined(self, argv: Sequence[str]) -> list[str]:
@@ -191,7 +217,25 @@ class Launcher:
         return {} if self.isolated else self.environment()
 
     def process_cwd(self) -> str:
-        return self.workspace_dir
+        """Working directory of the started process: bubblewrap's is neutral, since the shell
+        that joins the cgroups exports it as ``PWD``, which ``/proc/1/environ`` would show."""
+        return "/" if self.isolated else self.workspace_dir
+
+
+def sandbox_files(worker_bytecode: str | None) -> dict[str, str]:
+    """The files every sandbox gets as copies (no host path of them is visible inside):
+    the generated ``/etc`` files, the worker and the variables module (``{sandbox path: source}``).
+    """
+    sources = {
+        f"{SANDBOX_RUNTIME_DIR}/worker.py": _WORKER_SOURCE,
+        f"{SANDBOX_RUNTIME_DIR}/kernel_state.py": _KERNEL_STATE_SOURCE,
+    }
+    if worker_bytecode:
+        sources[f"{SANDBOX_RUNTIME_DIR}/worker.pyc"] = Path(worker_bytecode)
+    runtime = {
+        path: sealed_file(source.name, source.read_bytes()) for path, source in sources.items()
+    }
+    return {**etc_files(), **runtime}
 
 
 def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> str | None:
@@ -234,4 +278,11 @@ def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> 
     return str(target)
 
 
-__all__ = ["PACKAGES_DIR", "Isolation", "Launcher", "compile_worker"]
+__all__ = [
+    "PACKAGES_DIR",
+    "SANDBOX_ENVIRONMENT_DIR",
+    "Isolation",
+    "Launcher",
+    "compile_worker",
+    "sandbox_files",
+]

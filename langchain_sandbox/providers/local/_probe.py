@@ -7,6 +7,7 @@ mechanism enforces each limit.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from langchain_sandbox.errors import IsolationUnavailableError
 from langchain_sandbox.providers.local._bubblewrap import find_bubblewrap
 from langchain_sandbox.providers.local._cgroups import detect_cgroups
+from langchain_sandbox.providers.local._seccomp import seccomp_program
 
 
 @dataclass(frozen=True)
@@ -22,8 +24,10 @@ class IsolationReport:
 
     Attributes:
         bubblewrap: Path of the bubblewrap binary, or ``None`` when it is missing.
-        bubblewrap_usable: A sandbox with user, pid, net, ipc and uts namespaces started.
+        bubblewrap_usable: A sandbox with user, pid, net, ipc and uts namespaces, and no nested
+            user namespaces, started.
         network_isolation: Sandboxes get no network unless a session asks for it.
+        syscall_filter: The seccomp filter can be built here (libseccomp and pyseccomp found).
         memory_limit: How memory is limited: ``"cgroup v1"``, ``"cgroup v2"`` or
             ``"rlimit (RLIMIT_AS)"``.
         process_limit: How processes are limited: ``"cgroup v1"``, ``"cgroup v2"``, or
@@ -34,6 +38,7 @@ class IsolationReport:
     bubblewrap: str | None
     bubblewrap_usable: bool
     network_isolation: bool
+    syscall_filter: bool
     memory_limit: str
     process_limit: str
     problems: tuple[str, ...] = ()
@@ -57,6 +62,12 @@ def probe_isolation(bwrap: str | None = None) -> IsolationReport:
         usable, problem = _try_bubblewrap(path)
         if problem:
             problems.append(problem)
+    syscall_filter = True
+    try:
+        seccomp_program()
+    except IsolationUnavailableError as exc:
+        syscall_filter = False
+        problems.append(str(exc))
     support = detect_cgroups()
     memory = f"cgroup v{support.memory_version}" if support.memory else "rlimit (RLIMIT_AS)"
     processes = f"cgroup v{support.pids_version}" if support.pids else "rlimit (RLIMIT_NPROC)"
@@ -73,12 +84,28 @@ def probe_isolation(bwrap: str | None = None) -> IsolationReport:
         bubblewrap=path,
         bubblewrap_usable=usable,
         network_isolation=usable,
+        syscall_filter=syscall_filter,
         memory_limit=memory,
         process_limit=processes,
         problems=tuple(problems),
     )
 
 
+def usable_bubblewrap(bwrap: str | None = None) -> str:
+    """The bubblewrap binary, checked to really start a sandbox here; else raise saying how to
+    get isolation. The check runs once per binary and process (a few milliseconds).
+
+    Raises:
+        IsolationUnavailableError: bubblewrap is missing, or cannot create the namespaces.
+    """
+    path = find_bubblewrap(bwrap)
+    usable, problem = _try_bubblewrap(path)
+    if not usable:
+        raise IsolationUnavailableError(problem, provider="local")
+    return path
+
+
+@functools.lru_cache(maxsize=16)
 def _try_bubblewrap(bwrap: str) -> tuple[bool, str]:
     argv = [
         bwrap,
@@ -87,6 +114,7 @@ def _try_bubblewrap(bwrap: str) -> tuple[bool, str]:
         "--unshare-net",
         "--unshare-ipc",
         "--unshare-uts",
+        "--disable-userns",
         "--uid",
         "1000",
         "--cap-drop",
@@ -106,6 +134,11 @@ def _try_bubblewrap(bwrap: str) -> tuple[bool, str]:
         return False, f"bubblewrap could not run: {exc}"
     if completed.returncode != 0:
         detail = completed.stderr.decode(errors="replace").strip()
+        if "--disable-userns" in detail:
+            return False, (
+                f"bubblewrap is too old ({detail}): the sandbox needs --disable-userns, which "
+                "bubblewrap 0.8.0 and newer have (Debian 12, Ubuntu 23.04, Fedora 38 and later)."
+            )
         return False, (
             f"bubblewrap cannot create namespaces here ({detail}). Enable unprivileged user "
             "namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04+ "
@@ -115,4 +148,4 @@ def _try_bubblewrap(bwrap: str) -> tuple[bool, str]:
     return True, ""
 
 
-__all__ = ["IsolationReport", "probe_isolation"]
+__all__ = ["IsolationReport", "probe_isolation", "usable_bubblewrap"]

@@ -396,6 +396,8 @@ class Worker:
         self.stderr.drain()
         self.stdout.sink = self.stderr.sink = None
         reply["dropped"] = {"stdout": out.finish(), "stderr": err.finish()}
+        if os.getpid() == self.pid:
+            _end_strays()
         return reply
 
     def _run_cell(self, code: str) -> Any:
@@ -538,6 +540,28 @@ class Worker:
         return {"failed": failed}
 
 
+def _end_strays() -> None:
+    """Kill what a cell left running in the worker's own process group, and reap it.
+
+    The rule, as for commands: what code starts ends with the call (forks and children that
+    did not start a session of their own); a service meant to outlive the call is started with
+    ``start_new_session=True`` (or ``setsid``). Only this process group is touched, so without
+    isolation nothing else on the host is.
+    """
+    me, group = os.getpid(), os.getpgrp()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in (1, me):
+            continue
+        pid = int(name)
+        try:
+            if os.getpgid(pid) != group:
+                continue
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            continue  # gone already, or not our child (its parent or pid 1 reaps it)
+
+
 def _kill_group(pgid: int, *, wait: float = 0.0) -> None:
     """SIGKILL a process group; with ``wait``, until it is gone (reaped) or ``wait`` seconds pass.
 
@@ -575,15 +599,17 @@ def _describe_exception(exc: BaseException) -> dict[str, str]:
     if isinstance(exc, SyntaxError):
         lines = traceback.format_exception_only(type(exc), exc)
         return {"name": type(exc).__name__, "value": str(exc), "traceback": "".join(lines)}
-    frames = traceback.extract_tb(exc.__traceback__)
-    # Drop the worker's own frames: the model should see its code, not the machinery.
-    skip = 0
-    while skip < len(frames) and frames[skip].filename == _OWN_FILE:
-        skip += 1
-    tb = exc.__traceback__
-    for _ in range(skip):
-        tb = tb.tb_next if tb is not None else None
-    lines = traceback.format_exception(type(exc), exc, tb)
+    # Drop the worker's own frames wherever they are: the ones that ran the cell, and the SIGINT
+    # handler that raised a timeout's KeyboardInterrupt. The model should see its code only.
+    report = traceback.TracebackException.from_exception(exc)
+    pending = [report]
+    while pending:
+        current = pending.pop()
+        current.stack = traceback.StackSummary.from_list(
+            [frame for frame in current.stack if frame.filename != _OWN_FILE]
+        )
+        pending += [chained for chained in (current.__cause__, current.__context__) if chained]
+    lines = list(report.format())
     try:
         value = str(exc)
     except Exception:

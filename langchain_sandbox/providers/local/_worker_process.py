@@ -23,11 +23,13 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from langchain_sandbox._event_loop import entered_off_loop
 from langchain_sandbox.errors import IsolationUnavailableError, SandboxError
+from langchain_sandbox.providers.names import LOCAL
 
 EventHandler = Callable[[dict[str, Any]], None]
 
-_log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 # Replies carry figures and variable dumps, so a line may be large; the bound keeps a hostile
 # sandbox from making the host buffer without limit (past it the worker counts as broken).
@@ -49,8 +51,10 @@ class WorkerProcess:
         events_transport: asyncio.ReadTransport,
         requests: asyncio.WriteTransport,
         control_fd: int,
+        stderr_transport: asyncio.BaseTransport,
     ) -> None:
         self._process = process
+        self._stderr_transport = stderr_transport
         self._events = events
         self._events_transport = events_transport
         self._requests = requests
@@ -96,15 +100,19 @@ class WorkerProcess:
         request_r, request_w = os.pipe()
         event_r, event_w = os.pipe()
         control_r, control_w = os.pipe()
+        stderr_r, stderr_w = os.pipe()
         child_fds = (request_r, event_w, control_r)
         loop = asyncio.get_running_loop()
         try:
-            with prepare(build_argv(*child_fds)) as (argv, extra_fds):
+            async with entered_off_loop(lambda: prepare(build_argv(*child_fds))) as (
+                argv,
+                extra_fds,
+            ):
                 process = await asyncio.create_subprocess_exec(
                     *argv,
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.PIPE,
+                    stderr=stderr_w,
                     pass_fds=(*child_fds, *extra_fds),
                     preexec_fn=preexec_fn,
                     start_new_session=True,
@@ -113,13 +121,16 @@ class WorkerProcess:
                 )
         except (OSError, subprocess.SubprocessError) as exc:
             # SubprocessError: the preexec_fn failed (e.g. a cgroup refused the new process).
-            for fd in (*child_fds, request_w, event_r, control_w):
+            for fd in (*child_fds, request_w, event_r, control_w, stderr_r, stderr_w):
                 os.close(fd)
             raise IsolationUnavailableError(
-                f"Could not start the sandbox: {exc}", provider="local"
+                f"Could not start the sandbox: {exc}", provider=LOCAL
             ) from exc
-        for fd in child_fds:
+        for fd in (*child_fds, stderr_w):
             os.close(fd)
+        stderr_transport, stderr = await loop.connect_read_pipe(
+            _StderrDrain, os.fdopen(stderr_r, "rb", buffering=0)
+        )
         events = asyncio.StreamReader(limit=_MAX_LINE)
         events_transport, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(events), os.fdopen(event_r, "rb", buffering=0)
@@ -128,13 +139,13 @@ class WorkerProcess:
             asyncio.Protocol, os.fdopen(request_w, "wb", buffering=0)
         )
         os.set_blocking(control_w, False)
-        worker = cls(process, events, events_transport, transport, control_w)
+        worker = cls(process, events, events_transport, transport, control_w, stderr_transport)
         try:
             await asyncio.wait_for(asyncio.shield(worker._ready), startup_timeout)
         except (WorkerDied, TimeoutError) as exc:
-            stderr = await worker._stderr_text()
+            text = await stderr.head_text()
             await worker.kill()
-            raise _startup_error(stderr, exc) from None
+            raise _startup_error(text, exc) from None
         return worker
 
     @property
@@ -153,43 +164,48 @@ class WorkerProcess:
         """Mark the worker gone and wake everything that waits for it, saying why."""
         self.exited = True
         died = WorkerDied(reason)
-        if not self._ready.done():
-            self._ready.set_exception(died)
-            self._ready.exception()  # mark retrieved: nobody may be waiting any more
-        for future, _ in self._pending.values():
+        for future in (self._ready, *(future for future, _ in self._pending.values())):
             if not future.done():
                 future.set_exception(died)
+                # Mark it retrieved: a request given up after its timeout has nobody waiting
+                # any more ("Future exception was never retrieved"); a waiter still gets it.
+                future.exception()
         self._pending.clear()
 
     async def _read_events(self) -> None:
+        # Whatever the sandbox sends, this task ends only by failing the worker with a reason:
+        # an exception escaping it would resurface in every later kill() and close().
         reason = "its process was killed or crashed"
         try:
             while True:
                 line = await self._events.readline()
                 if not line:
                     break
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
+                event = _parse_event(line)
+                if event is None:
+                    reason = "it sent a malformed message on its event pipe"
+                    break
                 self._dispatch(event)
         except (ValueError, asyncio.LimitOverrunError):
-            reason = f"it sent a reply larger than the {_MAX_LINE // (1024 * 1024)} MB limit"
+            reason = f"it sent a message larger than the {_MAX_LINE // (1024 * 1024)} MB limit"
         except OSError as exc:
             reason = f"its event pipe failed ({exc})"
+        except Exception as exc:
+            reason = f"its events could not be handled ({type(exc).__name__})"
+            logger.exception("the event reader of a sandbox worker failed")
         finally:
             self._fail_all(reason)
 
     def _dispatch(self, event: dict[str, Any]) -> None:
-        if event.get("ev") == "ready":
+        if event["ev"] == "ready":
             if not self._ready.done():
                 self._ready.set_result(event)
             return
-        pending = self._pending.get(event.get("id", -1))
+        pending = self._pending.get(event["id"])
         if pending is None:
             return
         future, on_event = pending
-        if event.get("ev") == "done":
+        if event["ev"] == "done":
             del self._pending[event["id"]]
             if not future.done():
                 future.set_result(event)
@@ -198,7 +214,7 @@ class WorkerProcess:
                 on_event(event)
             except Exception:
                 # A failing output callback must not take the worker's event stream down.
-                _log.exception("on_output callback failed; output keeps being captured")
+                logger.exception("on_output callback failed; output keeps being captured")
 
     def send(
         self, op: str, payload: dict[str, Any], on_event: EventHandler | None = None
@@ -225,8 +241,13 @@ class WorkerProcess:
         with contextlib.suppress(OSError):
             os.write(self._control_fd, line)
 
-    async def kill(self) -> None:
-        """Kill the worker and its sandbox (bubblewrap's namespace dies with it). Idempotent."""
+    async def kill(self, reason: str | None = None) -> None:
+        """Kill the worker and its sandbox (bubblewrap's namespace dies with it). Idempotent.
+
+        ``reason``, if given, is what a request still waiting learns (:class:`WorkerDied`).
+        """
+        if reason is not None:
+            self._fail_all(reason)
         self.exited = True
         if self._process.returncode is None:
             # The process leads its own group. Not Process.kill(): Popen.send_signal polls, which
@@ -242,17 +263,57 @@ class WorkerProcess:
         with contextlib.suppress(asyncio.CancelledError):
             await self._reader
         self._events_transport.close()
+        self._stderr_transport.close()
         await self._watcher
 
-    async def _stderr_text(self) -> str:
-        stream = self._process.stderr
-        if stream is None:
-            return ""
-        try:
-            data = await asyncio.wait_for(stream.read(8192), 2.0)
-        except (TimeoutError, OSError):
-            return ""
-        return data.decode("utf-8", errors="replace").strip()
+
+class _StderrDrain(asyncio.Protocol):
+    """Reads bubblewrap's stderr for the whole life of the sandbox, keeping only its head.
+
+    bubblewrap reports set-up failures there, so the head explains a failed start. The pipe stays
+    reachable from inside (``/proc/1/fd/2``): if nobody read it, sandboxed code could fill it and
+    the host would wait for its end forever. So it is read to the end and the rest discarded;
+    it is also kept out of the subprocess transport, whose ``wait()`` would wait for its EOF.
+    """
+
+    _KEEP = 8192
+
+    def __init__(self) -> None:
+        self._head = bytearray()
+        self._closed = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        room = self._KEEP - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    async def head_text(self) -> str:
+        """What bubblewrap wrote first, once it exited (or after 2 s, whatever is there)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._closed), 2.0)
+        return self._head.decode("utf-8", errors="replace").strip()
+
+
+_EVENT_KINDS = frozenset({"ready", "out", "done"})
+
+
+def _parse_event(line: bytes) -> dict[str, Any] | None:
+    """One event line as a dict with a known ``ev`` (and an int ``id`` unless it is ``ready``),
+    or ``None`` for anything else the sandbox may have written there."""
+    try:
+        event = json.loads(line)
+    except (ValueError, RecursionError):  # RecursionError: deeply nested JSON
+        return None
+    if not isinstance(event, dict) or event.get("ev") not in _EVENT_KINDS:
+        return None
+    request_id = event.get("id")
+    if event["ev"] != "ready" and (type(request_id) is not int):
+        return None
+    return event
 
 
 def _startup_error(stderr: str, exc: BaseException) -> SandboxError:
@@ -266,10 +327,10 @@ def _startup_error(stderr: str, exc: BaseException) -> SandboxError:
             "kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04+), or run in a "
             "container started with --security-opt seccomp=unconfined. "
             "`langchain-sandbox doctor` shows what works here.",
-            provider="local",
+            provider=LOCAL,
         )
     return SandboxError(
-        f"The sandbox's Python worker did not start: {reason}", provider="local", retryable=True
+        f"The sandbox's Python worker did not start: {reason}", provider=LOCAL, retryable=True
     )
 
 

@@ -1,8 +1,8 @@
 """The local provider: isolated sandboxes on this machine with bubblewrap, no account, no daemon.
 
 Each session lives in ``<base_dir>/sessions/<session_id>/`` (mode 0700): its workspace (bound at
-``/home/user``), its generated ``/etc`` files and a ``session.json`` record used to find sessions
-left behind by a process that died (``list_sessions`` / ``destroy``, for ``gc``). A local sandbox
+``/home/user``) and a ``session.json`` record used to find sessions left behind by a process that
+died (``list_sessions`` / ``destroy``, for ``gc``). A local sandbox
 lives and dies with the process that made it, so ``attach`` finds only sessions of this process.
 """
 
@@ -10,41 +10,56 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import re
-import shutil
 import sys
 import time
 import uuid
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import InvalidInputError, SandboxError
-from langchain_sandbox.home import HOME_ENV, state_dir
+from langchain_sandbox.paths import HOME_ENV, state_dir
+from langchain_sandbox.paths import environments_dir as default_environments_dir
 from langchain_sandbox.providers.base import Provider, SessionRecord, SessionSpec
 from langchain_sandbox.providers.local._bubblewrap import (
     PythonInstall,
     describe_python,
-    find_bubblewrap,
-    generate_etc,
 )
 from langchain_sandbox.providers.local._cgroups import (
     CgroupSupport,
     SessionCgroup,
     detect_cgroups,
 )
+from langchain_sandbox.providers.local._files import remove_directory
 from langchain_sandbox.providers.local._launcher import (
     PACKAGES_DIR,
     Isolation,
     Launcher,
     compile_worker,
+    sandbox_files,
 )
 from langchain_sandbox.providers.local._packages import PackageIndex
+from langchain_sandbox.providers.local._probe import usable_bubblewrap
+from langchain_sandbox.providers.local._seccomp import SyscallFilter, seccomp_program
+from langchain_sandbox.providers.local.environments import (
+    DEFAULT,
+    DEFAULT_ENVIRONMENT,
+    HOST_ENVIRONMENT,
+    EnvironmentCache,
+    EnvironmentStatus,
+    Progress,
+    SandboxEnvironment,
+    environment_names,
+    print_progress,
+)
 from langchain_sandbox.providers.local.session import LOCAL_CAPABILITIES, LocalSession
+from langchain_sandbox.providers.names import LOCAL
 
 _SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 _RECORD_FILE = "session.json"
@@ -61,13 +76,30 @@ class LocalProvider(Provider):
         isolation: ``"bubblewrap"`` (default). ``"none"`` runs code directly on the host, with
             only the limits and the scrubbed environment; it must be asked for by name and
             warns, because sandboxed code can then read and change anything this user can.
-        python: Interpreter the sessions run (default: the one running this process, with its
-            virtualenv's site-packages importable read-only).
-        package_index: Where ``install_packages`` may fetch from (trusted, host-side).
+        python: Interpreter the sessions run (default: the one running this process).
+        package_index: Where ``install_packages`` may fetch from (trusted, host-side); sandbox
+            environments name their own (``SandboxEnvironment.package_index``).
         bwrap: Path of the bubblewrap binary (default: ``bwrap`` on ``PATH``).
+        environments: Sandbox environments sessions may select with ``SessionSpec(template=...)``,
+            besides ``"default"`` (numpy, pandas, matplotlib; an environment named ``"default"``
+            replaces it) and ``"host"`` (the interpreter's own site-packages: the host
+            application's packages become importable, so only when asked for by name).
+        environments_dir: Where built environments are cached (default:
+            :func:`~langchain_sandbox.paths.environments_dir`), shared by every process.
+        progress: Receives the lines of an environment build (default: standard error).
+        syscall_filter: ``"seccomp"`` (default) installs the sandbox's seccomp filter (no nested
+            namespaces, mounts, kernel keyring, ``bpf``...; see ``docs/isolation.md``); without
+            libseccomp sessions then refuse to start. ``"none"`` runs without it; it must be
+            asked for by name, because the sandbox then reaches the whole kernel interface.
+
+    Raises:
+        IsolationUnavailableError: with ``isolation="bubblewrap"``, bubblewrap is missing or
+            cannot create namespaces here (the message says how to fix it). Checked when the
+            provider is built (it runs bubblewrap once per process), so build it off any event
+            loop; :class:`~langchain_sandbox.SandboxRuntime` does.
     """
 
-    name = "local"
+    name = LOCAL
     capabilities = LOCAL_CAPABILITIES
 
     def __init__(
@@ -78,16 +110,39 @@ class LocalProvider(Provider):
         python: str | None = None,
         package_index: PackageIndex | None = None,
         bwrap: str | None = None,
+        environments: Sequence[SandboxEnvironment] = (),
+        environments_dir: str | os.PathLike[str] | None = None,
+        progress: Progress | None = None,
+        syscall_filter: SyscallFilter = "seccomp",
     ) -> None:
         if isolation not in ("bubblewrap", "none"):
             raise InvalidInputError(f"isolation must be 'bubblewrap' or 'none', not {isolation!r}.")
+        if syscall_filter not in ("seccomp", "none"):
+            raise InvalidInputError(
+                f"syscall_filter must be 'seccomp' or 'none', not {syscall_filter!r}."
+            )
         self.base_dir = Path(base_dir) if base_dir is not None else default_base_dir()
         self.isolation: Isolation = isolation
         self.python = python or sys.executable
         self.package_index = package_index or PackageIndex()
         self.bwrap = bwrap
+        self.environments = {DEFAULT_ENVIRONMENT: DEFAULT}
+        for environment in environments:
+            if not isinstance(environment, SandboxEnvironment):
+                raise InvalidInputError(
+                    f"environments must be SandboxEnvironment objects, not {environment!r}."
+                )
+            self.environments[environment.name] = environment
+        self.environments_dir = (
+            Path(environments_dir) if environments_dir is not None else default_environments_dir()
+        )
+        self.progress = progress or print_progress
+        self.syscall_filter: SyscallFilter = syscall_filter
+        # Checked now, so a machine that cannot isolate fails when the provider is built.
+        self._bwrap_path = usable_bubblewrap(bwrap) if isolation == "bubblewrap" else None
         self._python_install: PythonInstall | None = None
         self._worker_bytecode: str | None = None
+        self._sandbox_files: dict[str, str] = {}
         self._cgroups: CgroupSupport | None = None
         self._sessions: dict[str, LocalSession] = {}
 
@@ -105,6 +160,8 @@ class LocalProvider(Provider):
                 str(self.base_dir / "runtime"),
                 isolated=self.isolation == "bubblewrap",
             )
+            if self.isolation == "bubblewrap":
+                self._sandbox_files = await asyncio.to_thread(sandbox_files, self._worker_bytecode)
             self._python_install = python
         if self._cgroups is None:
             self._cgroups = await asyncio.to_thread(detect_cgroups)
@@ -113,9 +170,11 @@ class LocalProvider(Provider):
     async def create(self, spec: SessionSpec | None = None) -> LocalSession:
         spec = spec or SessionSpec()
         env = validate_env(spec.env)
-        bwrap: str | None = None
-        if self.isolation == "bubblewrap":
-            bwrap = find_bubblewrap(self.bwrap)
+        bwrap = self._bwrap_path
+        seccomp: bytes | None = None
+        if bwrap is not None:
+            if self.syscall_filter == "seccomp":
+                seccomp = await asyncio.to_thread(seccomp_program)
         else:
             warnings.warn(
                 "LocalProvider(isolation='none') runs sandboxed code directly on this machine: "
@@ -124,15 +183,17 @@ class LocalProvider(Provider):
                 stacklevel=2,
             )
         python, support = await self._environment()
+        environment = await self._sandbox_environment(spec.template, python, bwrap, seccomp)
+        if environment is not None:
+            # The sandbox imports from the environment, never from the host's site-packages.
+            python = dataclasses.replace(python, site_packages=())
         session_id = uuid.uuid4().hex
         directory = self.sessions_dir / session_id
         created_at = time.time()
         memory_mb = spec.limits.memory_mb
         cgroup = SessionCgroup()
         try:
-            etc_files = await asyncio.to_thread(
-                self._make_directory, directory, session_id, spec, created_at
-            )
+            await asyncio.to_thread(self._make_directory, directory, session_id, spec, created_at)
             cgroup = await asyncio.to_thread(
                 SessionCgroup.create,
                 support,
@@ -146,11 +207,14 @@ class LocalProvider(Provider):
                 workspace_dir=str(directory / "workspace"),
                 bwrap=bwrap,
                 network=spec.network,
-                etc_files=etc_files,
+                files=self._sandbox_files,
                 extra_env=env,
-                tmp_size_bytes=memory_mb * 1024 * 1024 if memory_mb else None,
+                tmp_size_bytes=spec.limits.tmp_bytes
+                or (memory_mb * 1024 * 1024 if memory_mb else None),
                 worker_bytecode=self._worker_bytecode,
                 cgroup=cgroup,
+                sandbox_environment=environment,
+                seccomp=seccomp,
             )
             session = LocalSession(
                 session_id=session_id,
@@ -165,7 +229,7 @@ class LocalProvider(Provider):
             await session.start()
         except BaseException:
             await asyncio.to_thread(cgroup.remove)
-            await asyncio.to_thread(shutil.rmtree, directory, True)
+            await asyncio.to_thread(remove_directory, directory)
             raise
         self._sessions[session_id] = session
         if spec.packages:
@@ -174,21 +238,93 @@ class LocalProvider(Provider):
                 await session.close()
                 raise SandboxError(
                     "Installing the session's packages failed:\n" + result.render(max_chars=2000),
-                    provider="local",
+                    provider=LOCAL,
                 )
         return session
+
+    def _selected(self, template: str | None) -> SandboxEnvironment | None:
+        """The environment ``template`` names (``None`` for ``"host"``), or raise."""
+        name = DEFAULT_ENVIRONMENT if template is None else template
+        if name == HOST_ENVIRONMENT:
+            return None
+        if name not in self.environments:
+            known = ", ".join(repr(n) for n in environment_names(list(self.environments.values())))
+            raise InvalidInputError(
+                f"The local provider has no sandbox environment {name!r} (known: {known}). "
+                "Define it with LocalProvider(environments=[SandboxEnvironment("
+                f"{name!r}, requirements=[...])])."
+            )
+        return self.environments[name]
+
+    def _cache(
+        self, python: PythonInstall, bwrap: str | None, seccomp: bytes | None = None
+    ) -> EnvironmentCache:
+        return EnvironmentCache(
+            self.environments_dir,
+            python=python,
+            isolation=self.isolation,
+            bwrap=bwrap,
+            seccomp=seccomp,
+        )
+
+    async def _sandbox_environment(
+        self,
+        template: str | None,
+        python: PythonInstall,
+        bwrap: str | None,
+        seccomp: bytes | None,
+    ) -> str | None:
+        """Host directory of the environment ``template`` selects, built first if needed."""
+        environment = self._selected(template)
+        if environment is None:
+            return None
+        status = await asyncio.to_thread(
+            self._cache(python, bwrap, seccomp).ensure, environment, self.progress
+        )
+        return str(status.path)
+
+    async def prepare_environment(self, name: str = DEFAULT_ENVIRONMENT) -> EnvironmentStatus:
+        """Build the environment ``name`` now unless it is built (sessions would on first use).
+
+        Raises:
+            InvalidInputError: no such environment (or ``"host"``, which is never built).
+            EnvironmentBuildError: the build failed.
+        """
+        environment = self._selected(name)
+        if environment is None:
+            raise InvalidInputError(f"{HOST_ENVIRONMENT!r} is the host's own; it is not built.")
+        bwrap = self._bwrap_path
+        seccomp: bytes | None = None
+        if bwrap is not None and self.syscall_filter == "seccomp":
+            seccomp = await asyncio.to_thread(seccomp_program)
+        python, _ = await self._environment()
+        return await asyncio.to_thread(
+            self._cache(python, bwrap, seccomp).ensure, environment, self.progress
+        )
+
+    async def environment_statuses(self) -> list[EnvironmentStatus]:
+        """This provider's environments (built or not) and any other built in its cache."""
+        python, _ = await self._environment()
+        bwrap = self.bwrap if self.isolation == "bubblewrap" else None
+        cache = self._cache(python, bwrap)
+
+        def collect() -> list[EnvironmentStatus]:
+            known = [cache.status(e) for e in self.environments.values()]
+            keys = {s.key for s in known}
+            return known + [s for s in cache.built() if s.key not in keys]
+
+        return await asyncio.to_thread(collect)
 
     @staticmethod
     def _make_directory(
         directory: Path, session_id: str, spec: SessionSpec, created_at: float
-    ) -> dict[str, str]:
+    ) -> None:
         directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         directory.mkdir(mode=0o700)
         (directory / "workspace").mkdir(mode=0o700)
         (directory / "workspace" / PACKAGES_DIR).mkdir(mode=0o755)
-        (directory / "etc").mkdir(mode=0o755)
         record: dict[str, Any] = {
-            "provider": "local",
+            "provider": LOCAL,
             "session_id": session_id,
             "sandbox_id": session_id,
             "created_at": created_at,
@@ -196,7 +332,6 @@ class LocalProvider(Provider):
             "state": {"owner_pid": os.getpid()},
         }
         (directory / _RECORD_FILE).write_text(json.dumps(record), encoding="utf-8")
-        return generate_etc(str(directory / "etc"))
 
     def _forget(self, session: LocalSession) -> None:
         self._sessions.pop(session.session_id, None)
@@ -234,7 +369,7 @@ class LocalProvider(Provider):
             metadata = raw.get("metadata") if isinstance(raw, dict) else None
             records.append(
                 {
-                    "provider": "local",
+                    "provider": LOCAL,
                     "session_id": entry.name,
                     "sandbox_id": entry.name,
                     "created_at": float(raw.get("created_at", 0.0)) if raw else 0.0,
@@ -258,7 +393,7 @@ class LocalProvider(Provider):
         await asyncio.to_thread(leftover.remove)
         if not directory.is_dir():
             return False
-        await asyncio.to_thread(shutil.rmtree, directory, True)
+        await asyncio.to_thread(remove_directory, directory)
         return True
 
     async def aclose(self) -> None:

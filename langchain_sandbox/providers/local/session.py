@@ -20,12 +20,12 @@ import asyncio
 import base64
 import codecs
 import os
-import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from langchain_sandbox._event_loop import entered_off_loop
 from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import (
     InvalidInputError,
@@ -42,14 +42,16 @@ from langchain_sandbox.providers.base import (
     VariablesDump,
 )
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
-from langchain_sandbox.providers.local._files import HostWorkspace
+from langchain_sandbox.providers.local._files import HostWorkspace, remove_directory
 from langchain_sandbox.providers.local._launcher import Launcher
 from langchain_sandbox.providers.local._packages import (
     PackageIndex,
     pip_install_argv,
     run_captured,
 )
+from langchain_sandbox.providers.local._quota import WorkspaceQuota
 from langchain_sandbox.providers.local._worker_process import WorkerDied, WorkerProcess
+from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult, OutputCapture
 from langchain_sandbox.workspace import resolve_path
@@ -87,11 +89,18 @@ class _Outcome:
 
 
 class _Streams:
-    """Host side of one call's output: bounded captures plus decoded chunks for ``on_output``."""
+    """Host side of one call's output: bounded captures plus decoded chunks for ``on_output``.
+
+    The worker already caps each stream inside the sandbox, but user code can write forged
+    output events to the event pipe, so the host holds the same cap itself: at most ``limit``
+    bytes per stream reach ``on_output``, and the captures keep head and tail as always.
+    """
 
     def __init__(self, limit: int, on_output: OutputCallback | None) -> None:
         self.captures = {"stdout": OutputCapture(limit), "stderr": OutputCapture(limit)}
         self._on_output = on_output
+        self._limit = limit
+        self._forwarded = dict.fromkeys(self.captures, 0)
         self._decoders = {
             name: codecs.getincrementaldecoder("utf-8")(errors="replace") for name in self.captures
         }
@@ -102,16 +111,18 @@ class _Streams:
             return
         data = str(event.get("data", "")).encode("latin-1", errors="replace")
         self.captures[stream].write(data)
-        if self._on_output is not None:
+        room = self._limit - self._forwarded[stream]
+        if self._on_output is not None and room > 0:
+            data = data[:room]
+            self._forwarded[stream] += len(data)
             text = self._decoders[stream].decode(data)
             if text:
                 self._on_output(stream, text)
 
-    def result_fields(self, dropped: Mapping[str, int] | None) -> dict[str, Any]:
-        for name, count in (dropped or {}).items():
-            if name in self.captures:
-                # Bytes the worker already dropped inside the sandbox count as omitted too.
-                self.captures[name].omitted += int(count)
+    def result_fields(self, dropped: Any) -> dict[str, Any]:
+        for name, count in _checked_dropped(dropped).items():
+            # Bytes the worker already dropped inside the sandbox count as omitted too.
+            self.captures[name].omitted += count
         omitted = sum(c.omitted for c in self.captures.values())
         return {
             "stdout": self.captures["stdout"].text(),
@@ -121,10 +132,22 @@ class _Streams:
         }
 
 
+def _checked_dropped(dropped: Any) -> dict[str, int]:
+    """The worker's count of bytes it dropped per stream; anything else is a forged reply."""
+    if dropped is None:
+        return {}
+    if not isinstance(dropped, dict) or not all(
+        name in ("stdout", "stderr") and type(count) is int and count >= 0
+        for name, count in dropped.items()
+    ):
+        raise ValueError("'dropped' must map stdout/stderr to byte counts of 0 or more")
+    return dropped
+
+
 class LocalSession(Session):
     """A live local sandbox. Made by :meth:`LocalProvider.create`; see the module docstring."""
 
-    provider_name = "local"
+    provider_name = LOCAL
     capabilities = LOCAL_CAPABILITIES
 
     def __init__(
@@ -150,6 +173,7 @@ class LocalSession(Session):
         self._files = HostWorkspace(
             launcher.workspace_dir, max_file_bytes=spec.limits.max_file_bytes
         )
+        self._quota = WorkspaceQuota(self._files, spec.limits.workspace_bytes)
         self._lock = asyncio.Lock()
         self._worker: WorkerProcess | None = None
         self._oom_kills_seen = 0
@@ -161,7 +185,7 @@ class LocalSession(Session):
     @property
     def record(self) -> SessionRecord:
         return {
-            "provider": "local",
+            "provider": LOCAL,
             "session_id": self.session_id,
             "sandbox_id": self.session_id,
             "created_at": self.created_at,
@@ -213,9 +237,7 @@ class LocalSession(Session):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise SessionClosedError(
-                f"Local session {self.session_id} is closed.", provider="local"
-            )
+            raise SessionClosedError(f"Local session {self.session_id} is closed.", provider=LOCAL)
 
     async def is_alive(self) -> bool:
         if self._closed:
@@ -230,7 +252,7 @@ class LocalSession(Session):
         if worker is not None:
             await worker.kill()
         await asyncio.to_thread(self.cgroup.remove)
-        await asyncio.to_thread(shutil.rmtree, self.directory, True)
+        await asyncio.to_thread(remove_directory, self.directory)
         self._on_close(self)
 
     # ------------------------------------------------------------------ requests
@@ -302,11 +324,11 @@ class LocalSession(Session):
             outcome = await self._request(worker, op, payload, timeout=self.spec.limits.timeout)
         if outcome.reply is None or outcome.timed_out:
             raise SandboxError(
-                f"The worker could not {op}: {outcome.lost or 'it timed out'}.", provider="local"
+                f"The worker could not {op}: {outcome.lost or 'it timed out'}.", provider=LOCAL
             )
         if "failure" in outcome.reply:
             raise SandboxError(
-                f"The worker could not {op}: {outcome.reply['failure']}", provider="local"
+                f"The worker could not {op}: {outcome.reply['failure']}", provider=LOCAL
             )
         return outcome.reply
 
@@ -365,20 +387,19 @@ class LocalSession(Session):
             worker = await self._ready_worker()
             notices = [WORKER_RESTARTED] if self._restart_notice else []
             self._restart_notice = False
-            outcome = await self._request(
-                worker, op, payload, timeout=limit, on_event=streams.on_event
-            )
+            async with self._quota.guard(worker.kill):
+                outcome = await self._request(
+                    worker, op, payload, timeout=limit, on_event=streams.on_event
+                )
             if outcome.lost is not None:
                 self._restart_notice = False  # this result tells it
+            over_quota = self._quota.notice()
+            if over_quota is not None:
+                notices.append(over_quota)
         try:
             return self._result(kind, outcome, streams, notices)
-        except (TypeError, ValueError, KeyError, AttributeError) as exc:
-            # User code can write to the worker's event pipe; a forged reply is its own fault,
-            # but it must surface as a clear error, not as a crash in the host.
-            raise SandboxError(
-                f"The sandbox sent a malformed reply ({type(exc).__name__}: {exc}).",
-                provider="local",
-            ) from None
+        except _MALFORMED as exc:
+            raise _malformed_reply(exc) from None
 
     @staticmethod
     def _result(
@@ -389,7 +410,7 @@ class LocalSession(Session):
     ) -> ExecutionResult:
         reply = outcome.reply or {}
         if "failure" in reply:
-            raise SandboxError(f"The worker failed: {reply['failure']}", provider="local")
+            raise SandboxError(f"The worker failed: {reply['failure']}", provider=LOCAL)
         fields = streams.result_fields(reply.get("dropped"))
         error = None
         if "error" in reply:
@@ -429,6 +450,7 @@ class LocalSession(Session):
             if not isinstance(data, (bytes, bytearray, memoryview)):
                 raise InvalidInputError(f"Content of {path!r} must be bytes.")
             resolve_path(path)
+        await self._quota.check_write(sum(len(data) for data in files.values()))
         await asyncio.to_thread(self._write_all, dict(files))
 
     def _write_all(self, files: Mapping[str, bytes]) -> None:
@@ -448,6 +470,7 @@ class LocalSession(Session):
         for path in paths:
             resolve_path(path)
         await asyncio.to_thread(self._remove_all, list(paths))
+        self._quota.forget()
 
     def _remove_all(self, paths: Sequence[str]) -> None:
         for path in paths:
@@ -471,10 +494,9 @@ class LocalSession(Session):
         )
         async with self._lock:
             self._check_open()
-            with launcher.spawnable(launcher.wrap(inner, network=True, read_only=binds)) as (
-                argv,
-                fds,
-            ):
+            async with entered_off_loop(
+                lambda: launcher.spawnable(launcher.wrap(inner, network=True, read_only=binds))
+            ) as (argv, fds):
                 result = await run_captured(
                     argv,
                     pass_fds=fds,
@@ -484,6 +506,10 @@ class LocalSession(Session):
                     env=launcher.process_env(),
                     cwd=launcher.process_cwd(),
                 )
+        await self._quota.measure()
+        over_quota = self._quota.notice()
+        if over_quota is not None:
+            result = result.with_notices(over_quota)
         if result.ok:
             await self._simple_request("invalidate_caches", {})
             return result.with_notices(f"installed: {', '.join(names)}")
@@ -493,17 +519,35 @@ class LocalSession(Session):
 
     async def dump_variables(self) -> VariablesDump:
         reply = await self._simple_request("dump", {})
-        return VariablesDump(
-            data=base64.b64decode(reply["data"]),
-            saved=tuple(reply.get("saved", ())),
-            skipped=tuple(reply.get("skipped", ())),
-        )
+        try:
+            return VariablesDump(
+                data=base64.b64decode(reply["data"], validate=True),
+                saved=tuple(str(name) for name in reply.get("saved", ())),
+                skipped=tuple(str(name) for name in reply.get("skipped", ())),
+            )
+        except _MALFORMED as exc:
+            raise _malformed_reply(exc) from None
 
     async def load_variables(self, data: bytes) -> list[str]:
         if not isinstance(data, bytes):
             raise InvalidInputError("Variables must be the bytes of a VariablesDump.")
         reply = await self._simple_request("load", {"data": data})
-        return [str(name) for name in reply.get("failed", [])]
+        try:
+            return [str(name) for name in reply.get("failed", [])]
+        except _MALFORMED as exc:
+            raise _malformed_reply(exc) from None
+
+
+# What parsing a reply the sandbox forged can raise (user code can write to the event pipe).
+_MALFORMED = (TypeError, ValueError, KeyError, AttributeError, ArithmeticError, RecursionError)
+
+
+def _malformed_reply(exc: BaseException) -> SandboxError:
+    """A forged reply is the sandboxed code's own fault, but it must surface as a clear error
+    for that call (the session stays usable), never as a crash in the host."""
+    return SandboxError(
+        f"The sandbox sent a malformed reply ({type(exc).__name__}: {exc}).", provider=LOCAL
+    )
 
 
 def _checked_timeout(timeout: float | None, default: float) -> float:

@@ -12,6 +12,9 @@ from pathlib import Path
 HOME_ENV = "LANGCHAIN_SANDBOX_HOME"
 """Environment variable naming the one directory under which the package keeps its files."""
 
+ENVIRONMENTS_ENV = "LANGCHAIN_SANDBOX_ENVIRONMENTS"
+"""Environment variable naming the directory of the local provider's built sandbox environments."""
+
 
 def _xdg_dir(variable: str, *fallback: str) -> Path:
     configured = os.environ.get(HOME_ENV)
@@ -33,4 +36,13 @@ def data_dir() -> Path:
     return _xdg_dir("XDG_DATA_HOME", ".local", "share")
 
 
-__all__ = ["HOME_ENV", "data_dir", "state_dir"]
+def environments_dir() -> Path:
+    """``$LANGCHAIN_SANDBOX_ENVIRONMENTS``, else ``<state_dir()>/environments``: the local
+    provider's sandbox environments, built once per machine and shared by every process."""
+    configured = os.environ.get(ENVIRONMENTS_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    return state_dir() / "environments"
+
+
+__all__ = ["ENVIRONMENTS_ENV", "HOME_ENV", "data_dir", "environments_dir", "state_dir"]

@@ -29,6 +29,7 @@ import inspect
 import json
 import logging
 import math
+import os
 import re
 import shlex
 import time
@@ -61,6 +62,7 @@ from langchain_sandbox.providers.base import (
     SessionSpec,
     VariablesDump,
 )
+from langchain_sandbox.providers.names import E2B as PROVIDER_NAME
 from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult, OutputCapture
 from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE, retry_async
@@ -70,7 +72,6 @@ T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
-PROVIDER_NAME = "e2b"
 TAG_KEY = "langchain_sandbox"
 """Metadata key set to ``"1"`` on every sandbox this package creates (``gc`` filters on it)."""
 SESSION_KEY = "langchain_sandbox_session"
@@ -619,6 +620,11 @@ class E2BProvider(Provider):
         if lease_seconds <= 0 or lease_refresh_below < 0:
             raise InvalidInputError("lease_seconds must be positive and lease_refresh_below >= 0.")
         sdk = _load_sdk()
+        if not (api_key or os.environ.get("E2B_API_KEY")):
+            raise AuthenticationError(
+                "No E2B API key: pass api_key= to E2BProvider or set E2B_API_KEY.",
+                provider=PROVIDER_NAME,
+            )
         self._api_key = api_key
         self.template = template
         self.lease_seconds = int(lease_seconds)

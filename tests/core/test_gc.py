@@ -11,7 +11,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from langchain_sandbox.cli import main as cli_main
-from langchain_sandbox.lifecycle import collect_garbage
+from langchain_sandbox.gc import collect_garbage
 from langchain_sandbox.providers.local import LocalProvider
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 

@@ -2,7 +2,7 @@
 
 A session is one devbox. Runloop offers shell commands, files, suspend/resume and disk snapshots,
 but no kernel, so stateful Python runs in a small interpreter inside the devbox
-(:mod:`langchain_sandbox.providers._runloop_worker`), started in the background by the first
+(:mod:`langchain_sandbox.providers.runloop._worker`), started in the background by the first
 ``run_code`` and reached by one short command per call. Every call is one ``execute_async``
 request plus one ``wait_for_status`` long-poll while it runs (two HTTP requests for a warm call).
 
@@ -30,6 +30,7 @@ import inspect
 import json
 import logging
 import math
+import os
 import posixpath
 import shlex
 import time
@@ -51,7 +52,7 @@ from langchain_sandbox.errors import (
     SandboxTimeoutError,
     SessionClosedError,
 )
-from langchain_sandbox.providers import _runloop_worker, kernel_state
+from langchain_sandbox.providers import kernel_state
 from langchain_sandbox.providers.base import (
     Capabilities,
     FileInfo,
@@ -63,6 +64,8 @@ from langchain_sandbox.providers.base import (
     SessionSpec,
     VariablesDump,
 )
+from langchain_sandbox.providers.names import RUNLOOP as PROVIDER_NAME
+from langchain_sandbox.providers.runloop import _worker as _runloop_worker
 from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import (
     DEFAULT_CAPTURE_BYTES,
@@ -76,7 +79,6 @@ from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
 
 T = TypeVar("T")
 
-PROVIDER_NAME = "runloop"
 TAG_KEY = "langchain_sandbox"
 """Devbox metadata key marking devboxes this package made (``gc`` lists only those)."""
 SESSION_KEY = "langchain_sandbox_session"
@@ -104,7 +106,7 @@ _INTERPRETER_OPS = frozenset({"code", "dump", "load", "save"})
 _LIVE_STATUSES = frozenset({"running", "suspending", "suspended", "resuming"})
 _BOOTING_STATUSES = frozenset({"scheduled", "queued", "provisioning", "initializing", "resuming"})
 
-_log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 CAPABILITIES = Capabilities(
     stateful_python=True,
@@ -253,6 +255,11 @@ class RunloopProvider(Provider):
         retry_deadline: float = 60.0,
     ) -> None:
         _sdk()
+        if not (api_key or os.environ.get("RUNLOOP_API_KEY")):
+            raise AuthenticationError(
+                "No Runloop API key: pass api_key= to RunloopProvider or set RUNLOOP_API_KEY.",
+                provider=PROVIDER_NAME,
+            )
         self._api_key = api_key
         self._base_url = base_url
         self._image = {
@@ -395,7 +402,9 @@ class RunloopProvider(Provider):
                 if view.metadata.get(SESSION_KEY) == session_id and view.status != "shutdown":
                     await self.sdk().api.devboxes.shutdown(view.id)
         except Exception:
-            _log.warning("could not clean up after a failed Runloop devbox creation", exc_info=True)
+            logger.warning(
+                "could not clean up after a failed Runloop devbox creation", exc_info=True
+            )
 
     async def _live_views(self) -> list[Any]:
         """Devboxes not shut down, one status at a time: an account's history of shut-down
@@ -593,7 +602,7 @@ class RunloopSession(Session):
             raise
         except Exception:
             # Live output is a courtesy: the result still carries all of it.
-            _log.debug("following %s of execution %s stopped", name, execution_id, exc_info=True)
+            logger.debug("following %s of execution %s stopped", name, execution_id, exc_info=True)
 
     async def _wait_once(self, current: Any, hold: int) -> Any:
         import httpx
@@ -638,7 +647,7 @@ class RunloopSession(Session):
             async with _errors("kill"):
                 await self._api().devboxes.executions.kill(execution_id, devbox_id=self.devbox_id)
         except SandboxError:
-            _log.warning("could not kill Runloop execution %s", execution_id, exc_info=True)
+            logger.warning("could not kill Runloop execution %s", execution_id, exc_info=True)
 
     async def _stdout_of(self, view: Any) -> str:
         if not view.stdout_truncated:

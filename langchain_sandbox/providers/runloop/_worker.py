@@ -18,7 +18,7 @@ after reading):
 
 The provider sends this file together with :mod:`~langchain_sandbox.providers.kernel_state` and
 :class:`~langchain_sandbox.results.OutputCapture` (one implementation of each, see
-:func:`langchain_sandbox.providers.runloop._worker_script`); the lines between the
+:func:`langchain_sandbox.providers.runloop.provider._worker_script`); the lines between the
 ``package-imports`` markers below are cut out when it does.
 """
 

@@ -1,0 +1,118 @@
+"""The workspace quota of a local session (``Limits.workspace_bytes``), enforced from the host.
+
+The workspace is a plain host directory, and an unprivileged host cannot give it a size-limited
+mount, so the quota is enforced by measuring it (:meth:`HostWorkspace.usage`: disk blocks, a
+sparse file at its apparent size):
+
+* while code or a command runs, every second or so (less often when measuring is slow): once the
+  workspace is over the quota *and* larger than when the call began, the call is stopped by killing
+  its worker, so deleting files while over the quota is still allowed;
+* after every call, so the result can say the workspace is over the quota;
+* before ``write_files``, which refuses what would not fit.
+
+What a call can write between two measurements (about a second of disk bandwidth) is the margin
+by which the quota can be overshot. ``/tmp`` is a size-capped tmpfs (``Limits.tmp_bytes``) and
+needs none of this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from langchain_sandbox.errors import InvalidInputError
+from langchain_sandbox.providers.local._files import HostWorkspace
+
+logger = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0
+"""Shortest interval between two measurements of the workspace while a call runs."""
+
+# Measuring may take at most this share of the time between two measurements.
+_MEASURE_SHARE = 10
+
+
+class WorkspaceQuota:
+    """Measures one session's workspace against its quota (``None``: no quota)."""
+
+    def __init__(self, files: HostWorkspace, limit: int | None) -> None:
+        self._files = files
+        self.limit = limit
+        self._usage: int | None = None
+
+    async def measure(self) -> int | None:
+        """The workspace's current size (``None`` if it could not be measured just now: sandboxed
+        code moved a directory while it was walked)."""
+        try:
+            self._usage = await asyncio.to_thread(self._files.usage)
+        except OSError as exc:
+            logger.debug("workspace not measured: %s", exc)
+            self._usage = None
+        return self._usage
+
+    def forget(self) -> None:
+        """The workspace changed from the host (files removed): measure it again next time."""
+        self._usage = None
+
+    async def _known_usage(self) -> int | None:
+        return self._usage if self._usage is not None else await self.measure()
+
+    async def check_write(self, incoming: int) -> None:
+        """Refuse a host-side write of ``incoming`` bytes that would not fit."""
+        if self.limit is None:
+            return
+        usage = await self._known_usage()
+        if usage is not None and usage + incoming > self.limit:
+            raise InvalidInputError(
+                f"Writing {incoming} bytes would take the workspace to {usage + incoming} bytes, "
+                f"over its quota of {self.limit} (Limits.workspace_bytes). Delete files first."
+            )
+        if self._usage is not None:
+            self._usage += incoming
+
+    @contextlib.asynccontextmanager
+    async def guard(self, stop: Callable[[str], Awaitable[None]]) -> AsyncIterator[None]:
+        """Around one call: ``stop(reason)`` is awaited if the call grows the workspace past the
+        quota. On exit the workspace is measured again."""
+        if self.limit is None:
+            yield
+            return
+        baseline = await self._known_usage()
+        watcher = asyncio.ensure_future(self._watch(baseline or 0, stop))
+        try:
+            yield
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            await self.measure()
+
+    async def _watch(self, baseline: int, stop: Callable[[str], Awaitable[None]]) -> None:
+        assert self.limit is not None
+        interval = POLL_SECONDS
+        while True:
+            await asyncio.sleep(interval)
+            started = time.monotonic()
+            usage = await self.measure()
+            interval = max(POLL_SECONDS, _MEASURE_SHARE * (time.monotonic() - started))
+            if usage is not None and usage > self.limit and usage > baseline:
+                await stop(
+                    f"the workspace grew to {usage} bytes, past its quota of {self.limit} "
+                    "(Limits.workspace_bytes), so the call was stopped"
+                )
+                return
+
+    def notice(self) -> str | None:
+        """What the result of a call says when the workspace is over the quota after it."""
+        if self.limit is None or self._usage is None or self._usage <= self.limit:
+            return None
+        return (
+            f"the workspace holds {self._usage} bytes, over its quota of {self.limit} "
+            "(Limits.workspace_bytes): a call that writes more is stopped; delete files"
+        )
+
+
+__all__ = ["POLL_SECONDS", "WorkspaceQuota"]

@@ -1,0 +1,126 @@
+"""A shell session that keeps its working directory and exported variables between commands.
+
+:meth:`Session.run_shell <langchain_sandbox.providers.base.Session.run_shell>` runs each command
+in a fresh ``bash -c`` (through ``Session.run_command``, so one implementation serves every
+provider), wrapped in a short script that
+
+1. notes the environment the sandbox starts every command with;
+2. sources the session's saved shell state: ``cd`` to the saved directory, re-export the
+   variables earlier commands exported or changed, unset those they removed;
+3. runs the command with ``eval`` (so its own ``exit`` still ends it);
+4. when it ends (and from an ``EXIT`` trap, so ``exit N`` and ``set -e`` are covered) writes
+   the new state: the directory and only the variables that differ from the starting environment, so
+   values the sandbox was created with (``SessionSpec.env``, which may hold keys) are never
+   copied into the state, and a new sandbox created with new values keeps them.
+
+Why re-apply state around each command rather than keep one long-lived bash reading commands:
+a timeout or a killed command cannot wedge or lose the session (the state file is replaced
+atomically and only by a command that finished: one stopped by a timeout, a signal or a kill
+leaves the state as it was before it, on every provider, whether the provider terminates or
+kills it), nothing needs a sentinel protocol over a provider's streams, and every provider
+gets it through the contract it already has. The price: only the directory and exported
+variables persist; shell functions, aliases, options and unexported variables last one command,
+and background jobs are not kept as jobs of the next command.
+
+The state file lives in the workspace (:data:`STATE_PATH`), so a workspace snapshot carries it:
+a resumed, forked or restored thread has the directory and variables of its checkpoint, on every
+provider, without the graph state ever holding an environment value.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from langchain_sandbox.errors import InvalidInputError
+from langchain_sandbox.workspace import WORKSPACE_ROOT, relative_path, resolve_path
+
+STATE_PATH = f"{WORKSPACE_ROOT}/.langchain_sandbox/shell_state.sh"
+"""Where the shell state is kept: in the workspace, so snapshots carry it across resumes."""
+
+_STATE_RELATIVE = relative_path(STATE_PATH)
+
+_ESCAPES = {
+    "\\": "\\\\",
+    "'": "\\'",
+    **{chr(n): f"\\x{n:02x}" for n in (*range(1, 32), 127)},
+}
+"""How :func:`_one_line` writes the characters a ``$'...'`` word cannot hold as they are."""
+
+# Every name the wrapper uses starts with __lcs_ and none is exported, so none is saved.
+_PROLOGUE = r"""
+__lcs_root=$PWD
+__lcs_state="$__lcs_root/%(state)s"
+declare -A __lcs_start=()
+for __lcs_name in $(compgen -e); do __lcs_start[$__lcs_name]=${!__lcs_name}; done
+__lcs_save() {
+  [[ -z ${__lcs_saved-} ]] || return 0
+  __lcs_saved=1
+  local dir=${__lcs_state%%/*} tmp name
+  declare -A now=()
+  mkdir -p -- "$dir" 2>/dev/null && tmp=$(mktemp "$dir/.shell_state.XXXXXX" 2>/dev/null) || return 0
+  {
+    case $PWD in
+      "$__lcs_root") printf '__lcs_cwd=.\n' ;;
+      "$__lcs_root"/*) printf '__lcs_cwd=%%q\n' "${PWD#"$__lcs_root"/}" ;;
+      *) printf '__lcs_cwd=%%q\n' "$PWD" ;;
+    esac
+    for name in $(compgen -e); do
+      now[$name]=1
+      case $name in PWD|OLDPWD|SHLVL|_) continue ;; esac
+      if [[ ! -v "__lcs_start[$name]" || "${__lcs_start[$name]}" != "${!name}" ]]; then
+        printf 'export %%s=%%q\n' "$name" "${!name}"
+      fi
+    done
+    for name in "${!__lcs_start[@]}"; do
+      [[ -v "now[$name]" ]] || printf 'unset -v %%s\n' "$name"
+    done
+  } >"$tmp" && mv -f -- "$tmp" "$__lcs_state" || rm -f -- "$tmp"
+}
+if [[ -f $__lcs_state ]]; then
+  . "$__lcs_state"
+  case $__lcs_cwd in /*) __lcs_dir=$__lcs_cwd ;; *) __lcs_dir=$__lcs_root/$__lcs_cwd ;; esac
+  if ! cd -- "$__lcs_dir" 2>/dev/null; then
+    printf '[shell] %%s no longer exists; the working directory is %%s again.\n' \
+      "$__lcs_dir" "$__lcs_root" >&2
+  fi
+fi
+trap __lcs_save EXIT
+trap '__lcs_saved=1; exit 129' HUP
+trap '__lcs_saved=1; exit 130' INT
+trap '__lcs_saved=1; exit 143' TERM
+"""
+
+
+def shell_script(command: str, cwd: str | None = None) -> str:
+    """The ``bash -c`` script that runs ``command`` in the session's persistent shell state.
+
+    Args:
+        command: The user's command line.
+        cwd: A directory to change to first (workspace path); the shell stays there afterwards,
+            as after a ``cd``.
+    """
+    if not isinstance(command, str) or not command.strip():
+        raise InvalidInputError("command must be a non-empty string.")
+    if "\x00" in command:
+        raise InvalidInputError("command contains a NUL byte, which no shell command can hold.")
+    prologue = _PROLOGUE % {"state": _STATE_RELATIVE}
+    change = ""
+    if cwd is not None:
+        where = relative_path(resolve_path(cwd))
+        change = f'cd -- "$__lcs_root"/{shlex.quote(where)} || exit 1; '
+    # All on one line, strings quoted without a raw newline: bash then numbers the lines of its
+    # messages about the command as it would for a plain ``bash -c command``. The save after
+    # eval covers a command that replaced the EXIT trap with its own.
+    return (
+        f'__lcs_prologue={_one_line(prologue)}; eval "$__lcs_prologue"; {change}'
+        f'__lcs_command={_one_line(command)}; eval "$__lcs_command"; '
+        "__lcs_status=$?; __lcs_save; exit $__lcs_status"
+    )
+
+
+def _one_line(text: str) -> str:
+    """``text`` as one bash ``$'...'`` word with no raw newline (control characters escaped)."""
+    return "$'" + "".join(_ESCAPES.get(c, c) for c in text) + "'"
+
+
+__all__ = ["STATE_PATH", "shell_script"]

@@ -1,0 +1,237 @@
+"""The runtime's live sessions: one slot per thread, a cap, an idle reaper, and closing.
+
+The pool owns *when* sessions live and die; :mod:`~langchain_sandbox.rehydration` owns *which*
+session a call runs in. Everything here runs on the runtime's event loop.
+
+* Each thread has a slot with a lock: calls of one thread run one at a time, threads in parallel.
+* A cap (``max_sessions``) closes the least recently used idle session to make room; a busy
+  session is never closed, so under load the cap can be exceeded until calls finish.
+* An idle reaper closes sessions unused for ``idle_ttl`` seconds.
+* Closing never fails a caller: failures are logged and ``gc`` reaps what is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_sandbox._event_loop import on_event_loop
+from langchain_sandbox.errors import SessionClosedError
+from langchain_sandbox.providers import get_provider, provider_class
+from langchain_sandbox.providers.base import Capabilities, Provider, Session, SessionSpec
+from langchain_sandbox.rehydration import ThreadSandbox
+from langchain_sandbox.retries import retry_async
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One thread's place in the pool: its lock and how busy and how recently used it is."""
+
+    thread: ThreadSandbox
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class SessionPool:
+    """Live sessions by thread; implements the engine's
+    :class:`~langchain_sandbox.rehydration.SessionHost`.
+
+    Args:
+        provider: A provider name or instance; a name is built on first use.
+        provider_options: Keyword arguments for a provider given by name.
+        spec: What each new session is created with; a ``thread_id`` tag is added.
+        max_sessions: Live sessions kept at most (``None``: no cap).
+        idle_ttl: Seconds after which an idle session is closed (``None``: never).
+    """
+
+    def __init__(
+        self,
+        provider: str | Provider,
+        *,
+        provider_options: Mapping[str, Any] | None = None,
+        spec: SessionSpec,
+        max_sessions: int | None,
+        idle_ttl: float | None,
+    ) -> None:
+        if max_sessions is not None and max_sessions < 1:
+            raise ValueError("max_sessions must be at least 1 (or None for no cap).")
+        if idle_ttl is not None and idle_ttl <= 0:
+            raise ValueError("idle_ttl must be positive (or None to keep idle sessions).")
+        if isinstance(provider, Provider) and provider_options:
+            raise ValueError("provider_options apply only when the provider is given by name.")
+        self._provider_arg = provider
+        self._provider_options = dict(provider_options or {})
+        self._provider: Provider | None = provider if isinstance(provider, Provider) else None
+        if self._provider is None and not on_event_loop():
+            # Fail fast: a missing extra, API key or bubblewrap raises here, to the developer.
+            # On an event loop that check would block it (imports, the filesystem); there the
+            # provider is built off the loop at the first call, which raises the same errors.
+            self._provider = get_provider(provider, **self._provider_options)
+        self.spec = spec
+        self.max_sessions = max_sessions
+        self.idle_ttl = idle_ttl
+        self.closed = False
+        self._slots: dict[str, _Slot] = {}
+        self._reaper: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+
+    @property
+    def provider_name(self) -> str:
+        if isinstance(self._provider_arg, Provider):
+            return self._provider_arg.name
+        return self._provider_arg
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the provider can do, known without building it (no SDK client, no sandbox)."""
+        if isinstance(self._provider_arg, Provider):
+            return self._provider_arg.capabilities
+        return provider_class(self._provider_arg).capabilities
+
+    def live_sessions(self) -> dict[str, str]:
+        """``{thread_id: session_id}`` of the sessions alive right now."""
+        return {
+            thread_id: slot.thread.session.session_id
+            for thread_id, slot in list(self._slots.items())
+            if slot.thread.session is not None
+        }
+
+    def thread(self, thread_id: str) -> ThreadSandbox | None:
+        slot = self._slots.get(thread_id)
+        return slot.thread if slot is not None else None
+
+    # -- the engine's SessionHost --------------------------------------------------------------
+
+    async def provider(self) -> Provider:
+        if self._provider is None:
+            built = await asyncio.to_thread(
+                get_provider, self._provider_arg, **self._provider_options
+            )
+            # Two first calls may race here; the first provider built is the one kept.
+            if self._provider is None:
+                self._provider = built
+            elif built is not self._provider:
+                await built.aclose()
+        return self._provider
+
+    async def create(self, thread_id: str) -> Session:
+        if self.max_sessions is not None:
+            await self._make_room(self.max_sessions - 1)
+        provider = await self.provider()
+        spec = dataclasses.replace(
+            self.spec, metadata={**self.spec.metadata, "thread_id": thread_id}
+        )
+        # Providers retry their own create (E2B under one idempotency key); retrying here too
+        # would multiply attempts and could make a second sandbox behind a lost response.
+        return await provider.create(spec)
+
+    async def close(self, session: Session) -> None:
+        try:
+            await retry_async(session.close, deadline=30.0)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # Closing is cleanup: a failure must not fail the caller's call; gc reaps leftovers.
+            logger.warning("closing sandbox session %s failed: %s", session.session_id, exc)
+
+    def close_soon(self, session: Session) -> None:
+        task = asyncio.get_running_loop().create_task(self.close(session))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    # -- using a thread ------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def use(self, thread_id: str) -> AsyncIterator[ThreadSandbox]:
+        """Hold the thread's lock for one call; afterwards, keep the pool within its cap."""
+        self._check_open()
+        slot = self._slots.get(thread_id)
+        if slot is None:
+            slot = self._slots[thread_id] = _Slot(ThreadSandbox(thread_id))
+        slot.users += 1
+        try:
+            async with slot.lock:
+                self._check_open()
+                yield slot.thread
+        finally:
+            slot.users -= 1
+            slot.last_used = time.monotonic()
+            if self.max_sessions is not None and not self.closed:
+                await self._make_room(self.max_sessions)
+
+    async def close_thread(self, thread_id: str) -> bool:
+        """Close the thread's session (after its running call) and forget the thread."""
+        slot = self._slots.get(thread_id)
+        if slot is None:
+            return False
+        async with slot.lock:
+            had_session = slot.thread.session is not None
+            await self._discard(slot)
+            if slot.users == 0 and self._slots.get(thread_id) is slot:
+                del self._slots[thread_id]
+            return had_session
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise SessionClosedError("This SandboxRuntime is closed.")
+
+    async def _discard(self, slot: _Slot) -> None:
+        session = slot.thread.take_session()
+        if session is not None:
+            await self.close(session)
+
+    async def _make_room(self, keep: int) -> None:
+        """Close least recently used idle sessions until at most ``keep`` are live."""
+        live = [s for s in self._slots.values() if s.thread.session is not None]
+        excess = len(live) - keep
+        if excess <= 0:
+            return
+        idle = sorted((s for s in live if s.users == 0), key=lambda s: s.last_used)
+        for slot in idle[:excess]:
+            await self._discard(slot)
+
+    # -- the idle reaper and shutdown ----------------------------------------------------------
+
+    def start_reaper(self) -> None:
+        """Start closing idle sessions (call on the runtime's loop; no-op without a TTL)."""
+        if self.idle_ttl is not None:
+            self._reaper = asyncio.get_running_loop().create_task(self._reap_forever(self.idle_ttl))
+
+    async def _reap_forever(self, ttl: float) -> None:
+        interval = min(max(ttl / 4, 0.05), 30.0)
+        while True:
+            await asyncio.sleep(interval)
+            await self._reap_idle(ttl)
+
+    async def _reap_idle(self, ttl: float) -> None:
+        deadline = time.monotonic() - ttl
+        for slot in list(self._slots.values()):
+            if slot.thread.session is not None and slot.users == 0 and slot.last_used < deadline:
+                await self._discard(slot)
+
+    async def shutdown(self) -> None:
+        """Stop the reaper, close every session and the provider's clients."""
+        self.closed = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        await asyncio.gather(*self._closing, return_exceptions=True)
+        sessions = [s for s in (slot.thread.take_session() for slot in self._slots.values()) if s]
+        self._slots.clear()
+        await asyncio.gather(*(self.close(s) for s in sessions))
+        if self._provider is not None:
+            with contextlib.suppress(Exception):
+                await self._provider.aclose()
+
+
+__all__ = ["SessionPool"]

@@ -1,0 +1,83 @@
+"""``Session.run_shell``: a persistent shell on every provider. ``cd`` and ``export`` in one call
+are there in the next, and in a new session restored from a snapshot (a resume in a new process,
+a fork); a timeout or a killed command leaves the shell usable and as it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from langchain_sandbox.providers.base import Limits, Provider, SessionSpec
+from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+
+
+async def test_cd_and_export_carry_over_to_the_next_command(provider: Provider) -> None:
+    async with await provider.create() as session:
+        first = await session.run_shell(
+            "mkdir -p proj/src && cd proj/src && export GREETING='hello world' && echo set"
+        )
+        assert (first.exit_code, first.stdout) == (0, "set\n")
+        second = await session.run_shell('pwd; echo "$GREETING"')
+        assert second.stdout == "/home/user/proj/src\nhello world\n"
+
+        # A relative path means the shell's directory now; cwd= moves the shell for good.
+        await session.run_shell("echo here > note.txt")
+        assert await session.read_files(["proj/src/note.txt"]) == {"proj/src/note.txt": b"here\n"}
+        moved = await session.run_shell("pwd", cwd="proj")
+        assert moved.stdout == "/home/user/proj\n"
+        assert (await session.run_shell("pwd")).stdout == "/home/user/proj\n"
+
+        # unset and export -n are remembered too; exit codes are the command's own.
+        await session.run_shell("unset GREETING")
+        assert (await session.run_shell('echo "${GREETING-gone}"')).stdout == "gone\n"
+        failed = await session.run_shell("export LEVEL=3; cd /tmp; exit 7")
+        assert failed.exit_code == 7
+        after = await session.run_shell('pwd; echo "$LEVEL"')
+        assert after.stdout == "/tmp\n3\n"
+
+        # The stateless contract is untouched: run_command starts fresh every time.
+        plain = await session.run_command('pwd; echo "${LEVEL-none}"')
+        assert plain.stdout == "/home/user\nnone\n"
+
+
+async def test_the_sandbox_environment_is_not_copied_into_the_shell_state(
+    provider: Provider,
+) -> None:
+    spec = SessionSpec(env={"SERVICE_TOKEN": "from-the-spec"})
+    async with await provider.create(spec) as session:
+        await session.run_shell("export MINE=1")
+        state = (await session.read_files([".langchain_sandbox/shell_state.sh"]))[
+            ".langchain_sandbox/shell_state.sh"
+        ]
+        assert b"MINE" in state
+        assert b"from-the-spec" not in state
+        assert b"SERVICE_TOKEN" not in state
+
+
+async def test_a_timed_out_command_leaves_the_shell_usable_and_unchanged(
+    provider: Provider,
+) -> None:
+    async with await provider.create(SessionSpec(limits=Limits(timeout=30.0))) as session:
+        await session.run_shell("mkdir -p kept && cd kept && export KEPT=yes")
+        stuck = await session.run_shell("cd /tmp && export KEPT=no && sleep 60", timeout=1.0)
+        assert stuck.timed_out
+        after = await session.run_shell('pwd; echo "$KEPT"')
+        assert after.stdout == "/home/user/kept\nyes\n"
+        broken = await session.run_shell("if then")
+        assert broken.exit_code == 2
+        assert "syntax error" in broken.stderr
+        assert (await session.run_shell('pwd; echo "$KEPT"')).stdout == after.stdout
+
+
+async def test_the_shell_state_survives_a_restore_into_a_new_session(
+    provider: Provider, tmp_path: Path
+) -> None:
+    snapshotter = Snapshotter(LocalDirectoryBlobStore(tmp_path / "blobs"))
+    async with await provider.create() as source:
+        await source.run_shell("mkdir -p work/deep && cd work/deep && export MODE=resumed")
+        info = await snapshotter.capture(source, revision=1)
+    # A new process, a resume or a fork: a new session restored from the snapshot.
+    async with await provider.create() as target:
+        assert (await target.run_command("pwd")).stdout == "/home/user\n"
+        await snapshotter.restore(target, info.ref)
+        restored = await target.run_shell('pwd; echo "$MODE"')
+        assert restored.stdout == "/home/user/work/deep\nresumed\n"

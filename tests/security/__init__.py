@@ -1,0 +1,1 @@
+"""Attack classes run for real in a bubblewrap sandbox; each asserts the host and limits hold."""

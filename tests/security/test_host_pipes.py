@@ -1,0 +1,59 @@
+"""Class 4: host pipes the sandbox can reach must never fill up and hang the host.
+
+bubblewrap's own stderr is a host pipe, reachable from inside as ``/proc/1/fd/2``. Filling it once
+made every later kill and ``close()`` wait forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from langchain_sandbox.providers.base import Limits, SessionSpec
+from langchain_sandbox.providers.local import LocalProvider
+
+# A hang detector, not a timing assertion: a call that returns at all returns long before this.
+_HANG = 120.0
+
+_FLOOD = """
+import os
+written = 0
+for path in ("/proc/1/fd/0", "/proc/1/fd/1", "/proc/1/fd/2"):
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError:
+        continue
+    for _ in range(64):
+        written += os.write(fd, b"x" * 65536)
+    os.close(fd)
+written
+"""
+
+_STUBBORN = """
+import signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+while True:
+    pass
+"""
+
+
+async def test_flooding_bubblewraps_stderr_neither_blocks_nor_hangs_kill_and_close(
+    provider: LocalProvider,
+) -> None:
+    session = await provider.create(SessionSpec(limits=Limits(timeout=20.0)))
+    try:
+        flood = await asyncio.wait_for(session.run_code(_FLOOD), _HANG)
+        assert not flood.timed_out, flood.stderr
+        assert flood.error is None, flood.error
+        # 4 MB went into bubblewrap's stderr: far past a pipe's buffer, so the host read it.
+        assert flood.value is not None
+        assert int(flood.value) >= 64 * 65536
+
+        # A call that ignores the interrupt must be killed, and the kill must return.
+        stuck = await asyncio.wait_for(session.run_code(_STUBBORN, timeout=1.0), _HANG)
+        assert stuck.timed_out
+        again = await asyncio.wait_for(session.run_code("1 + 1"), _HANG)
+        assert again.value == "2"
+        await asyncio.wait_for(session.run_code(_FLOOD), _HANG)
+    finally:
+        await asyncio.wait_for(session.close(), _HANG)
+    assert not await session.is_alive()
