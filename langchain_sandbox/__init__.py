@@ -15,10 +15,13 @@ first use, so ``import langchain_sandbox`` stays cheap and never needs an option
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from langchain_sandbox.errors import (
     AuthenticationError,
+    CheckpointerUnavailableError,
+    ConfigurationError,
     EnvironmentBuildError,
     InvalidInputError,
     InvalidPackageNameError,
@@ -49,7 +52,14 @@ from langchain_sandbox.providers.base import (
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.state import SandboxState, merge_sandbox_state
 
+try:
+    __version__: str = version("langchain-sandbox")
+    """The installed distribution's version (the one in ``pyproject.toml``)."""
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
+
 if TYPE_CHECKING:
+    from langchain_sandbox.deepagents import SandboxBackend
     from langchain_sandbox.graph import (
         SandboxAgentState,
         SandboxChannel,
@@ -107,6 +117,7 @@ _LAZY: dict[str, str] = {
     "SandboxAgentState": "langchain_sandbox.graph",
     "SandboxChannel": "langchain_sandbox.graph",
     "SandboxToolCallWrapper": "langchain_sandbox.graph",
+    "SandboxBackend": "langchain_sandbox.deepagents",
     "Snapshotter": "langchain_sandbox.snapshots",
     "LocalDirectoryBlobStore": "langchain_sandbox.snapshots",
     "LangGraphStoreBlobStore": "langchain_sandbox.snapshots",
@@ -122,6 +133,8 @@ __all__ = [
     "Artifact",
     "AuthenticationError",
     "Capabilities",
+    "CheckpointerUnavailableError",
+    "ConfigurationError",
     "E2BProvider",
     "EnvironmentBuildError",
     "EnvironmentStatus",
@@ -146,6 +159,7 @@ __all__ = [
     "QuotaExceededError",
     "RunloopProvider",
     "SandboxAgentState",
+    "SandboxBackend",
     "SandboxChannel",
     "SandboxEnvironment",
     "SandboxError",

@@ -1,13 +1,5 @@
-"""``langchain-sandbox``: run code in a sandbox, check the machine, run the demo, reap orphans.
-
-```
-langchain-sandbox exec 'x = 6 * 7; print(x); x'   # stateful Python, last value printed
-langchain-sandbox shell 'echo hi; exit 3'           # a shell command; exits with its code
-langchain-sandbox doctor                            # isolation and providers available here
-langchain-sandbox demo                              # an agent end to end on the local provider
-langchain-sandbox gc [--yes]                        # sandboxes and snapshot blobs nobody uses
-```
-"""
+"""The ``langchain-sandbox`` command: run code in a sandbox, check the machine, run the demo, reap
+orphans. ``langchain-sandbox --help`` shows :data:`EXAMPLES`."""
 
 from __future__ import annotations
 
@@ -19,11 +11,23 @@ import os
 import sys
 from collections.abc import Sequence
 
-from langchain_sandbox.errors import SandboxError
+from langchain_sandbox.errors import InvalidInputError, SandboxError
 from langchain_sandbox.providers import get_provider
 from langchain_sandbox.providers.base import Limits, SessionSpec
 from langchain_sandbox.providers.names import E2B, LOCAL, PROVIDER_NAMES, RUNLOOP
 from langchain_sandbox.results import ExecutionResult
+
+DESCRIPTION = "Run code in a sandbox, check this machine, run the demo, reap orphans."
+EXAMPLES = """examples:
+  langchain-sandbox exec 'x = 6 * 7; print(x); x'   stateful Python; prints stdout, then [value] 42
+  langchain-sandbox exec --file script.py           run a file (exec - reads standard input)
+  langchain-sandbox shell 'echo hi; exit 3'         a shell command; exits with its code
+  langchain-sandbox doctor                          isolation and providers available here
+  langchain-sandbox demo                            an agent end to end on the local provider
+  langchain-sandbox gc [--yes]                      sandboxes and snapshot blobs nobody uses
+"""
+VALUE_LABEL = "[value] "
+"""Printed before the last expression's value, so it cannot be mistaken for printed output."""
 
 _PROVIDER_REQUIREMENTS = {
     LOCAL: ((), ()),
@@ -37,6 +41,8 @@ def _print_result(result: ExecutionResult, *, as_json: bool) -> int:
         print(result.model_dump_json(indent=2))
     else:
         sys.stdout.write(result.stdout)
+        if result.value is not None and result.stdout and not result.stdout.endswith("\n"):
+            sys.stdout.write("\n")
         sys.stderr.write(result.stderr)
         for notice in result.notices:
             print(f"[notice] {notice}", file=sys.stderr)
@@ -49,7 +55,7 @@ def _print_result(result: ExecutionResult, *, as_json: bool) -> int:
         if result.truncated:
             print(f"[output truncated: {result.omitted_bytes} bytes omitted]", file=sys.stderr)
         if result.value is not None:
-            print(result.value)
+            print(f"{VALUE_LABEL}{result.value}")
     if result.timed_out:
         return 124
     if result.error is not None:
@@ -59,7 +65,9 @@ def _print_result(result: ExecutionResult, *, as_json: bool) -> int:
 
 async def _run_once(args: argparse.Namespace) -> int:
     provider = get_provider(args.provider)
-    spec = SessionSpec(network=args.network, limits=Limits(timeout=args.timeout))
+    spec = SessionSpec(
+        template=args.template, network=args.network, limits=Limits(timeout=args.timeout)
+    )
     try:
         async with await provider.create(spec) as session:
             if args.command == "exec":
@@ -139,55 +147,110 @@ async def _gc(args: argparse.Namespace) -> int:
         snapshotter=Snapshotter(store),
         dry_run=not args.yes,
         grace_seconds=args.grace,
+        allow_empty_checkpointer=args.allow_empty_checkpointer,
     )
     print(json.dumps(report, indent=2) if args.json else "\n".join(report["summary"]))
     return 0
 
 
+def _version() -> str:
+    from langchain_sandbox import __version__
+
+    return f"langchain-sandbox {__version__}"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="langchain-sandbox", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    for name, help_text in (("exec", "run Python code"), ("shell", "run a shell command")):
-        cmd = commands.add_parser(name, help=help_text)
-        cmd.add_argument("code", help="the code or command; '-' reads it from standard input")
-        cmd.add_argument("--provider", default="local", choices=PROVIDER_NAMES)
+    parser = argparse.ArgumentParser(
+        prog="langchain-sandbox",
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    provider_help = "where the code runs: local (bubblewrap, the default), e2b or runloop"
+    for name, help_text, what in (
+        ("exec", "run Python code", "Python code"),
+        ("shell", "run a shell command", "the command"),
+    ):
+        cmd = commands.add_parser(
+            name, help=help_text, description=f"{help_text} in a fresh sandbox"
+        )
+        source = cmd.add_mutually_exclusive_group(required=True)
+        source.add_argument("code", nargs="?", help=f"{what}; '-' reads it from standard input")
+        source.add_argument("--file", metavar="PATH", help=f"read {what} from this host file")
+        cmd.add_argument("--provider", default="local", choices=PROVIDER_NAMES, help=provider_help)
         cmd.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
         cmd.add_argument("--network", action="store_true", help="let the code reach the network")
+        cmd.add_argument(
+            "--template",
+            help="the provider's template; on local, the sandbox environment (default: 'default')",
+        )
         cmd.add_argument("--json", action="store_true", help="print the whole result as JSON")
-    commands.add_parser("doctor", help="what isolation and which providers are available here")
+    commands.add_parser(
+        "doctor",
+        help="what isolation and which providers are available here",
+        description="Check what isolation the local provider has on this machine (bubblewrap, "
+        "network, memory and process limits) and which providers are usable. Exits 0 when "
+        "local isolation works.",
+    )
     commands.add_parser(
         "demo",
         help="run an agent end to end on the local provider (see 'demo --help')",
         add_help=False,
     )
     gc = commands.add_parser(
-        "gc", help="list (and with --yes destroy) orphaned sandboxes and blobs"
+        "gc",
+        help="list (and with --yes destroy) orphaned sandboxes and blobs",
+        description="List sandboxes and snapshot blobs nobody uses; --yes destroys them.",
     )
-    gc.add_argument("--provider", dest="providers", action="append", choices=PROVIDER_NAMES)
+    gc.add_argument(
+        "--provider",
+        dest="providers",
+        action="append",
+        choices=PROVIDER_NAMES,
+        help="provider whose sandboxes to look at (repeatable; default: local)",
+    )
     gc.add_argument(
         "--checkpointer", help="sqlite:///path or postgresql://... whose threads are live"
+    )
+    gc.add_argument(
+        "--allow-empty-checkpointer",
+        action="store_true",
+        help="accept a checkpointer that does not exist or holds no checkpoint "
+        "(then no snapshot blob is referenced)",
     )
     gc.add_argument("--blobs", help="snapshot blob directory (default: the local default store)")
     gc.add_argument("--grace", type=float, default=3600.0, help="keep anything younger (seconds)")
     gc.add_argument("--yes", action="store_true", help="destroy what is listed (default: dry run)")
-    gc.add_argument("--json", action="store_true")
+    gc.add_argument("--json", action="store_true", help="print the whole report as JSON")
     return parser
+
+
+def _read_code(args: argparse.Namespace) -> str:
+    if args.file is not None:
+        try:
+            with open(args.file, encoding="utf-8") as handle:
+                return handle.read()
+        except OSError as exc:
+            raise InvalidInputError(f"Cannot read {args.file}: {exc.strerror}") from exc
+    code: str = sys.stdin.read() if args.code == "-" else args.code
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``langchain-sandbox`` command; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["demo"]:
-        # The demo parses its own options (--model, --out, ...); argparse would reject them here.
-        from langchain_sandbox.demo import main as demo_main
-
-        status: int = demo_main(argv[1:])
-        return status
-    args = _parser().parse_args(argv)
     try:
+        if argv[:1] == ["demo"]:
+            # The demo parses its own options (--model, ...); argparse would reject them here.
+            from langchain_sandbox.demo import main as demo_main
+
+            status: int = demo_main(argv[1:])
+            return status
+        args = _parser().parse_args(argv)
         if args.command in ("exec", "shell"):
-            if args.code == "-":
-                args.code = sys.stdin.read()
+            args.code = _read_code(args)
             return asyncio.run(_run_once(args))
         if args.command == "doctor":
             return _doctor()

@@ -28,7 +28,8 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from langchain_sandbox.errors import SandboxError
+from langchain_sandbox.errors import MissingDependencyError, SandboxError
+from langchain_sandbox.providers.names import LOCAL, PROVIDER_NAMES
 from langchain_sandbox.testing.scripted_model import ScriptedToolModel, call
 
 CHART_NAME = "monthly_sales.png"
@@ -96,16 +97,12 @@ def scripted_model() -> ScriptedToolModel:
 
 def real_model() -> BaseChatModel | None:
     """A real chat model when its API key and integration package are both present."""
+    from langchain.chat_models import init_chat_model
+
     if os.environ.get("ANTHROPIC_API_KEY") and importlib.util.find_spec("langchain_anthropic"):
-        from langchain_anthropic import ChatAnthropic  # type: ignore[import-not-found]
-
-        model: BaseChatModel = ChatAnthropic(model="claude-sonnet-4-5", temperature=0)
-        return model
+        return init_chat_model("anthropic:claude-sonnet-4-5", temperature=0)
     if os.environ.get("OPENAI_API_KEY") and importlib.util.find_spec("langchain_openai"):
-        from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
-
-        model = ChatOpenAI(model="gpt-4o-mini", temperature=0)
-        return model
+        return init_chat_model("openai:gpt-4o-mini", temperature=0)
     return None
 
 
@@ -159,7 +156,10 @@ def run_demo(
         provider: The sandbox provider (``"local"`` needs no account).
         echo: Where transcript lines go.
     """
-    from langchain.agents import create_agent
+    try:
+        from langchain.agents import create_agent
+    except ImportError as exc:
+        raise MissingDependencyError("langchain", "agents", purpose="The demo") from exc
     from langgraph.checkpoint.memory import InMemorySaver
 
     from langchain_sandbox.graph.middleware import SandboxMiddleware
@@ -254,7 +254,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="auto",
         help="auto: a real model if its API key and package are present, else the scripted one",
     )
-    parser.add_argument("--provider", default="local", help="sandbox provider (default: local)")
+    parser.add_argument(
+        "--provider",
+        default=LOCAL,
+        choices=PROVIDER_NAMES,
+        help="where the agent's code runs: local (bubblewrap, the default), e2b or runloop",
+    )
     args = parser.parse_args(argv)
     try:
         result = run_demo(args.output_dir, model=args.model, provider=args.provider)

@@ -23,7 +23,18 @@ def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[st
 def test_exec_prints_output_and_last_value() -> None:
     done = _run("exec", "import sys; x = 6 * 7; print(x); x")
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "42\n42\n"
+    assert done.stdout == "42\n[value] 42\n"
+
+
+def test_exec_runs_in_the_selected_sandbox_environment() -> None:
+    probe = (
+        "import importlib.util as u; print(bool(u.find_spec('numpy')), bool(u.find_spec('pytest')))"
+    )
+    assert _run("exec", probe).stdout == "True False\n"  # default: the data stack, not the host's
+    assert _run("exec", probe, "--template", "host").stdout.endswith("True\n")
+    unknown = _run("exec", "1", "--template", "gpu")
+    assert unknown.returncode == 2
+    assert "no sandbox environment 'gpu'" in unknown.stderr
 
 
 def test_exec_failures_and_timeouts_have_exit_codes() -> None:

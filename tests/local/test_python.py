@@ -221,3 +221,17 @@ async def test_a_reply_past_the_size_bound_is_a_clear_error(session: LocalSessio
     after = await session.run_code("'big' in globals()")
     assert after.value == "False"
     assert after.notices == [WORKER_RESTARTED]
+
+
+async def test_a_timeout_traceback_shows_only_the_users_frames(session: LocalSession) -> None:
+    result = await session.run_code("def spin():\n    while True:\n        pass\nspin()", timeout=1)
+    assert result.timed_out
+    assert result.error is not None
+    assert result.error.name == "KeyboardInterrupt"
+    frames = [line for line in result.error.traceback.splitlines() if line.startswith("  File ")]
+    # The cell's two frames and nothing else: no frame of the worker's own SIGINT handler.
+    assert frames == [
+        '  File "<cell-1>", line 4, in <module>',
+        '  File "<cell-1>", line 2, in spin',
+    ]
+    assert (await session.run_code("1 + 1")).value == "2"

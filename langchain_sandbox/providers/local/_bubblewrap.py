@@ -15,6 +15,8 @@ hold a secret.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import functools
 import json
 import os
 import shutil
@@ -47,6 +49,7 @@ _NETWORK_ETC = (
     "/etc/pki/ca-trust",
 )
 
+_DATA_SOURCE = "/proc/self/fd/"
 _HOST_KEYRING_VIEWS = ("/proc/keys", "/proc/key-users")
 
 _DESCRIBE_PYTHON = (
@@ -172,26 +175,39 @@ def find_bubblewrap(path: str | None = None) -> str:
     )
 
 
-def generate_etc(directory: str) -> dict[str, str]:
-    """Write the sandbox's own ``passwd``, ``group`` and ``hosts`` into ``directory``.
-
-    Returns ``{sandbox path: host path}`` for the generated files.
-    """
+def etc_files() -> dict[str, str]:
+    """The sandbox's own ``/etc/passwd``, ``group`` and ``hosts``, as data sources for ``files``."""
     contents = {
-        "passwd": (
+        "/etc/passwd": (
             f"user:x:{SANDBOX_UID}:{SANDBOX_GID}:user:{WORKSPACE_ROOT}:/bin/bash\n"
             "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
         ),
-        "group": f"user:x:{SANDBOX_GID}:\nnogroup:x:65534:\n",
-        "hosts": f"127.0.0.1 localhost {SANDBOX_HOSTNAME}\n::1 localhost ip6-localhost\n",
+        "/etc/group": f"user:x:{SANDBOX_GID}:\nnogroup:x:65534:\n",
+        "/etc/hosts": f"127.0.0.1 localhost {SANDBOX_HOSTNAME}\n::1 localhost ip6-localhost\n",
     }
-    generated: dict[str, str] = {}
-    for name, text in contents.items():
-        host_path = os.path.join(directory, name)
-        with open(host_path, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        generated[f"/etc/{name}"] = host_path
-    return generated
+    return {
+        path: sealed_file(os.path.basename(path), text.encode()) for path, text in contents.items()
+    }
+
+
+@functools.cache
+def sealed_file(name: str, data: bytes) -> str:
+    """``data`` in a sealed memory file (nobody can change it), as a data source for ``files``.
+
+    Files given to sandboxes this way appear in ``/proc/self/mountinfo`` inside without any host
+    path, where a bind of a host file would show the file's host path. The memory file lives as
+    long as this process (one per distinct content); the returned ``/proc/self/fd/N`` names it.
+    """
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    fcntl.fcntl(
+        fd,
+        fcntl.F_ADD_SEALS,
+        fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE,
+    )
+    return f"{_DATA_SOURCE}{fd}"
 
 
 def bubblewrap_argv(
@@ -200,7 +216,7 @@ def bubblewrap_argv(
     *,
     python: PythonInstall,
     workspace: str,
-    etc_files: Mapping[str, str],
+    files: Mapping[str, str],
     env: Mapping[str, str],
     network: bool,
     read_only: Sequence[tuple[str, str]] = (),
@@ -214,11 +230,12 @@ def bubblewrap_argv(
         command: argv inside the sandbox (sandbox paths).
         python: The interpreter to make available.
         workspace: Host directory bound read-write at ``/home/user``.
-        etc_files: Generated ``/etc`` files (``{sandbox path: host path}``).
+        files: Read-only files copied into the sandbox (``{sandbox path: data source}``, the
+            sources made by :func:`sealed_file`): the generated ``/etc`` files, the worker.
         env: The complete environment inside; the host's is cleared.
         network: Share the host's network (and its resolver and CA certificates).
-        read_only: Extra ``(host, sandbox)`` read-only binds (the worker's sources, a trusted
-            package directory).
+        read_only: Extra ``(host, sandbox)`` read-only binds (the session's environment, a
+            trusted package directory).
         read_write: Extra ``(host, sandbox)`` writable binds (only an environment being built).
         tmp_size_bytes: Size cap of the private ``/tmp``.
     """
@@ -253,8 +270,8 @@ def bubblewrap_argv(
     for path in _ETC_FILES:
         if os.path.exists(path):
             argv += ["--ro-bind", os.path.realpath(path), path]
-    for sandbox_path, host_path in etc_files.items():
-        argv += ["--ro-bind", host_path, sandbox_path]
+    for sandbox_path, source in files.items():
+        argv += ["--ro-bind-data", source, sandbox_path]
     if network:
         for path in _NETWORK_ETC:
             if os.path.exists(path):
@@ -289,7 +306,8 @@ def options_via_fd(
     """Hand bubblewrap its options through a memfd (``--args FD``) instead of its argv.
 
     bubblewrap's own process is pid 1 inside the sandbox, and ``/proc/1/cmdline`` would show
-    every host path it binds. With ``seccomp`` (a BPF program), bubblewrap also gets
+    every host path it binds. Data files (``--ro-bind-data`` of a :func:`sealed_file`) get a
+    descriptor each. With ``seccomp`` (a BPF program), bubblewrap also gets
     ``--seccomp FD`` and installs the filter. Yields the short argv and the descriptors to pass to
     the child.
     """
@@ -297,6 +315,12 @@ def options_via_fd(
     options = list(argv[1:split])
     fds: list[int] = []
     try:
+        for index, option in enumerate(options[:-1]):
+            if option == "--ro-bind-data" and options[index + 1].startswith(_DATA_SOURCE):
+                # bubblewrap reads the data from the descriptor's offset: each start gets a
+                # descriptor of its own, positioned at the start.
+                fds.append(os.open(options[index + 1], os.O_RDONLY | os.O_CLOEXEC))
+                options[index + 1] = str(fds[-1])
         if seccomp is not None:
             fds.append(_memfd("bwrap-seccomp", seccomp))
             options += ["--seccomp", str(fds[-1])]
@@ -343,7 +367,8 @@ __all__ = [
     "PythonInstall",
     "bubblewrap_argv",
     "describe_python",
+    "etc_files",
     "find_bubblewrap",
-    "generate_etc",
     "options_via_fd",
+    "sealed_file",
 ]

@@ -21,7 +21,9 @@ from langchain_sandbox.providers.local._bubblewrap import (
     SANDBOX_RUNTIME_DIR,
     PythonInstall,
     bubblewrap_argv,
+    etc_files,
     options_via_fd,
+    sealed_file,
 )
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
 from langchain_sandbox.workspace import WORKSPACE_ROOT
@@ -49,7 +51,8 @@ class Launcher:
         workspace_dir: Host directory of the workspace.
         bwrap: The bubblewrap binary (``None`` without isolation).
         network: Whether the session's processes share the host's network.
-        etc_files: Generated ``/etc`` files (``{sandbox path: host path}``).
+        files: Read-only files copied into the sandbox, ``{sandbox path: data source}``
+            (:func:`sandbox_files`: the generated ``/etc`` files and the worker).
         extra_env: The session's own variables (``SessionSpec.env``), applied last.
         tmp_size_bytes: Size cap of the private ``/tmp``.
         worker_bytecode: Host path of the worker compiled by :func:`compile_worker` (saves
@@ -67,7 +70,7 @@ class Launcher:
     workspace_dir: str
     bwrap: str | None = None
     network: bool = False
-    etc_files: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)
     extra_env: Mapping[str, str] = field(default_factory=dict)
     tmp_size_bytes: int | None = None
     worker_bytecode: str | None = None
@@ -178,23 +181,20 @@ class Launcher:
         if not self.isolated:
             return list(command)
         assert self.bwrap is not None
-        runtime = [
-            (str(_WORKER_SOURCE), f"{SANDBOX_RUNTIME_DIR}/worker.py"),
-            (str(_KERNEL_STATE_SOURCE), f"{SANDBOX_RUNTIME_DIR}/kernel_state.py"),
-        ]
-        if self.worker_bytecode:
-            runtime.append((self.worker_bytecode, f"{SANDBOX_RUNTIME_DIR}/worker.pyc"))
-        if self.sandbox_environment is not None:
-            runtime.append((self.sandbox_environment, SANDBOX_ENVIRONMENT_DIR))
+        environment = (
+            [(self.sandbox_environment, SANDBOX_ENVIRONMENT_DIR)]
+            if self.sandbox_environment is not None
+            else []
+        )
         return bubblewrap_argv(
             self.bwrap,
             command,
             python=self.python,
             workspace=self.workspace_dir,
-            etc_files=self.etc_files,
+            files=self.files,
             env=self.environment(),
             network=network,
-            read_only=[*runtime, *read_only],
+            read_only=[*environment, *read_only],
             read_write=read_write,
             tmp_size_bytes=self.tmp_size_bytes,
         )
@@ -217,7 +217,25 @@ class Launcher:
         return {} if self.isolated else self.environment()
 
     def process_cwd(self) -> str:
-        return self.workspace_dir
+        """Working directory of the started process: bubblewrap's is neutral, since the shell
+        that joins the cgroups exports it as ``PWD``, which ``/proc/1/environ`` would show."""
+        return "/" if self.isolated else self.workspace_dir
+
+
+def sandbox_files(worker_bytecode: str | None) -> dict[str, str]:
+    """The files every sandbox gets as copies (no host path of them is visible inside):
+    the generated ``/etc`` files, the worker and the variables module (``{sandbox path: source}``).
+    """
+    sources = {
+        f"{SANDBOX_RUNTIME_DIR}/worker.py": _WORKER_SOURCE,
+        f"{SANDBOX_RUNTIME_DIR}/kernel_state.py": _KERNEL_STATE_SOURCE,
+    }
+    if worker_bytecode:
+        sources[f"{SANDBOX_RUNTIME_DIR}/worker.pyc"] = Path(worker_bytecode)
+    runtime = {
+        path: sealed_file(source.name, source.read_bytes()) for path, source in sources.items()
+    }
+    return {**etc_files(), **runtime}
 
 
 def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> str | None:
@@ -260,4 +278,11 @@ def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> 
     return str(target)
 
 
-__all__ = ["PACKAGES_DIR", "SANDBOX_ENVIRONMENT_DIR", "Isolation", "Launcher", "compile_worker"]
+__all__ = [
+    "PACKAGES_DIR",
+    "SANDBOX_ENVIRONMENT_DIR",
+    "Isolation",
+    "Launcher",
+    "compile_worker",
+    "sandbox_files",
+]

@@ -599,15 +599,17 @@ def _describe_exception(exc: BaseException) -> dict[str, str]:
     if isinstance(exc, SyntaxError):
         lines = traceback.format_exception_only(type(exc), exc)
         return {"name": type(exc).__name__, "value": str(exc), "traceback": "".join(lines)}
-    frames = traceback.extract_tb(exc.__traceback__)
-    # Drop the worker's own frames: the model should see its code, not the machinery.
-    skip = 0
-    while skip < len(frames) and frames[skip].filename == _OWN_FILE:
-        skip += 1
-    tb = exc.__traceback__
-    for _ in range(skip):
-        tb = tb.tb_next if tb is not None else None
-    lines = traceback.format_exception(type(exc), exc, tb)
+    # Drop the worker's own frames wherever they are: the ones that ran the cell, and the SIGINT
+    # handler that raised a timeout's KeyboardInterrupt. The model should see its code only.
+    report = traceback.TracebackException.from_exception(exc)
+    pending = [report]
+    while pending:
+        current = pending.pop()
+        current.stack = traceback.StackSummary.from_list(
+            [frame for frame in current.stack if frame.filename != _OWN_FILE]
+        )
+        pending += [chained for chained in (current.__cause__, current.__context__) if chained]
+    lines = list(report.format())
     try:
         value = str(exc)
     except Exception:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_sandbox.errors import EnvironmentBuildError, InvalidInputError
-from langchain_sandbox.providers.local._bubblewrap import PythonInstall, generate_etc
+from langchain_sandbox.providers.local._bubblewrap import PythonInstall, etc_files
 from langchain_sandbox.providers.local._launcher import (
     SANDBOX_ENVIRONMENT_DIR,
     Isolation,
@@ -242,14 +242,14 @@ class EnvironmentCache:
         work = Path(tempfile.mkdtemp(prefix=f".build-{target.name}-", dir=self.root))
         try:
             staging = work / "environment"
-            for directory in (staging, work / "home", work / "etc"):
+            for directory in (staging, work / "home"):
                 directory.mkdir(mode=0o755)
             launcher = Launcher(
                 isolation=self.isolation,
                 python=self.python,
                 workspace_dir=str(work / "home"),
                 bwrap=self.bwrap,
-                etc_files=generate_etc(str(work / "etc")) if isolated else {},
+                files=etc_files() if isolated else {},
                 seccomp=self.seccomp,
             )
             # Inside the build sandbox the environment already sits where sessions will see it,

@@ -1,8 +1,8 @@
 """The local provider: isolated sandboxes on this machine with bubblewrap, no account, no daemon.
 
 Each session lives in ``<base_dir>/sessions/<session_id>/`` (mode 0700): its workspace (bound at
-``/home/user``), its generated ``/etc`` files and a ``session.json`` record used to find sessions
-left behind by a process that died (``list_sessions`` / ``destroy``, for ``gc``). A local sandbox
+``/home/user``) and a ``session.json`` record used to find sessions left behind by a process that
+died (``list_sessions`` / ``destroy``, for ``gc``). A local sandbox
 lives and dies with the process that made it, so ``attach`` finds only sessions of this process.
 """
 
@@ -35,8 +35,6 @@ from langchain_sandbox.providers.base import (
 from langchain_sandbox.providers.local._bubblewrap import (
     PythonInstall,
     describe_python,
-    find_bubblewrap,
-    generate_etc,
 )
 from langchain_sandbox.providers.local._cgroups import (
     CgroupSupport,
@@ -49,8 +47,10 @@ from langchain_sandbox.providers.local._launcher import (
     Isolation,
     Launcher,
     compile_worker,
+    sandbox_files,
 )
 from langchain_sandbox.providers.local._packages import PackageIndex
+from langchain_sandbox.providers.local._probe import usable_bubblewrap
 from langchain_sandbox.providers.local._seccomp import SyscallFilter, seccomp_program
 from langchain_sandbox.providers.local.environments import (
     DEFAULT,
@@ -96,6 +96,12 @@ class LocalProvider(Provider):
             namespaces, mounts, kernel keyring, ``bpf``...; see ``docs/isolation.md``); without
             libseccomp sessions then refuse to start. ``"none"`` runs without it; it must be
             asked for by name, because the sandbox then reaches the whole kernel interface.
+
+    Raises:
+        IsolationUnavailableError: with ``isolation="bubblewrap"``, bubblewrap is missing or
+            cannot create namespaces here (the message says how to fix it). Checked when the
+            provider is built (it runs bubblewrap once per process), so build it off any event
+            loop; :class:`~langchain_sandbox.SandboxRuntime` does.
     """
 
     name = LOCAL
@@ -137,8 +143,11 @@ class LocalProvider(Provider):
         )
         self.progress = progress or print_progress
         self.syscall_filter: SyscallFilter = syscall_filter
+        # Checked now, so a machine that cannot isolate fails when the provider is built.
+        self._bwrap_path = usable_bubblewrap(bwrap) if isolation == "bubblewrap" else None
         self._python_install: PythonInstall | None = None
         self._worker_bytecode: str | None = None
+        self._sandbox_files: dict[str, str] = {}
         self._cgroups: CgroupSupport | None = None
         self._sessions: dict[str, LocalSession] = {}
 
@@ -156,6 +165,8 @@ class LocalProvider(Provider):
                 str(self.base_dir / "runtime"),
                 isolated=self.isolation == "bubblewrap",
             )
+            if self.isolation == "bubblewrap":
+                self._sandbox_files = await asyncio.to_thread(sandbox_files, self._worker_bytecode)
             self._python_install = python
         if self._cgroups is None:
             self._cgroups = await asyncio.to_thread(detect_cgroups)
@@ -164,10 +175,9 @@ class LocalProvider(Provider):
     async def create(self, spec: SessionSpec | None = None) -> LocalSession:
         spec = spec or SessionSpec()
         env = validate_env(spec.env)
-        bwrap: str | None = None
+        bwrap = self._bwrap_path
         seccomp: bytes | None = None
-        if self.isolation == "bubblewrap":
-            bwrap = find_bubblewrap(self.bwrap)
+        if bwrap is not None:
             if self.syscall_filter == "seccomp":
                 seccomp = await asyncio.to_thread(seccomp_program)
         else:
@@ -188,9 +198,7 @@ class LocalProvider(Provider):
         memory_mb = spec.limits.memory_mb
         cgroup = SessionCgroup()
         try:
-            etc_files = await asyncio.to_thread(
-                self._make_directory, directory, session_id, spec, created_at
-            )
+            await asyncio.to_thread(self._make_directory, directory, session_id, spec, created_at)
             cgroup = await asyncio.to_thread(
                 SessionCgroup.create,
                 support,
@@ -204,7 +212,7 @@ class LocalProvider(Provider):
                 workspace_dir=str(directory / "workspace"),
                 bwrap=bwrap,
                 network=spec.network,
-                etc_files=etc_files,
+                files=self._sandbox_files,
                 extra_env=env,
                 tmp_size_bytes=spec.limits.tmp_bytes
                 or (memory_mb * 1024 * 1024 if memory_mb else None),
@@ -283,12 +291,10 @@ class LocalProvider(Provider):
         environment = self._selected(name)
         if environment is None:
             raise InvalidInputError(f"{HOST_ENVIRONMENT!r} is the host's own; it is not built.")
-        bwrap: str | None = None
+        bwrap = self._bwrap_path
         seccomp: bytes | None = None
-        if self.isolation == "bubblewrap":
-            bwrap = await asyncio.to_thread(find_bubblewrap, self.bwrap)
-            if self.syscall_filter == "seccomp":
-                seccomp = await asyncio.to_thread(seccomp_program)
+        if bwrap is not None and self.syscall_filter == "seccomp":
+            seccomp = await asyncio.to_thread(seccomp_program)
         python, _ = await self._environment()
         return await asyncio.to_thread(
             self._cache(python, bwrap, seccomp).ensure, environment, self.progress
@@ -310,12 +316,11 @@ class LocalProvider(Provider):
     @staticmethod
     def _make_directory(
         directory: Path, session_id: str, spec: SessionSpec, created_at: float
-    ) -> dict[str, str]:
+    ) -> None:
         directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         directory.mkdir(mode=0o700)
         (directory / "workspace").mkdir(mode=0o700)
         (directory / "workspace" / PACKAGES_DIR).mkdir(mode=0o755)
-        (directory / "etc").mkdir(mode=0o755)
         record: dict[str, Any] = {
             "provider": LOCAL,
             "session_id": session_id,
@@ -325,7 +330,6 @@ class LocalProvider(Provider):
             "state": {"owner_pid": os.getpid()},
         }
         (directory / _RECORD_FILE).write_text(json.dumps(record), encoding="utf-8")
-        return generate_etc(str(directory / "etc"))
 
     def _forget(self, session: LocalSession) -> None:
         self._sessions.pop(session.session_id, None)
