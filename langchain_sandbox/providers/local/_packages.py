@@ -17,8 +17,11 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from langchain_sandbox.results import ExecutionResult, OutputCapture
+from langchain_sandbox.providers.base import OutputCallback
+from langchain_sandbox.providers.local._streams import OutputStreams
+from langchain_sandbox.results import ExecutionResult
 
 _SANDBOX_FIND_LINKS = "/opt/find-links"
 
@@ -110,8 +113,10 @@ async def run_captured(
     preexec_fn: Callable[[], None] | None,
     env: dict[str, str],
     cwd: str,
+    on_output: OutputCallback | None = None,
 ) -> ExecutionResult:
-    """Run a short-lived sandbox process; capture its output (bounded) and stop it on timeout."""
+    """Run a short-lived sandbox process; capture its output (bounded), pass it to ``on_output``
+    as it comes, and stop the process on timeout."""
     started = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
         *argv,
@@ -124,16 +129,14 @@ async def run_captured(
         env=env,
         cwd=cwd,
     )
-    captures = {"stdout": OutputCapture(limit), "stderr": OutputCapture(limit)}
+    streams = OutputStreams(limit, on_output)
 
-    async def pump(stream: asyncio.StreamReader | None, capture: OutputCapture) -> None:
+    async def pump(stream: asyncio.StreamReader | None, name: Literal["stdout", "stderr"]) -> None:
         while stream is not None and (chunk := await stream.read(65536)):
-            capture.write(chunk)
+            streams.write(name, chunk)
 
     timed_out = False
-    pumps = asyncio.gather(
-        pump(process.stdout, captures["stdout"]), pump(process.stderr, captures["stderr"])
-    )
+    pumps = asyncio.gather(pump(process.stdout, "stdout"), pump(process.stderr, "stderr"))
     try:
         await asyncio.wait_for(asyncio.shield(pumps), timeout)
     except TimeoutError:
@@ -142,16 +145,12 @@ async def run_captured(
             os.killpg(process.pid, signal.SIGKILL)
         await pumps
     code = await process.wait()
-    omitted = sum(c.omitted for c in captures.values())
     return ExecutionResult(
         kind="command",
-        stdout=captures["stdout"].text(),
-        stderr=captures["stderr"].text(),
         exit_code=code if code >= 0 else 128 - code,
         duration_ms=(time.perf_counter() - started) * 1000,
         timed_out=timed_out,
-        truncated=omitted > 0,
-        omitted_bytes=omitted,
+        **streams.result_fields(None),
     )
 
 
