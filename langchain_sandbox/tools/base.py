@@ -18,7 +18,9 @@ A tool call resolves, in order:
 Tools return ``(content, artifact)``: the content is what the model reads; the artifact is
 ``{"result": <JSON result>, "sandbox": <updated record>}`` for programs and for the graph glue, which
 turns ``artifact["sandbox"]`` into a state update. Infrastructure failures become a
-``ToolException`` the model reads (``handle_tool_error=True``), never a crash of the agent.
+``ToolException`` the model reads (``handle_tool_error=True``), never a crash of the agent;
+misconfiguration (:class:`~langchain_sandbox.errors.ConfigurationError`: a missing extra, API key
+or bubblewrap) is not the model's to fix and propagates to the developer.
 """
 
 # No ``from __future__ import annotations`` here: LangChain resolves ``_run``'s annotations with
@@ -39,7 +41,8 @@ from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, Field, PrivateAttr
 from pydantic.json_schema import SkipJsonSchema
 
-from langchain_sandbox.errors import SandboxError
+from langchain_sandbox._event_loop import on_event_loop
+from langchain_sandbox.errors import ConfigurationError, SandboxError
 from langchain_sandbox.providers import provider_class
 from langchain_sandbox.providers.base import Capabilities, SessionSpec
 from langchain_sandbox.results import DEFAULT_RENDER_CHARS, ExecutionResult
@@ -226,6 +229,10 @@ class SandboxTool(BaseTool):
 
     def model_post_init(self, context: Any) -> None:
         super().model_post_init(context)
+        # With ``provider=``, build its runtime now, so misconfiguration fails at construction
+        # (on an event loop, where that would block, the first call builds it instead).
+        if self.provider is not None and not on_event_loop():
+            self._explicit_runtime()
         if self.about is not None and "description" not in self.model_fields_set:
             capabilities, spec = self._configuration()
             self.description = f"{self.about} {sandbox_facts(capabilities, spec)}"
@@ -300,9 +307,12 @@ class SandboxTool(BaseTool):
 
     @contextlib.contextmanager
     def _tool_errors(self) -> Iterator[None]:
-        """Infrastructure failures and refused input become a message the model reads."""
+        """Infrastructure failures and refused input become a message the model reads;
+        misconfiguration (:class:`ConfigurationError`) is the developer's and propagates."""
         try:
             yield
+        except ConfigurationError:
+            raise
         except SandboxError as exc:
             raise ToolException(f"{self.name} failed: {exc}") from exc
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from langchain_sandbox._event_loop import entered_off_loop
 from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import (
     InvalidInputError,
@@ -441,10 +442,9 @@ class LocalSession(Session):
         )
         async with self._lock:
             self._check_open()
-            with launcher.spawnable(launcher.wrap(inner, network=True, read_only=binds)) as (
-                argv,
-                fds,
-            ):
+            async with entered_off_loop(
+                lambda: launcher.spawnable(launcher.wrap(inner, network=True, read_only=binds))
+            ) as (argv, fds):
                 result = await run_captured(
                     argv,
                     pass_fds=fds,
