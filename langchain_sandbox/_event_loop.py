@@ -13,7 +13,8 @@ import concurrent.futures
 import contextlib
 import contextvars
 import threading
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from langchain_sandbox.errors import SessionClosedError
@@ -24,21 +25,20 @@ T = TypeVar("T")
 class LoopThread:
     """A daemon thread running an asyncio event loop until :meth:`stop`.
 
-    The thread starts on construction. Coroutines run with :meth:`run_sync` (blocking the calling
+    The thread starts on construction, without waiting for the loop to run (work submitted
+    before it does waits in the loop's queue), so building one never blocks a caller that is
+    itself on an event loop. Coroutines run with :meth:`run_sync` (blocking the calling
     thread) or :meth:`run_async` (awaited from another loop); cancelling the awaiting task cancels
     the coroutine on this loop, so cancelled work is interrupted rather than left running.
     """
 
     def __init__(self, name: str = "langchain-sandbox-runtime") -> None:
         self.loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
-        self._ready.wait()
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.call_soon(self._ready.set)
         try:
             self.loop.run_forever()
         finally:
@@ -111,4 +111,22 @@ class LoopThread:
         self._thread.join(timeout)
 
 
-__all__ = ["LoopThread"]
+@contextlib.asynccontextmanager
+async def entered_off_loop(make: Callable[[], AbstractContextManager[T]]) -> AsyncIterator[T]:
+    """Build and enter the context manager ``make`` returns in a worker thread, exit it on
+    leaving: for set-up that touches the filesystem (a sandbox's argv, its memfd) on the way to
+    an async call."""
+    with contextlib.ExitStack() as stack:
+        yield await asyncio.to_thread(lambda: stack.enter_context(make()))
+
+
+def on_event_loop() -> bool:
+    """Whether the calling thread is running an event loop (where nothing may block)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+__all__ = ["LoopThread", "entered_off_loop", "on_event_loop"]

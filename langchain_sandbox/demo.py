@@ -97,16 +97,12 @@ def scripted_model() -> ScriptedToolModel:
 
 def real_model() -> BaseChatModel | None:
     """A real chat model when its API key and integration package are both present."""
+    from langchain.chat_models import init_chat_model
+
     if os.environ.get("ANTHROPIC_API_KEY") and importlib.util.find_spec("langchain_anthropic"):
-        from langchain_anthropic import ChatAnthropic  # type: ignore[import-not-found]
-
-        model: BaseChatModel = ChatAnthropic(model="claude-sonnet-4-5", temperature=0)
-        return model
+        return init_chat_model("anthropic:claude-sonnet-4-5", temperature=0)
     if os.environ.get("OPENAI_API_KEY") and importlib.util.find_spec("langchain_openai"):
-        from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
-
-        model = ChatOpenAI(model="gpt-4o-mini", temperature=0)
-        return model
+        return init_chat_model("openai:gpt-4o-mini", temperature=0)
     return None
 
 

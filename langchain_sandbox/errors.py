@@ -92,15 +92,26 @@ class QuotaExceededError(SandboxError):
     retryable = True
 
 
-class AuthenticationError(SandboxError):
-    """The provider rejected the credentials (HTTP 401/403). Retrying cannot help."""
+class ConfigurationError(SandboxError):
+    """The package is set up wrong for where it runs: an extra is not installed, a provider has no
+    (or a rejected) API key, the local provider cannot isolate code on this machine.
+
+    These are for the developer, not the model: the model can do nothing about them, so tools and
+    middleware never turn them into a tool result; they propagate out of the agent's run. They
+    are raised when the runtime or provider is built where that can be known, else at the first
+    call.
+    """
+
+
+class AuthenticationError(ConfigurationError):
+    """The provider has no API key, or rejected it (HTTP 401/403). Retrying cannot help."""
 
 
 class SnapshotNotFoundError(SandboxError):
     """A snapshot (or one of its blobs) named by a record is missing from the snapshot store."""
 
 
-class IsolationUnavailableError(SandboxError):
+class IsolationUnavailableError(ConfigurationError):
     """The local provider cannot isolate code on this machine; the message says how to fix it."""
 
 
@@ -109,7 +120,7 @@ class EnvironmentBuildError(SandboxError):
     that does not resolve). The message names the cause and pip's last lines."""
 
 
-class MissingDependencyError(SandboxError, ImportError):
+class MissingDependencyError(ConfigurationError, ImportError):
     """An optional dependency is not installed; the message names the extra that brings it."""
 
     def __init__(self, package: str, extra: str, *, purpose: str) -> None:
@@ -129,6 +140,7 @@ def is_retryable(exc: BaseException) -> bool:
 __all__ = [
     "AuthenticationError",
     "CheckpointerUnavailableError",
+    "ConfigurationError",
     "EnvironmentBuildError",
     "InvalidInputError",
     "InvalidPackageNameError",

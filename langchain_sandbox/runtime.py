@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from langchain_sandbox._event_loop import LoopThread
 from langchain_sandbox.providers.base import (
+    Capabilities,
     FileInfo,
     OutputCallback,
     Provider,
@@ -76,6 +77,14 @@ class SandboxRuntime:
         max_sessions: Live sessions kept at most; the least recently used idle one is closed to
             make room. A session that is busy is never closed, so under load the cap can be
             exceeded until calls finish.
+
+    Building a runtime never blocks an event loop: its loop thread starts without being waited
+    for, and the default snapshot store touches the disk only when it first writes.
+
+    Raises:
+        ConfigurationError: the provider named cannot work here (a missing extra, API key or
+            bubblewrap). Raised by the constructor when it runs off an event loop, else by the
+            first call.
     """
 
     def __init__(
@@ -105,7 +114,8 @@ class SandboxRuntime:
         self._close_lock = threading.Lock()
         self._loop = LoopThread()
         if idle_ttl is not None:
-            self._loop.submit(self._start_reaper()).result()
+            # Not waited for: construction must not block a caller on an event loop.
+            self._loop.submit(self._start_reaper())
         _register_exit_hook(functools.partial(_close_at_exit, weakref.ref(self)))
 
     async def _start_reaper(self) -> None:
@@ -137,6 +147,11 @@ class SandboxRuntime:
     @property
     def max_sessions(self) -> int | None:
         return self._pool.max_sessions
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the runtime's provider can do, known without creating a provider or a sandbox."""
+        return self._pool.capabilities
 
     @property
     def closed(self) -> bool:

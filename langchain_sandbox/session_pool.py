@@ -21,9 +21,10 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from langchain_sandbox._event_loop import on_event_loop
 from langchain_sandbox.errors import SessionClosedError
-from langchain_sandbox.providers import get_provider
-from langchain_sandbox.providers.base import Provider, Session, SessionSpec
+from langchain_sandbox.providers import get_provider, provider_class
+from langchain_sandbox.providers.base import Capabilities, Provider, Session, SessionSpec
 from langchain_sandbox.rehydration import ThreadSandbox
 from langchain_sandbox.retries import retry_async
 
@@ -69,7 +70,12 @@ class SessionPool:
             raise ValueError("provider_options apply only when the provider is given by name.")
         self._provider_arg = provider
         self._provider_options = dict(provider_options or {})
-        self._provider: Provider | None = None
+        self._provider: Provider | None = provider if isinstance(provider, Provider) else None
+        if self._provider is None and not on_event_loop():
+            # Fail fast: a missing extra, API key or bubblewrap raises here, to the developer.
+            # On an event loop that check would block it (imports, the filesystem); there the
+            # provider is built off the loop at the first call, which raises the same errors.
+            self._provider = get_provider(provider, **self._provider_options)
         self.spec = spec
         self.max_sessions = max_sessions
         self.idle_ttl = idle_ttl
@@ -83,6 +89,13 @@ class SessionPool:
         if isinstance(self._provider_arg, Provider):
             return self._provider_arg.name
         return self._provider_arg
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the provider can do, known without building it (no SDK client, no sandbox)."""
+        if isinstance(self._provider_arg, Provider):
+            return self._provider_arg.capabilities
+        return provider_class(self._provider_arg).capabilities
 
     def live_sessions(self) -> dict[str, str]:
         """``{thread_id: session_id}`` of the sessions alive right now."""
@@ -100,7 +113,14 @@ class SessionPool:
 
     async def provider(self) -> Provider:
         if self._provider is None:
-            self._provider = get_provider(self._provider_arg, **self._provider_options)
+            built = await asyncio.to_thread(
+                get_provider, self._provider_arg, **self._provider_options
+            )
+            # Two first calls may race here; the first provider built is the one kept.
+            if self._provider is None:
+                self._provider = built
+            elif built is not self._provider:
+                await built.aclose()
         return self._provider
 
     async def create(self, thread_id: str) -> Session:

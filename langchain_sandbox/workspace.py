@@ -62,7 +62,10 @@ def resolve_path(path: str, *, root: str = WORKSPACE_ROOT) -> str:
 
 def relative_path(path: str, *, root: str = WORKSPACE_ROOT) -> str:
     """The workspace-relative form of ``path`` (``"."`` for the root itself)."""
-    return posixpath.relpath(resolve_path(path, root=root), root)
+    # Sandbox paths are not host paths: plain string work, never ``relpath`` (which asks the
+    # host's filesystem for its working directory).
+    absolute = resolve_path(path, root=root)
+    return "." if absolute == root else absolute[len(root.rstrip("/")) + 1 :]
 
 
 __all__ = ["MAX_PATH_BYTES", "MAX_PATH_DEPTH", "WORKSPACE_ROOT", "relative_path", "resolve_path"]

@@ -36,7 +36,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from langchain_sandbox.errors import SandboxError
+from langchain_sandbox.errors import ConfigurationError, SandboxError
 from langchain_sandbox.graph.channel import SandboxChannel
 from langchain_sandbox.graph.tool_calls import SandboxToolCallWrapper, ToolResult, is_sandbox_tool
 from langchain_sandbox.providers.base import Session
@@ -130,8 +130,11 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
 
     @staticmethod
     def _not_ready(thread_id: str, exc: SandboxError) -> None:
-        # The model may not need the sandbox this turn; if it does, its first sandbox call
-        # tries again and the model reads why it failed. Failing the whole run here would not.
+        # Misconfiguration is the developer's to fix: fail the run now, before the model runs.
+        if isinstance(exc, ConfigurationError):
+            raise exc
+        # Otherwise the model may not need the sandbox this turn; if it does, its first sandbox
+        # call tries again and the model reads why it failed. Failing the whole run would not.
         logger.warning("could not prepare the sandbox of thread %s: %s", thread_id, exc)
 
     def before_agent(

@@ -37,15 +37,21 @@ def get_provider(name: str | Provider = LOCAL, **options: Any) -> Provider:
         if options:
             raise InvalidInputError("Options apply only when the provider is given by name.")
         return name
+    provider: Provider = provider_class(name)(**options)
+    return provider
+
+
+def provider_class(name: str) -> type[Provider]:
+    """The class of the provider called ``name``, without building one (its SDK is not needed:
+    provider modules import their SDK only when a provider is made)."""
     try:
         module_name, class_name = _PROVIDERS[name]
     except KeyError:
         raise InvalidInputError(
             f"Unknown provider {name!r}; choose one of {', '.join(PROVIDER_NAMES)}."
         ) from None
-    provider_cls = getattr(importlib.import_module(module_name), class_name)
-    provider: Provider = provider_cls(**options)
-    return provider
+    found: type[Provider] = getattr(importlib.import_module(module_name), class_name)
+    return found
 
 
 __all__ = [
@@ -60,4 +66,5 @@ __all__ = [
     "SessionSpec",
     "VariablesDump",
     "get_provider",
+    "provider_class",
 ]

@@ -35,15 +35,16 @@ class LocalDirectoryBlobStore(BlobStore):
     """Blobs as files under one directory on this machine.
 
     Args:
-        path: The store's root directory (created, mode 0700); default :func:`default_blob_dir`.
+        path: The store's root directory (created, mode 0700, by the first write: building a
+            store touches no disk, so it may happen on an event loop); default
+            :func:`default_blob_dir`.
         durable: fsync each blob and its directory before a put returns.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, durable: bool = True) -> None:
         self.root = Path(path) if path is not None else default_blob_dir()
         self.durable = durable
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self.root, 0o700)
+        self._root_ready = False
 
     def __repr__(self) -> str:
         return f"LocalDirectoryBlobStore({str(self.root)!r})"
@@ -73,6 +74,10 @@ class LocalDirectoryBlobStore(BlobStore):
     def _write(self, path: Path, data: bytes) -> None:
         if path.exists():
             return
+        if not self._root_ready:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(self.root, 0o700)
+            self._root_ready = True
         path.parent.mkdir(mode=0o700, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
         try:
@@ -110,11 +115,17 @@ class LocalDirectoryBlobStore(BlobStore):
                 path.unlink()
 
     async def iter_blobs(self) -> AsyncIterator[BlobInfo]:
-        for fanout in sorted(await asyncio.to_thread(os.listdir, self.root)):
+        for fanout in sorted(await asyncio.to_thread(self._fanouts)):
             if len(fanout) != 2:
                 continue
             for info in await asyncio.to_thread(self._list_fanout, fanout):
                 yield info
+
+    def _fanouts(self) -> list[str]:
+        try:
+            return os.listdir(self.root)
+        except FileNotFoundError:  # nothing was ever written
+            return []
 
     def _list_fanout(self, fanout: str) -> list[BlobInfo]:
         infos: list[BlobInfo] = []

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from langchain_sandbox._event_loop import entered_off_loop
 from langchain_sandbox.providers.base import Limits, SessionSpec
 from langchain_sandbox.providers.local import INTERRUPT_GRACE, LocalProvider, LocalSession
 from langchain_sandbox.workspace import WORKSPACE_ROOT
@@ -246,8 +247,9 @@ class Machine:
     async def _spawn(self, argv: list[str]) -> Any:
         session = self._session
         launcher = session.launcher
-        wrapped = launcher.wrap(argv, network=session.spec.network)
-        with launcher.spawnable(wrapped) as (command, fds):
+        async with entered_off_loop(
+            lambda: launcher.spawnable(launcher.wrap(argv, network=session.spec.network))
+        ) as (command, fds):
             return await asyncio.create_subprocess_exec(
                 *command,
                 pass_fds=fds,

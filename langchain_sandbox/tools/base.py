@@ -18,7 +18,9 @@ A tool call resolves, in order:
 Tools return ``(content, artifact)``: the content is what the model reads; the artifact is
 ``{"result": <JSON result>, "sandbox": <updated record>}`` for programs and for the graph glue, which
 turns ``artifact["sandbox"]`` into a state update. Infrastructure failures become a
-``ToolException`` the model reads (``handle_tool_error=True``), never a crash of the agent.
+``ToolException`` the model reads (``handle_tool_error=True``), never a crash of the agent;
+misconfiguration (:class:`~langchain_sandbox.errors.ConfigurationError`: a missing extra, API key
+or bubblewrap) is not the model's to fix and propagates to the developer.
 """
 
 # No ``from __future__ import annotations`` here: LangChain resolves ``_run``'s annotations with
@@ -39,8 +41,10 @@ from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, Field, PrivateAttr
 from pydantic.json_schema import SkipJsonSchema
 
-from langchain_sandbox.errors import SandboxError
-from langchain_sandbox.providers.base import OutputCallback
+from langchain_sandbox._event_loop import on_event_loop
+from langchain_sandbox.errors import ConfigurationError, SandboxError
+from langchain_sandbox.providers import provider_class
+from langchain_sandbox.providers.base import Capabilities, OutputCallback, SessionSpec
 from langchain_sandbox.results import DEFAULT_RENDER_CHARS, ExecutionResult
 from langchain_sandbox.runtime import (
     Outcome,
@@ -49,6 +53,7 @@ from langchain_sandbox.runtime import (
     get_default_runtime,
 )
 from langchain_sandbox.state import SandboxState
+from langchain_sandbox.tools.descriptions import sandbox_facts
 
 RUNTIME_KEY = "sandbox_runtime"
 """The context attribute / dict key and the ``configurable`` key a runtime is looked up under."""
@@ -256,7 +261,32 @@ class SandboxTool(BaseTool):
     streams_output: ClassVar[bool] = False
     """Whether the tool forwards output to LangGraph's stream writer while it runs."""
 
+    about: ClassVar[str | None] = None
+    """For a tool whose description ends with facts about its sandbox: the fixed part. The facts
+    (network, time limit, memory) are derived when the tool is built from the runtime it is
+    bound to (see :mod:`langchain_sandbox.tools.descriptions`); ``description=`` overrides."""
+
     _owned_runtime: SandboxRuntime | None = PrivateAttr(default=None)
+
+    def model_post_init(self, context: Any) -> None:
+        super().model_post_init(context)
+        # With ``provider=``, build its runtime now, so misconfiguration fails at construction
+        # (on an event loop, where that would block, the first call builds it instead).
+        if self.provider is not None and not on_event_loop():
+            self._explicit_runtime()
+        if self.about is not None and "description" not in self.model_fields_set:
+            capabilities, spec = self._configuration()
+            self.description = f"{self.about} {sandbox_facts(capabilities, spec)}"
+
+    def _configuration(self) -> tuple[Capabilities | None, SessionSpec | None]:
+        """The provider's capabilities and the session spec this tool will run with, when they
+        are known before a call (``None``: the runtime is found per call)."""
+        if self.runtime is not None:
+            return self.runtime.capabilities, self.runtime.spec
+        if self.provider is not None:
+            # What _explicit_runtime will build, known without building it.
+            return provider_class(self.provider).capabilities, SessionSpec()
+        return None, None
 
     def _explicit_runtime(self) -> SandboxRuntime | None:
         if self.runtime is not None:
@@ -308,9 +338,12 @@ class SandboxTool(BaseTool):
 
     @contextlib.contextmanager
     def _tool_errors(self) -> Iterator[None]:
-        """Infrastructure failures and refused input become a message the model reads."""
+        """Infrastructure failures and refused input become a message the model reads;
+        misconfiguration (:class:`ConfigurationError`) is the developer's and propagates."""
         try:
             yield
+        except ConfigurationError:
+            raise
         except SandboxError as exc:
             raise ToolException(f"{self.name} failed: {exc}") from exc
 

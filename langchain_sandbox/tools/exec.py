@@ -13,6 +13,7 @@ from langchain_sandbox.tools.base import (
     ToolReply,
     execution_reply,
 )
+from langchain_sandbox.tools.descriptions import sandbox_facts
 
 
 class SandboxExecArgs(SandboxToolArgs):
@@ -34,6 +35,15 @@ class SandboxExecArgs(SandboxToolArgs):
     )
 
 
+_ABOUT = (
+    "Run Python code in an isolated sandbox and get back stdout, stderr, errors and the value "
+    "of the last expression. State persists between calls like a Jupyter notebook: define "
+    "variables, import modules and write functions once, then reuse them. The working "
+    "directory is /home/user, where files persist too. matplotlib figures are returned as "
+    "images. Errors in the code come back as a traceback to fix."
+)
+
+
 class SandboxExecTool(SandboxTool):
     """Run Python in the thread's isolated sandbox; variables persist between calls.
 
@@ -44,13 +54,8 @@ class SandboxExecTool(SandboxTool):
     """
 
     name: str = "sandbox_exec"
-    description: str = (
-        "Run Python code in an isolated sandbox and get back stdout, stderr, errors and the value "
-        "of the last expression. State persists between calls like a Jupyter notebook: define "
-        "variables, import modules and write functions once, then reuse them. The working "
-        "directory is /home/user, where files persist too. matplotlib figures are returned as "
-        "images. There is no network access. Errors in the code come back as a traceback to fix."
-    )
+    about: ClassVar[str | None] = _ABOUT
+    description: str = f"{_ABOUT} {sandbox_facts(None, None)}"
     args_schema: type[SandboxExecArgs] = SandboxExecArgs
     streams_output: ClassVar[bool] = True
 

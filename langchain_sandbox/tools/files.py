@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import mimetypes
@@ -106,7 +107,8 @@ class SandboxReadFileTool(SandboxTool):
         head = notice_lines(outcome.notices)
         result: dict[str, Any] = {"path": path, "bytes": len(data), "kind": "text"}
         content: Content
-        mime_type = mimetypes.guess_type(path)[0]
+        # The first guess reads the system's mime.types files: not on the event loop.
+        mime_type = (await asyncio.to_thread(mimetypes.guess_type, path))[0]
         text = _as_text(data)
         if mime_type in _IMAGE_TYPES:
             result["kind"] = "image"

@@ -13,6 +13,7 @@ from langchain_sandbox.tools.base import (
     ToolReply,
     execution_reply,
 )
+from langchain_sandbox.tools.descriptions import sandbox_facts
 
 
 class SandboxShellArgs(SandboxToolArgs):
@@ -36,19 +37,23 @@ class SandboxShellArgs(SandboxToolArgs):
     )
 
 
+_ABOUT = (
+    "Run a shell command (bash) in the isolated sandbox and get back its stdout, stderr and "
+    "exit code. Use it for file management, git, grep, running scripts. Files live under "
+    "/home/user and are shared with the Python tool. The shell is persistent: the working "
+    "directory (cd) and exported variables (export) carry over to later commands; shell "
+    "functions, aliases and unexported variables do not."
+)
+
+
 class SandboxShellTool(SandboxTool):
     """Run a command in the thread's persistent shell (the same workspace the Python tool sees):
     ``cd`` and exported variables carry over to the thread's next commands, also after a resume
     or a fork (see :meth:`SandboxRuntime.arun_shell`)."""
 
     name: str = "sandbox_shell"
-    description: str = (
-        "Run a shell command (bash) in the isolated sandbox and get back its stdout, stderr and "
-        "exit code. Use it for file management, git, grep, running scripts. Files live under "
-        "/home/user and are shared with the Python tool. The shell is persistent: the working "
-        "directory (cd) and exported variables (export) carry over to later commands; shell "
-        "functions, aliases and unexported variables do not. No network access."
-    )
+    about: ClassVar[str | None] = _ABOUT
+    description: str = f"{_ABOUT} {sandbox_facts(None, None)}"
     args_schema: type[SandboxShellArgs] = SandboxShellArgs
     streams_output: ClassVar[bool] = True
 

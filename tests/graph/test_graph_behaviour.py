@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
@@ -248,13 +249,21 @@ def test_tool_node_replays_parallel_sandbox_calls_after_an_interrupt(
     assert state["sandbox"]["exec_count"] == 4
 
 
-def test_a_provider_that_refuses_does_not_crash_the_agent(thread: str) -> None:
-    """The sandbox cannot be created (E2B rejects the key; the E2B emulator, through the real
-    SDK): a turn that needs no code still completes, and a sandbox call tells the model why."""
+def test_a_provider_that_rejects_the_key_fails_the_run_for_the_developer(thread: str) -> None:
+    """E2B rejects the key (the E2B emulator, through the real SDK): the model can do nothing
+    about that, so the run raises it to the developer before the model is called, instead of
+    handing the model a tool error."""
     import uuid
 
+    from langchain_sandbox.errors import AuthenticationError
     from langchain_sandbox.providers.e2b import E2BProvider
     from langchain_sandbox.testing.e2b_emulator import E2BEmulator
+
+    seen: list[list[Any]] = []
+
+    def script(messages: list[Any]) -> Any:
+        seen.append(messages)
+        return call("sandbox_exec", code="1 + 1")
 
     with E2BEmulator(api_key="e2b_" + uuid.uuid4().hex) as emulator:
         provider = E2BProvider(
@@ -262,17 +271,9 @@ def test_a_provider_that_refuses_does_not_crash_the_agent(thread: str) -> None:
         )
         refused = SandboxRuntime(provider, persist="never")
         try:
-            agent = agent_with(
-                refused,
-                ["Hello, no code needed.", call("sandbox_exec", code="1 + 1"), "sorry"],
-            )
-            first = agent.invoke({"messages": [HumanMessage("hi")]}, cfg(thread))
-            assert first["messages"][-1].text == "Hello, no code needed."
-            second = agent.invoke({"messages": [HumanMessage("compute")]}, cfg(thread))
+            agent = agent_with(refused, script)
+            with pytest.raises(AuthenticationError, match="Invalid API key"):
+                agent.invoke({"messages": [HumanMessage("compute")]}, cfg(thread))
         finally:
             refused.close()
-    (failed,) = tool_messages(second["messages"])
-    assert failed.status == "error"
-    assert "sandbox_exec failed" in failed.text
-    assert "Invalid API key" in failed.text  # the reason, for the model
-    assert second["messages"][-1].text == "sorry"
+    assert seen == []

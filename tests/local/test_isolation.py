@@ -143,10 +143,9 @@ async def test_no_capabilities_and_not_root_inside(session: LocalSession) -> Non
     assert shell.stdout.split()[-1] == "0000000000000000"
 
 
-async def test_missing_bubblewrap_refuses_with_a_fix(tmp_path: Path) -> None:
-    provider = LocalProvider(base_dir=tmp_path / "b", bwrap=str(tmp_path / "no" / "bwrap"))
+def test_missing_bubblewrap_refuses_with_a_fix(tmp_path: Path) -> None:
     with pytest.raises(IsolationUnavailableError) as caught:
-        await provider.create()
+        LocalProvider(base_dir=tmp_path / "b", bwrap=str(tmp_path / "no" / "bwrap"))
     message = str(caught.value)
     assert "bubblewrap" in message
     assert "install" in message.lower()
@@ -162,7 +161,8 @@ async def test_unisolated_only_by_name_and_with_a_warning(
     monkeypatch.setenv("FAKE_API_KEY", "sk-host-secret")
     provider = LocalProvider(base_dir=tmp_path / "none", isolation="none")
     with pytest.warns(RuntimeWarning, match="directly on this machine"):
-        session = await provider.create()
+        # "host": no sandbox environment to build (unisolated environments are tested with them)
+        session = await provider.create(SessionSpec(template="host"))
     async with session:
         result = await session.run_code("import os\nx = 1\n(os.environ.get('FAKE_API_KEY'), x)")
         assert result.value == "(None, 1)"
@@ -183,7 +183,7 @@ def test_probe_reports_what_is_enforced_here() -> None:
     assert any("bubblewrap" in problem for problem in missing.problems)
 
 
-async def test_bubblewrap_without_user_namespaces_refuses_with_a_fix(tmp_path: Path) -> None:
+def test_bubblewrap_without_user_namespaces_refuses_with_a_fix(tmp_path: Path) -> None:
     # What bubblewrap prints where unprivileged user namespaces are disabled; the provider must
     # turn it into an error that says how to fix it, and leave nothing behind.
     failing = tmp_path / "bwrap"
@@ -191,12 +191,11 @@ async def test_bubblewrap_without_user_namespaces_refuses_with_a_fix(tmp_path: P
         "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n"
     )
     failing.chmod(0o755)
-    provider = LocalProvider(base_dir=tmp_path / "b", bwrap=str(failing))
     with pytest.raises(IsolationUnavailableError) as caught:
-        await provider.create()
+        LocalProvider(base_dir=tmp_path / "b", bwrap=str(failing))
     assert "user namespaces" in str(caught.value)
     assert "Permission denied" in str(caught.value)
-    assert list((tmp_path / "b" / "sessions").iterdir()) == []
+    assert not (tmp_path / "b").exists()
     report = probe_isolation(str(failing))
     assert not report.bubblewrap_usable
     assert any("user namespaces" in problem for problem in report.problems)

@@ -160,10 +160,11 @@ async def test_quota_and_auth_errors_are_typed(emulator: RunloopEmulator) -> Non
     assert emulator.count("/create_and_await_running$") == 1
 
 
-async def test_no_key_is_a_clear_authentication_error(emulator: RunloopEmulator) -> None:
-    provider = RunloopProvider(base_url=emulator.url)
+async def test_no_key_is_a_clear_authentication_error_at_construction(
+    emulator: RunloopEmulator,
+) -> None:
     with pytest.raises(AuthenticationError, match="RUNLOOP_API_KEY"):
-        await provider.create()
+        RunloopProvider(base_url=emulator.url)
     assert emulator.requests == []
 
 

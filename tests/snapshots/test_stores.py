@@ -123,7 +123,9 @@ async def test_base_store_lists_many_blobs_across_pages() -> None:
 async def test_local_store_failures_are_typed_and_do_not_name_host_paths(tmp_path: Path) -> None:
     store = LocalDirectoryBlobStore(tmp_path / "blobs")
     key = digest(b"data")
-    # A file where the blob's fan-out directory must go: the write cannot succeed.
+    # A file where the blob's fan-out directory must go: the write cannot succeed. (The store
+    # makes its root at its first write; here the test makes it first.)
+    store.root.mkdir(parents=True, exist_ok=True)
     (store.root / key[:2]).write_bytes(b"in the way")
     with pytest.raises(SandboxError) as caught:
         await store.put(key, b"data")

@@ -29,6 +29,7 @@ import inspect
 import json
 import logging
 import math
+import os
 import re
 import shlex
 import time
@@ -619,6 +620,11 @@ class E2BProvider(Provider):
         if lease_seconds <= 0 or lease_refresh_below < 0:
             raise InvalidInputError("lease_seconds must be positive and lease_refresh_below >= 0.")
         sdk = _load_sdk()
+        if not (api_key or os.environ.get("E2B_API_KEY")):
+            raise AuthenticationError(
+                "No E2B API key: pass api_key= to E2BProvider or set E2B_API_KEY.",
+                provider=PROVIDER_NAME,
+            )
         self._api_key = api_key
         self.template = template
         self.lease_seconds = int(lease_seconds)

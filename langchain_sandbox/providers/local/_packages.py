@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from langchain_sandbox._event_loop import entered_off_loop
 from langchain_sandbox.errors import InvalidInputError
 from langchain_sandbox.providers.local._index_proxy import (
     FORWARDER,
@@ -186,6 +187,26 @@ async def install_packages(
     preexec_fn: Callable[[], None] | None,
 ) -> ExecutionResult:
     """Run pip for ``requirements`` in a sandbox of the session (see the module docstring)."""
+    argv, proxy, env = await asyncio.to_thread(_pip_command, launcher, index, requirements)
+    serving = proxy.serving() if proxy is not None else contextlib.nullcontext()
+    proxy_fds = [proxy.sandbox_fd] if proxy is not None else []
+    async with serving, entered_off_loop(lambda: launcher.spawnable(argv)) as (command, fds):
+        return await run_captured(
+            command,
+            pass_fds=(*fds, *proxy_fds),
+            timeout=timeout,
+            limit=limit,
+            preexec_fn=preexec_fn,
+            env=env if not launcher.isolated else launcher.process_env(),
+            cwd=launcher.process_cwd(),
+        )
+
+
+def _pip_command(
+    launcher: Launcher, index: PackageIndex, requirements: Sequence[str]
+) -> tuple[list[str], IndexProxy | None, dict[str, str]]:
+    """pip's wrapped argv, the proxy it reaches the index through (if it needs one) and its
+    environment (touches the filesystem: run off the event loop)."""
     options, binds = index.pip_options(isolated=launcher.isolated)
     proxy: IndexProxy | None = None
     if launcher.isolated and index.reaches_network:
@@ -205,18 +226,7 @@ async def install_packages(
     env = pip_environment(launcher.environment())
     # Unisolated, pip runs on the host as it is; isolated, it has no network but the proxy.
     argv = launcher.wrap(inner, network=not launcher.isolated, read_only=binds, environment=env)
-    serving = proxy.serving() if proxy is not None else contextlib.nullcontext()
-    async with serving:
-        with launcher.spawnable(argv) as (command, fds):
-            return await run_captured(
-                command,
-                pass_fds=(*fds, *([proxy.sandbox_fd] if proxy is not None else [])),
-                timeout=timeout,
-                limit=limit,
-                preexec_fn=preexec_fn,
-                env=env if not launcher.isolated else launcher.process_env(),
-                cwd=launcher.process_cwd(),
-            )
+    return argv, proxy, env
 
 
 async def run_captured(

@@ -7,6 +7,7 @@ mechanism enforces each limit.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from dataclasses import dataclass
@@ -90,6 +91,21 @@ def probe_isolation(bwrap: str | None = None) -> IsolationReport:
     )
 
 
+def usable_bubblewrap(bwrap: str | None = None) -> str:
+    """The bubblewrap binary, checked to really start a sandbox here; else raise saying how to
+    get isolation. The check runs once per binary and process (a few milliseconds).
+
+    Raises:
+        IsolationUnavailableError: bubblewrap is missing, or cannot create the namespaces.
+    """
+    path = find_bubblewrap(bwrap)
+    usable, problem = _try_bubblewrap(path)
+    if not usable:
+        raise IsolationUnavailableError(problem, provider="local")
+    return path
+
+
+@functools.lru_cache(maxsize=16)
 def _try_bubblewrap(bwrap: str) -> tuple[bool, str]:
     argv = [
         bwrap,
@@ -132,4 +148,4 @@ def _try_bubblewrap(bwrap: str) -> tuple[bool, str]:
     return True, ""
 
 
-__all__ = ["IsolationReport", "probe_isolation"]
+__all__ = ["IsolationReport", "probe_isolation", "usable_bubblewrap"]

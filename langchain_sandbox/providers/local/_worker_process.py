@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from langchain_sandbox._event_loop import entered_off_loop
 from langchain_sandbox.errors import IsolationUnavailableError, SandboxError
 from langchain_sandbox.providers.names import LOCAL
 
@@ -103,7 +104,10 @@ class WorkerProcess:
         child_fds = (request_r, event_w, control_r)
         loop = asyncio.get_running_loop()
         try:
-            with prepare(build_argv(*child_fds)) as (argv, extra_fds):
+            async with entered_off_loop(lambda: prepare(build_argv(*child_fds))) as (
+                argv,
+                extra_fds,
+            ):
                 process = await asyncio.create_subprocess_exec(
                     *argv,
                     stdin=asyncio.subprocess.DEVNULL,

@@ -30,7 +30,6 @@ from langchain_sandbox.providers.base import Provider, SessionRecord, SessionSpe
 from langchain_sandbox.providers.local._bubblewrap import (
     PythonInstall,
     describe_python,
-    find_bubblewrap,
 )
 from langchain_sandbox.providers.local._cgroups import (
     CgroupSupport,
@@ -46,6 +45,7 @@ from langchain_sandbox.providers.local._launcher import (
     sandbox_files,
 )
 from langchain_sandbox.providers.local._packages import PackageIndex
+from langchain_sandbox.providers.local._probe import usable_bubblewrap
 from langchain_sandbox.providers.local._seccomp import SyscallFilter, seccomp_program
 from langchain_sandbox.providers.local.environments import (
     DEFAULT,
@@ -91,6 +91,12 @@ class LocalProvider(Provider):
             namespaces, mounts, kernel keyring, ``bpf``...; see ``docs/isolation.md``); without
             libseccomp sessions then refuse to start. ``"none"`` runs without it; it must be
             asked for by name, because the sandbox then reaches the whole kernel interface.
+
+    Raises:
+        IsolationUnavailableError: with ``isolation="bubblewrap"``, bubblewrap is missing or
+            cannot create namespaces here (the message says how to fix it). Checked when the
+            provider is built (it runs bubblewrap once per process), so build it off any event
+            loop; :class:`~langchain_sandbox.SandboxRuntime` does.
     """
 
     name = LOCAL
@@ -132,6 +138,8 @@ class LocalProvider(Provider):
         )
         self.progress = progress or print_progress
         self.syscall_filter: SyscallFilter = syscall_filter
+        # Checked now, so a machine that cannot isolate fails when the provider is built.
+        self._bwrap_path = usable_bubblewrap(bwrap) if isolation == "bubblewrap" else None
         self._python_install: PythonInstall | None = None
         self._worker_bytecode: str | None = None
         self._sandbox_files: dict[str, str] = {}
@@ -162,10 +170,9 @@ class LocalProvider(Provider):
     async def create(self, spec: SessionSpec | None = None) -> LocalSession:
         spec = spec or SessionSpec()
         env = validate_env(spec.env)
-        bwrap: str | None = None
+        bwrap = self._bwrap_path
         seccomp: bytes | None = None
-        if self.isolation == "bubblewrap":
-            bwrap = find_bubblewrap(self.bwrap)
+        if bwrap is not None:
             if self.syscall_filter == "seccomp":
                 seccomp = await asyncio.to_thread(seccomp_program)
         else:
@@ -286,12 +293,10 @@ class LocalProvider(Provider):
         environment = self._selected(name)
         if environment is None:
             raise InvalidInputError(f"{HOST_ENVIRONMENT!r} is the host's own; it is not built.")
-        bwrap: str | None = None
+        bwrap = self._bwrap_path
         seccomp: bytes | None = None
-        if self.isolation == "bubblewrap":
-            bwrap = await asyncio.to_thread(find_bubblewrap, self.bwrap)
-            if self.syscall_filter == "seccomp":
-                seccomp = await asyncio.to_thread(seccomp_program)
+        if bwrap is not None and self.syscall_filter == "seccomp":
+            seccomp = await asyncio.to_thread(seccomp_program)
         python, _ = await self._environment()
         return await asyncio.to_thread(
             self._cache(python, bwrap, seccomp).ensure, environment, self.progress

@@ -30,6 +30,7 @@ import inspect
 import json
 import logging
 import math
+import os
 import posixpath
 import shlex
 import time
@@ -254,6 +255,11 @@ class RunloopProvider(Provider):
         retry_deadline: float = 60.0,
     ) -> None:
         _sdk()
+        if not (api_key or os.environ.get("RUNLOOP_API_KEY")):
+            raise AuthenticationError(
+                "No Runloop API key: pass api_key= to RunloopProvider or set RUNLOOP_API_KEY.",
+                provider=PROVIDER_NAME,
+            )
         self._api_key = api_key
         self._base_url = base_url
         self._image = {
