@@ -57,6 +57,7 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
     __version__ = "0+unknown"
 
 if TYPE_CHECKING:
+    from langchain_sandbox.deepagents import SandboxBackend
     from langchain_sandbox.graph import (
         SandboxAgentState,
         SandboxGraphState,
@@ -101,6 +102,7 @@ _LAZY: dict[str, str] = {
     "SandboxMiddleware": "langchain_sandbox.graph",
     "SandboxGraphState": "langchain_sandbox.graph",
     "SandboxAgentState": "langchain_sandbox.graph",
+    "SandboxBackend": "langchain_sandbox.deepagents",
     "Snapshotter": "langchain_sandbox.snapshots",
     "LocalDirectoryBlobStore": "langchain_sandbox.snapshots",
     "LangGraphStoreBlobStore": "langchain_sandbox.snapshots",
@@ -139,6 +141,7 @@ __all__ = [
     "QuotaExceededError",
     "RunloopProvider",
     "SandboxAgentState",
+    "SandboxBackend",
     "SandboxEnvironment",
     "SandboxError",
     "SandboxExecTool",

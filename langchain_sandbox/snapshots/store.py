@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from langchain_sandbox.errors import InvalidInputError
 from langchain_sandbox.snapshots.manifest import is_digest
 
+PUT_CONCURRENCY = 16
+"""Blobs :meth:`BlobStore.put_many` writes at once by default."""
+
 
 @dataclass(frozen=True)
 class BlobInfo:
@@ -90,8 +93,15 @@ class BlobStore(ABC):
         return dict(zip(unique, values, strict=True))
 
     async def put_many(self, blobs: Mapping[str, bytes]) -> None:
-        """Store several blobs (each atomically)."""
-        await asyncio.gather(*(self.put(key, data) for key, data in blobs.items()))
+        """Store several blobs (each atomically), :data:`PUT_CONCURRENCY` at a time: a capture of
+        100,000 small files must not become 100,000 tasks at once."""
+        items = iter(blobs.items())
+
+        async def drain() -> None:
+            for key, data in items:
+                await self.put(key, data)
+
+        await asyncio.gather(*(drain() for _ in range(min(PUT_CONCURRENCY, len(blobs)))))
 
 
-__all__ = ["BlobInfo", "BlobStore", "check_key", "digest"]
+__all__ = ["PUT_CONCURRENCY", "BlobInfo", "BlobStore", "check_key", "digest"]

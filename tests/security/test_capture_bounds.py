@@ -42,7 +42,7 @@ async def test_sparse_files_cannot_fill_the_blob_store(
             "        handle.write(bytes([i + 1]))\n"
             "        handle.truncate(60 * 1024 * 1024)\n"
         )
-        assert any("over its quota" in notice for notice in made.notices), made.notices
+        assert made.ok, made.render()
         with pytest.raises(InvalidInputError, match="quota"):
             await asyncio.wait_for(snapshotter.capture(session), _HANG)
         assert await asyncio.to_thread(_store_bytes, blobs) < _MB
@@ -75,6 +75,7 @@ async def test_a_call_that_writes_past_the_quota_is_stopped(provider: LocalProvi
         )
         assert flood.error is not None
         assert "quota" in flood.error.value
+        assert any("over its quota" in notice for notice in flood.notices), flood.notices
         size = await asyncio.to_thread(
             os.path.getsize, os.path.join(session.workspace_dir, "flood")
         )

@@ -140,6 +140,7 @@ async def test_gc_removes_a_deep_orphan_and_still_collects_blobs(tmp_path: Path)
                 snapshotter=Snapshotter(store),
                 dry_run=False,
                 grace_seconds=0,
+                allow_empty_checkpointer=True,
             ),
             _HANG,
         )

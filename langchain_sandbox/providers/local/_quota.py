@@ -5,9 +5,11 @@ mount, so the quota is enforced by measuring it (:meth:`HostWorkspace.usage`: di
 sparse file at its apparent size):
 
 * while code or a command runs, every second or so (less often when measuring is slow): once the
-  workspace is over the quota *and* larger than when the call began, the call is stopped by killing
-  its worker, so deleting files while over the quota is still allowed;
-* after every call, so the result can say the workspace is over the quota;
+  workspace is over the quota *and* larger than when last measured before the call, the call is
+  stopped by killing its worker, so deleting files while over the quota is still allowed;
+* after calls, once their run time adds up to a tenth of a second (every call that long, quick ones
+  in groups: a warm round trip stays a fraction of a millisecond), so a result can say the
+  workspace is over the quota;
 * before ``write_files``, which refuses what would not fit.
 
 What a call can write between two measurements (about a second of disk bandwidth) is the margin
@@ -31,6 +33,10 @@ logger = logging.getLogger(__name__)
 POLL_SECONDS = 1.0
 """Shortest interval between two measurements of the workspace while a call runs."""
 
+MEASURE_AFTER_SECONDS = 0.1
+"""Run time of calls after which the workspace is measured again (every call that long or longer;
+quick calls once they add up to it). It bounds what quick calls can write unmeasured."""
+
 # Measuring may take at most this share of the time between two measurements.
 _MEASURE_SHARE = 10
 
@@ -42,6 +48,7 @@ class WorkspaceQuota:
         self._files = files
         self.limit = limit
         self._usage: int | None = None
+        self._unmeasured = 0.0  # run time of the calls since the last measurement
 
     async def measure(self) -> int | None:
         """The workspace's current size (``None`` if it could not be measured just now: sandboxed
@@ -66,6 +73,8 @@ class WorkspaceQuota:
             return
         usage = await self._known_usage()
         if usage is not None and usage + incoming > self.limit:
+            usage = await self.measure()  # the last measurement may predate a quick cleanup
+        if usage is not None and usage + incoming > self.limit:
             raise InvalidInputError(
                 f"Writing {incoming} bytes would take the workspace to {usage + incoming} bytes, "
                 f"over its quota of {self.limit} (Limits.workspace_bytes). Delete files first."
@@ -76,23 +85,33 @@ class WorkspaceQuota:
     @contextlib.asynccontextmanager
     async def guard(self, stop: Callable[[str], Awaitable[None]]) -> AsyncIterator[None]:
         """Around one call: ``stop(reason)`` is awaited if the call grows the workspace past the
-        quota. On exit the workspace is measured again."""
+        quota. Calls are measured afterwards once they add up to :data:`MEASURE_AFTER_SECONDS`
+        of run time, so a stream of quick calls costs one measurement per that much work."""
         if self.limit is None:
             yield
             return
-        baseline = await self._known_usage()
-        watcher = asyncio.ensure_future(self._watch(baseline or 0, stop))
+        started = time.monotonic()
+        watchers: list[asyncio.Future[None]] = []
+        handle = asyncio.get_running_loop().call_later(
+            POLL_SECONDS, lambda: watchers.append(asyncio.ensure_future(self._watch(stop)))
+        )
         try:
             yield
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-            await self.measure()
+            handle.cancel()
+            for watcher in watchers:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+            self._unmeasured += time.monotonic() - started
+            if self._usage is None or self._unmeasured >= MEASURE_AFTER_SECONDS:
+                self._unmeasured = 0.0
+                await self.measure()
 
-    async def _watch(self, baseline: int, stop: Callable[[str], Awaitable[None]]) -> None:
+    async def _watch(self, stop: Callable[[str], Awaitable[None]]) -> None:
         assert self.limit is not None
-        interval = POLL_SECONDS
+        baseline = self._usage if self._usage is not None else self.limit
+        interval = 0.0
         while True:
             await asyncio.sleep(interval)
             started = time.monotonic()
@@ -115,4 +134,4 @@ class WorkspaceQuota:
         )
 
 
-__all__ = ["POLL_SECONDS", "WorkspaceQuota"]
+__all__ = ["MEASURE_AFTER_SECONDS", "POLL_SECONDS", "WorkspaceQuota"]
