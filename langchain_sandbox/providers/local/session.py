@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_sandbox._event_loop import entered_off_loop
 from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import (
     InvalidInputError,
@@ -46,8 +45,7 @@ from langchain_sandbox.providers.local._files import HostWorkspace, remove_direc
 from langchain_sandbox.providers.local._launcher import Launcher
 from langchain_sandbox.providers.local._packages import (
     PackageIndex,
-    pip_install_argv,
-    run_captured,
+    install_packages,
 )
 from langchain_sandbox.providers.local._quota import WorkspaceQuota
 from langchain_sandbox.providers.local._worker_process import WorkerDied, WorkerProcess
@@ -483,29 +481,16 @@ class LocalSession(Session):
     ) -> ExecutionResult:
         names = validate_requirements(requirements)
         limit = _checked_timeout(timeout, INSTALL_TIMEOUT)
-        launcher = self.launcher
-        options, binds = self.package_index.pip_options(isolated=launcher.isolated)
-        inner = pip_install_argv(
-            launcher.python_executable,
-            launcher.site_packages,
-            launcher.packages_dir,
-            names,
-            options,
-        )
         async with self._lock:
             self._check_open()
-            async with entered_off_loop(
-                lambda: launcher.spawnable(launcher.wrap(inner, network=True, read_only=binds))
-            ) as (argv, fds):
-                result = await run_captured(
-                    argv,
-                    pass_fds=fds,
-                    timeout=limit,
-                    limit=self.spec.limits.max_output_bytes,
-                    preexec_fn=self.cgroup.preexec(),
-                    env=launcher.process_env(),
-                    cwd=launcher.process_cwd(),
-                )
+            result = await install_packages(
+                self.launcher,
+                self.package_index,
+                names,
+                timeout=limit,
+                limit=self.spec.limits.max_output_bytes,
+                preexec_fn=self.cgroup.preexec(),
+            )
         await self._quota.measure()
         over_quota = self._quota.notice()
         if over_quota is not None:
