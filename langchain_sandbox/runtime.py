@@ -491,13 +491,17 @@ class SandboxRuntime:
         *,
         timeout: float | None = None,
         record: SandboxState | None = None,
+        on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
     ) -> Outcome[ExecutionResult]:
-        """Install packages into the thread's sandbox (validated before any sandbox is touched)."""
+        """Install packages into the thread's sandbox (validated before any sandbox is touched);
+        the installer's output goes to ``on_output`` while it runs."""
         requirements = validate_requirements(packages)
 
         async def _install(session: Session) -> ExecutionResult:
-            return await session.install_packages(requirements, timeout=timeout)
+            return await session.install_packages(
+                requirements, timeout=timeout, on_output=on_output
+            )
 
         return _as_execution(
             await self.aexecute(
@@ -512,12 +516,18 @@ class SandboxRuntime:
         *,
         timeout: float | None = None,
         record: SandboxState | None = None,
+        on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
     ) -> Outcome[ExecutionResult]:
         """Blocking twin of :meth:`ainstall_packages`."""
         return self._loop.run_sync(
             self.ainstall_packages(
-                thread_id, packages, timeout=timeout, record=record, step_call=step_call
+                thread_id,
+                packages,
+                timeout=timeout,
+                record=record,
+                on_output=on_output,
+                step_call=step_call,
             )
         )
 

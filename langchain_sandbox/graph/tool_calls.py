@@ -6,11 +6,15 @@ record (``artifact["sandbox"]``). :class:`SandboxToolCallWrapper` sits around th
 turns that artifact into ``Command(update={"sandbox": record, "messages": [message]})``, so the
 record lands in the ``sandbox`` channel and every checkpointer stores it with the step.
 
-It also runs each sandbox tool call as a LangGraph task. When anything in the same node interrupts
-(another tool calling ``interrupt()`` for approval, a wrapper outside this one), LangGraph re-runs
-the whole node on resume; the task's result was saved with the checkpoint's pending writes, so
-the sandbox call is replayed from there instead of being executed a second time, in this process
-or in another one.
+It also runs a sandbox tool call as a LangGraph task where the node it runs in could be re-run.
+When anything in the same node interrupts (another tool of the same message calling
+``interrupt()`` for approval, a wrapper outside this one), LangGraph re-runs the whole node on
+resume; the task's result was saved with the checkpoint's pending writes, so the sandbox call is
+replayed from there instead of being executed a second time, in this process or in another one.
+A task is only started where such a re-run can happen: a message whose calls are all sandbox
+tools (which never interrupt) runs without one. That keeps ``stream_mode="updates"`` what a
+plain ``ToolNode`` streams (LangGraph streams each task's result as an update of its own, under
+the task's name), except for the messages that need the task.
 
 LangGraph identifies a task by the order in which a node starts its tasks. ``ToolNode`` runs the
 calls of one message on a thread pool, in no fixed order, so the wrapper reads the message's call
@@ -21,12 +25,12 @@ order from the request's state (:class:`CallOrders`) and starts tasks in that or
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any, cast
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.func import task
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -91,19 +95,8 @@ class CallOrders:
         self._orders: dict[tuple[str, tuple[str, ...]], _CallOrder] = {}
 
     def _message_calls(self, request: ToolCallRequest) -> tuple[str, ...]:
-        state = request.state
-        if isinstance(state, list):
-            messages = state
-        elif isinstance(state, dict):
-            messages = state.get(self._messages_key) or []
-        else:
-            messages = getattr(state, self._messages_key, None) or []
-        call_id = request.tool_call["id"]
-        for message in reversed(messages):
-            calls = getattr(message, "tool_calls", None) or []
-            if isinstance(message, AIMessage) and any(c["id"] == call_id for c in calls):
-                return tuple(c["id"] or "" for c in calls if c["name"] in self._ordered_tools)
-        return ()
+        calls = message_calls(request, self._messages_key) or []
+        return tuple(c["id"] or "" for c in calls if c["name"] in self._ordered_tools)
 
     @contextmanager
     def turn(self, request: ToolCallRequest) -> Iterator[None]:
@@ -174,6 +167,36 @@ _async_task = cast(
 )
 
 
+def message_calls(request: ToolCallRequest, messages_key: str) -> list[ToolCall] | None:
+    """The tool calls of the model message that made ``request``'s call, in order (``None`` if
+    the message is not in the request's state)."""
+    state = request.state
+    messages = (
+        state
+        if isinstance(state, list)
+        else state.get(messages_key)
+        if isinstance(state, Mapping)
+        else getattr(state, messages_key, None)
+    )
+    call_id = request.tool_call["id"]
+    for message in reversed(messages or []):
+        calls = getattr(message, "tool_calls", None) or []
+        if isinstance(message, AIMessage) and any(c.get("id") == call_id for c in calls):
+            return list(calls)
+    return None
+
+
+def _may_be_rerun(request: ToolCallRequest, messages_key: str) -> bool:
+    """Whether the node running ``request`` could be re-run after this call finished: another
+    call of the same model message goes to a tool that is not a sandbox tool (and may
+    ``interrupt()``), or the message cannot be found (assume it could)."""
+    calls = message_calls(request, messages_key)
+    if calls is None:
+        return True
+    tools = {tool.name: tool for tool in getattr(request.runtime, "tools", None) or ()}
+    return not all(is_sandbox_tool(tools.get(c["name"])) for c in calls)
+
+
 def _in_graph() -> bool:
     """Whether tasks can be started here (inside a running graph node)."""
     from langgraph.config import get_config
@@ -194,9 +217,11 @@ class SandboxToolCallWrapper:
         ordered_tools: Names of the sandbox tools whose parallel calls of one message run on
             ``ToolNode``'s thread pool: their tasks start in message order (:class:`CallOrders`).
             Not needed where every call is its own node run (``create_agent``).
-        run_once: Run sandbox calls as LangGraph tasks so a resume replays them instead of
-            running them again. Turn off only for graphs that never interrupt, to save the
-            pending write each call costs.
+        run_once: Run sandbox calls as LangGraph tasks where the node could be re-run (see the
+            module docstring), so a resume replays them instead of running them again. Turn off
+            only for graphs that never interrupt.
+        every_call: Start the task for every sandbox call, not only those whose message also
+            calls another tool: for a node that wrappers outside this one may interrupt.
     """
 
     def __init__(
@@ -206,11 +231,13 @@ class SandboxToolCallWrapper:
         messages_key: str = "messages",
         run_once: bool = True,
         ordered_tools: Collection[str] = (),
+        every_call: bool = False,
     ) -> None:
         self.runtime = runtime
         self.messages_key = messages_key
         self.run_once = run_once
         self._orders = CallOrders(ordered_tools, messages_key=messages_key)
+        self.every_call = every_call
         # id(tool) -> (tool, its bound copy); holding the tool keeps its id from being reused.
         self._bound: dict[int, tuple[BaseTool, BaseTool]] = {}
 
@@ -224,10 +251,18 @@ class SandboxToolCallWrapper:
         bound = entry[1]
         return request if bound is tool else request.override(tool=bound)
 
+    def _as_task(self, request: ToolCallRequest) -> bool:
+        return (
+            self.run_once
+            and is_sandbox_tool(request.tool)
+            and _in_graph()
+            and (self.every_call or _may_be_rerun(request, self.messages_key))
+        )
+
     def wrap(self, request: ToolCallRequest, handler: SyncHandler) -> ToolResult:
         """Sync wrapper: run the call (once) and return the channel update."""
         request = self._bind(request)
-        if not (self.run_once and is_sandbox_tool(request.tool) and _in_graph()):
+        if not self._as_task(request):
             return to_graph_update(handler(request), messages_key=self.messages_key)
         with self._orders.turn(request):
             future = _sync_task(lambda: handler(request))
@@ -237,7 +272,7 @@ class SandboxToolCallWrapper:
         """Async wrapper. ``ToolNode`` starts the calls of a message in order and the task is
         started before the first ``await``, so the order is already fixed here."""
         request = self._bind(request)
-        if not (self.run_once and is_sandbox_tool(request.tool) and _in_graph()):
+        if not self._as_task(request):
             return to_graph_update(await handler(request), messages_key=self.messages_key)
         result = await _async_task(lambda: handler(request))
         return to_graph_update(result, messages_key=self.messages_key)

@@ -268,9 +268,14 @@ class Session(ABC):
         )
 
     async def install_packages(
-        self, requirements: Sequence[str], *, timeout: float | None = None
+        self,
+        requirements: Sequence[str],
+        *,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
-        """Install requirements so later code in this session can import them.
+        """Install requirements so later code in this session can import them; the installer's
+        output goes to ``on_output`` while it runs.
 
         Each is checked by :func:`~langchain_sandbox.requirements.validate_requirements` first;
         ``timeout`` defaults to :data:`INSTALL_TIMEOUT`. A success carries
@@ -278,7 +283,7 @@ class Session(ABC):
         """
         names = validate_requirements(requirements)
         result = await self._install_packages(
-            names, timeout=checked_timeout(timeout, INSTALL_TIMEOUT)
+            names, timeout=checked_timeout(timeout, INSTALL_TIMEOUT), on_output=on_output
         )
         return result.with_notices(installed_notice(names)) if result.ok else result
 
@@ -306,7 +311,9 @@ class Session(ABC):
         """:meth:`run_command` with checked arguments; ``cwd`` is absolute, in the workspace."""
 
     @abstractmethod
-    async def _install_packages(self, names: list[str], *, timeout: float) -> ExecutionResult:
+    async def _install_packages(
+        self, names: list[str], *, timeout: float, on_output: OutputCallback | None
+    ) -> ExecutionResult:
         """:meth:`install_packages` with validated requirements; the notice is added for you."""
 
     async def run_shell(

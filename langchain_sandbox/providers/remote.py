@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import TypeVar
 
 from langchain_sandbox.errors import InvalidInputError, MissingDependencyError, SandboxError
-from langchain_sandbox.providers.base import Provider, Session
+from langchain_sandbox.providers.base import OutputCallback, Provider, Session
 from langchain_sandbox.results import ExecutionResult
 from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE, retry_async
 
@@ -65,19 +65,24 @@ def pip_install_command(names: Sequence[str]) -> str:
     """The shell command that installs validated requirements with the sandbox's ``python3``.
 
     ``PIP_BREAK_SYSTEM_PACKAGES``: images whose Python is "externally managed" (Debian's) would
-    otherwise refuse; the sandbox is ours to change.
+    otherwise refuse; the sandbox is ours to change. Not ``--quiet``: pip's progress lines are
+    what ``on_output`` streams while it runs.
     """
     return (
-        "PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check "
-        f"--no-input -- {shlex.join(names)}"
+        "PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --disable-pip-version-check "
+        f"--no-input --progress-bar off -- {shlex.join(names)}"
     )
 
 
 class RemoteSession(Session):
     """A session of a remote sandbox: packages are installed with pip, run as a command."""
 
-    async def _install_packages(self, names: list[str], *, timeout: float) -> ExecutionResult:
-        return await self.run_command(pip_install_command(names), timeout=timeout)
+    async def _install_packages(
+        self, names: list[str], *, timeout: float, on_output: OutputCallback | None
+    ) -> ExecutionResult:
+        return await self.run_command(
+            pip_install_command(names), timeout=timeout, on_output=on_output
+        )
 
 
 class RemoteProvider(Provider):

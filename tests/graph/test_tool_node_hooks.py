@@ -8,7 +8,7 @@ import dataclasses
 import inspect
 
 from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.prebuilt.tool_node import ToolCallRequest, ToolRuntime
 
 from langchain_sandbox.graph import SandboxToolNode
 
@@ -31,6 +31,11 @@ def test_tool_call_request_has_the_fields_and_override_we_use() -> None:
     replaced = request.override(tool_call={"name": "u", "args": {}, "id": "1"})
     assert replaced.tool_call["name"] == "u"
     assert request.tool_call["name"] == "t", "override returns a new request"
+
+
+def test_tool_runtime_carries_the_config_and_tools_we_read() -> None:
+    fields = {f.name for f in dataclasses.fields(ToolRuntime)}
+    assert {"config", "tools", "state"} <= fields
 
 
 def test_sandbox_tool_node_overrides_nothing_private() -> None:

@@ -136,7 +136,9 @@ class CountingSession(Session):
         for path in paths:
             self.files.pop(relative_path(path), None)
 
-    async def _install_packages(self, names: list[str], *, timeout: float) -> ExecutionResult:
+    async def _install_packages(
+        self, names: list[str], *, timeout: float, on_output: OutputCallback | None
+    ) -> ExecutionResult:
         return ExecutionResult(kind="command", exit_code=1, stderr="no installs here")
 
     async def dump_variables(self) -> VariablesDump:
