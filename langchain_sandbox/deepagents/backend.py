@@ -56,6 +56,7 @@ from deepagents.backends.protocol import (
 from deepagents.backends.sandbox import BaseSandbox
 from langchain_core.runnables import RunnableConfig
 
+from langchain_sandbox.deepagents._lineage import Position, RecordBook, position_of
 from langchain_sandbox.deepagents._pages import (
     MAX_BINARY_BYTES,
     binary_too_large,
@@ -66,7 +67,7 @@ from langchain_sandbox.deepagents._pages import (
 from langchain_sandbox.errors import InvalidInputError, InvalidPathError, SandboxError
 from langchain_sandbox.providers.base import FileInfo as SandboxFileInfo
 from langchain_sandbox.providers.base import Provider, Session
-from langchain_sandbox.runtime import Outcome, SandboxRuntime
+from langchain_sandbox.runtime import Outcome, SandboxRuntime, StepCall
 from langchain_sandbox.state import SandboxState
 from langchain_sandbox.tools.base import private_thread_id, resolve_runtime, resolve_thread_id
 from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
@@ -85,11 +86,29 @@ _TIMEOUT_EXIT_CODE = 124
 
 @dataclass(frozen=True)
 class _Call:
-    """Where one backend call goes: the runtime, the thread and the thread's record."""
+    """Where one backend call goes: the runtime, the thread, and (inside an agent's tool call) its
+    place in the conversation, which says what state the sandbox must be in (see ``_lineage``)."""
 
     runtime: SandboxRuntime
     thread_id: str
-    record: SandboxState | None
+    position: Position | None = None
+    book: RecordBook | None = None
+
+    @property
+    def step_call(self) -> StepCall | None:
+        return self.position.step_call if self.position is not None else None
+
+    async def record(self) -> SandboxState | None:
+        """The record the call continues from: the conversation's, inside an agent; else (and
+        when no earlier call of the conversation changed the sandbox) the runtime's own."""
+        if self.position is None or self.book is None:
+            return None
+        return await self.book.latest(self.thread_id, self.position)
+
+    async def file(self, record: SandboxState) -> None:
+        """Remember the record a changing call left, so the conversation can find it again."""
+        if self.position is not None and self.book is not None:
+            await self.book.file(self.thread_id, self.position, record)
 
 
 class _Fetched:
@@ -151,7 +170,10 @@ class SandboxBackend(BaseSandbox):
     def _call(self) -> _Call:
         config = _graph_config()
         runtime = resolve_runtime(self._explicit_runtime(), None, config)
-        return _Call(runtime, resolve_thread_id(config, self.default_thread_id), None)
+        thread_id = resolve_thread_id(config, self.default_thread_id)
+        position = position_of(config)
+        book = RecordBook.of(runtime) if position is not None else None
+        return _Call(runtime, thread_id, position, book)
 
     def _sync(self, work: Callable[[_Call], Awaitable[T]]) -> T:
         call = self._call()
@@ -168,9 +190,17 @@ class SandboxBackend(BaseSandbox):
         mutates: bool,
         repeatable: bool = True,
     ) -> Outcome[T]:
-        return await call.runtime.aexecute(
-            call.thread_id, operation, record=call.record, mutates=mutates, repeatable=repeatable
+        outcome = await call.runtime.aexecute(
+            call.thread_id,
+            operation,
+            record=await call.record(),
+            mutates=mutates,
+            repeatable=repeatable,
+            step_call=call.step_call,
         )
+        if mutates:
+            await call.file(outcome.record)
+        return outcome
 
     @property
     def id(self) -> str:
@@ -224,8 +254,13 @@ class SandboxBackend(BaseSandbox):
                 )
             else:
                 outcome = await call.runtime.arun_shell(
-                    call.thread_id, merged, timeout=seconds, record=call.record
+                    call.thread_id,
+                    merged,
+                    timeout=seconds,
+                    record=await call.record(),
+                    step_call=call.step_call,
                 )
+                await call.file(outcome.record)
         except SandboxError as exc:
             return ExecuteResponse(output=f"Error: the sandbox could not run the command: {exc}")
         result = outcome.value
