@@ -59,10 +59,13 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 if TYPE_CHECKING:
     from langchain_sandbox.deepagents import SandboxBackend
     from langchain_sandbox.graph import (
+        ImagePolicy,
         SandboxAgentState,
         SandboxGraphState,
         SandboxMiddleware,
         SandboxToolNode,
+        image_placement,
+        messages_for_model,
     )
     from langchain_sandbox.providers.e2b import E2BProvider
     from langchain_sandbox.providers.local import (
@@ -102,6 +105,9 @@ _LAZY: dict[str, str] = {
     "SandboxMiddleware": "langchain_sandbox.graph",
     "SandboxGraphState": "langchain_sandbox.graph",
     "SandboxAgentState": "langchain_sandbox.graph",
+    "ImagePolicy": "langchain_sandbox.graph",
+    "image_placement": "langchain_sandbox.graph",
+    "messages_for_model": "langchain_sandbox.graph",
     "SandboxBackend": "langchain_sandbox.deepagents",
     "Snapshotter": "langchain_sandbox.snapshots",
     "LocalDirectoryBlobStore": "langchain_sandbox.snapshots",
@@ -126,6 +132,7 @@ __all__ = [
     "ExecutionError",
     "ExecutionResult",
     "FileInfo",
+    "ImagePolicy",
     "InvalidInputError",
     "InvalidPackageNameError",
     "InvalidPathError",
@@ -167,7 +174,9 @@ __all__ = [
     "UnsafeArchiveError",
     "get_default_runtime",
     "get_provider",
+    "image_placement",
     "merge_sandbox_state",
+    "messages_for_model",
 ]
 
 
