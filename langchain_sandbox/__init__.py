@@ -61,12 +61,15 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 if TYPE_CHECKING:
     from langchain_sandbox.deepagents import SandboxBackend
     from langchain_sandbox.graph import (
+        ImagePolicy,
         SandboxAgentState,
         SandboxChannel,
         SandboxGraphState,
         SandboxMiddleware,
         SandboxToolCallWrapper,
         SandboxToolNode,
+        image_placement,
+        messages_for_model,
     )
     from langchain_sandbox.providers.e2b import E2BProvider
     from langchain_sandbox.providers.local import (
@@ -117,6 +120,9 @@ _LAZY: dict[str, str] = {
     "SandboxAgentState": "langchain_sandbox.graph",
     "SandboxChannel": "langchain_sandbox.graph",
     "SandboxToolCallWrapper": "langchain_sandbox.graph",
+    "ImagePolicy": "langchain_sandbox.graph",
+    "image_placement": "langchain_sandbox.graph",
+    "messages_for_model": "langchain_sandbox.graph",
     "SandboxBackend": "langchain_sandbox.deepagents",
     "Snapshotter": "langchain_sandbox.snapshots",
     "LocalDirectoryBlobStore": "langchain_sandbox.snapshots",
@@ -141,6 +147,7 @@ __all__ = [
     "ExecutionError",
     "ExecutionResult",
     "FileInfo",
+    "ImagePolicy",
     "InvalidInputError",
     "InvalidPackageNameError",
     "InvalidPathError",
@@ -189,7 +196,9 @@ __all__ = [
     "VariablesDump",
     "get_default_runtime",
     "get_provider",
+    "image_placement",
     "merge_sandbox_state",
+    "messages_for_model",
 ]
 
 
