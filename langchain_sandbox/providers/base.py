@@ -35,6 +35,7 @@ from typing import Any, Literal, TypedDict
 
 from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import InvalidInputError, SandboxError
+from langchain_sandbox.providers.guest import repr_failure
 from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import (
     DEFAULT_CAPTURE_BYTES,
@@ -230,19 +231,22 @@ class Session(ABC):
         on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
         """Run Python in the session's persistent interpreter; the last bare expression's value is
-        returned as ``result.value``. Exceptions in the code are results, not raises.
+        returned as ``result.value``. Exceptions in the code are results, not raises; a value
+        whose ``repr`` raises is a placeholder with a notice (:mod:`~langchain_sandbox.providers.guest`).
 
         ``timeout`` defaults to ``spec.limits.timeout``. Bad arguments raise
         :class:`~langchain_sandbox.errors.InvalidInputError` before the sandbox is touched.
         """
         if not isinstance(code, str):
             raise InvalidInputError("code must be a string.")
-        return await self._run_code(
+        result = await self._run_code(
             code,
             timeout=checked_timeout(timeout, self.spec.limits.timeout),
             env=validate_env(env),
             on_output=on_output,
         )
+        notice = repr_failure(result.value)
+        return result.with_notices(notice) if notice is not None else result
 
     async def run_command(
         self,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import inspect
 import json
 import os
 import signal
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_sandbox._event_loop import entered_off_loop
+from langchain_sandbox.providers import guest
 from langchain_sandbox.providers.base import Limits, SessionSpec
 from langchain_sandbox.providers.local import INTERRUPT_GRACE, LocalProvider, LocalSession
 from langchain_sandbox.workspace import WORKSPACE_ROOT
@@ -38,11 +40,10 @@ OutputSink = Callable[[str, str], None]
 _COMMAND_SHIM = 'cd -- "$1" || exit 1; shift; exec /usr/bin/env "$@"'
 _SANDBOX_TIMEOUT = 24 * 3600.0  # the machine never times out by itself: E2B's lease does
 
-# The worker speaks JSON lines: one request per line on stdin, events on its original stdout.
-# Cells are registered in linecache so functions and classes defined in them have source
-# (kernel_state relies on it, as it does on IPython's cell cache).
-_WORKER = r"""
-import ast, base64, io, json, linecache, os, queue, signal, sys, threading, time, traceback
+# The worker speaks JSON lines: one request per line on stdin, events on its original stdout. Cells
+# run with the guest module (prepended by _worker_program()), as in every sandbox of this package.
+_KERNEL = r"""
+import base64, io, json, linecache, os, queue, signal, sys, threading, time
 _pipe = sys.stdout
 _pipe_lock = threading.Lock()
 def _emit(obj):
@@ -89,50 +90,24 @@ def _flusher():
 sys.stdout, sys.stderr = _Stream("stdout"), _Stream("stderr")
 threading.Thread(target=_reader, daemon=True).start()
 threading.Thread(target=_flusher, daemon=True).start()
-_ns = {"__name__": "__main__", "__builtins__": __builtins__}
-_count = 0
-def _figures():
-    plt = sys.modules.get("matplotlib.pyplot")
-    if plt is None:
-        return
-    for num in plt.get_fignums():
-        buf = io.BytesIO()
-        plt.figure(num).savefig(buf, format="png")
-        _emit({"type": "display", "png": base64.b64encode(buf.getvalue()).decode()})
-    plt.close("all")
+_cells = guest.Cells({"__name__": "__main__", "__builtins__": __builtins__})
 def _run(_req):
-    global _count
-    _count += 1
-    _saved_env = dict(os.environ)
-    os.environ.update(_req.get("env") or {})
-    _name = "<cell-%d>" % _count
+    _saved_env = guest.apply_env(_req.get("env") or {})
     _running.set()
     try:
         if _req.get("cwd"):
             os.chdir(_req["cwd"])  # a new context starts in its own directory
-        _code = _req["code"]
-        linecache.cache[_name] = (len(_code), None, _code.splitlines(True), _name)
-        _tree = ast.parse(_code, _name)
-        _last = None
-        if _tree.body and isinstance(_tree.body[-1], ast.Expr):
-            _last = ast.Expression(_tree.body.pop().value)
-        exec(compile(_tree, _name, "exec"), _ns)
-        if _last is not None:
-            _value = eval(compile(_last, _name, "eval"), _ns)
-            if _value is not None:
-                _emit({"type": "value", "text": repr(_value)})
-        _figures()
+        _text = guest.value_text(_cells.run(_req["code"]))
+        if _text is not None:
+            _emit({"type": "value", "text": _text})
+        for _png in guest.collect_figures()[0]:
+            _emit({"type": "display", "png": base64.b64encode(_png).decode()})
     except BaseException as _exc:
-        _tb = _exc.__traceback__
-        while _tb is not None and _tb.tb_frame.f_code.co_filename == "<string>":
-            _tb = _tb.tb_next
-        _emit({"type": "error", "name": type(_exc).__name__, "value": str(_exc),
-               "traceback": "".join(traceback.format_exception(type(_exc), _exc, _tb))})
+        _emit({"type": "error", **guest.describe_exception(_exc, ("<string>",))})
     finally:
         _running.clear()
         sys.stdout.flush(); sys.stderr.flush()
-        os.environ.clear()
-        os.environ.update(_saved_env)
+        guest.restore_env(_saved_env)
 _emit({"type": "ready"})
 while True:
     try:
@@ -144,6 +119,17 @@ while True:
         pass  # an interrupt that arrived as the cell was ending
     _emit({"type": "end"})
 """
+
+
+def _worker_program() -> str:
+    """The kernel as ``python -c`` runs it: the guest module built from its source, then the
+    kernel loop."""
+    return (
+        "import types as _types\n"
+        "guest = _types.ModuleType('guest')\n"
+        f"exec(compile({inspect.getsource(guest)!r}, 'guest.py', 'exec'), guest.__dict__)\n"
+        + _KERNEL
+    )
 
 
 @dataclass
@@ -295,7 +281,9 @@ class Machine:
         worker = self._workers.get(context)
         if worker is None or worker.proc.returncode is not None:
             python = self._session.launcher.python_executable
-            worker = await _Worker.start(await self._spawn([python, "-u", "-c", _WORKER]), cwd)
+            worker = await _Worker.start(
+                await self._spawn([python, "-u", "-c", _worker_program()]), cwd
+            )
             self._workers[context] = worker
         return await worker.run(code, env, sink)
 

@@ -295,3 +295,21 @@ async def test_records_of_another_provider_are_refused_by_attach_and_destroy(
                 await provider.destroy(record)  # type: ignore[arg-type]
         assert await session.is_alive(), "a refused record destroys nothing"
         assert (await session.run_code("'still here'")).value == "'still here'"
+
+
+async def test_a_value_whose_repr_fails_is_a_placeholder_with_a_notice(provider: Provider) -> None:
+    async with await provider.create() as session:
+        result = await session.run_code(
+            "class Bad:\n"
+            "    def __repr__(self):\n"
+            "        raise ValueError('no repr here')\n"
+            "kept = 1\n"
+            "Bad()\n"
+        )
+        assert result.ok, result.error
+        assert result.value == "<Bad object: repr() failed with ValueError: no repr here>"
+        assert any(
+            "repr() of the last value (Bad) raised ValueError: no repr here" in notice
+            for notice in result.notices
+        ), result.notices
+        assert (await session.run_code("kept + 1")).value == "2", "the cell's code ran"

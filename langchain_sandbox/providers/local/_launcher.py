@@ -38,6 +38,7 @@ SANDBOX_ENVIRONMENT_DIR = "/opt/environment"
 
 _WORKER_SOURCE = Path(__file__).with_name("_worker.py")
 _KERNEL_STATE_SOURCE = Path(__file__).parent.parent / "kernel_state.py"
+_GUEST_SOURCE = Path(__file__).parent.parent / "guest.py"
 _BASH_CANDIDATES = ("/bin/bash", "/usr/bin/bash")
 
 
@@ -123,12 +124,20 @@ class Launcher:
             return "/bin/bash"
         return next((p for p in _BASH_CANDIDATES if os.path.exists(p)), "bash")
 
-    def _runtime_files(self) -> tuple[str, str]:
-        """(worker to run, kernel_state source) as the session's processes see them."""
+    def _runtime_files(self) -> tuple[str, str, str]:
+        """(worker to run, kernel_state source, guest module) as the session's processes see
+        them; the worker and the guest module precompiled when :func:`compile_worker` could."""
+        bytecode = self.worker_bytecode
         if self.isolated:
-            worker = "worker.pyc" if self.worker_bytecode else "worker.py"
-            return f"{SANDBOX_RUNTIME_DIR}/{worker}", f"{SANDBOX_RUNTIME_DIR}/kernel_state.py"
-        return self.worker_bytecode or str(_WORKER_SOURCE), str(_KERNEL_STATE_SOURCE)
+            worker, guest = ("worker.pyc", "guest.pyc") if bytecode else ("worker.py", "guest.py")
+            return (
+                f"{SANDBOX_RUNTIME_DIR}/{worker}",
+                f"{SANDBOX_RUNTIME_DIR}/kernel_state.py",
+                f"{SANDBOX_RUNTIME_DIR}/{guest}",
+            )
+        if bytecode:
+            return bytecode, str(_KERNEL_STATE_SOURCE), _guest_bytecode(bytecode)
+        return str(_WORKER_SOURCE), str(_KERNEL_STATE_SOURCE), str(_GUEST_SOURCE)
 
     def environment(self) -> dict[str, str]:
         """The allow-listed environment of every process in the session; never the host's."""
@@ -154,7 +163,7 @@ class Launcher:
 
     def worker_command(self, request_fd: int, event_fd: int, control_fd: int) -> list[str]:
         """The argv that starts the session's persistent Python worker."""
-        worker, kernel_state = self._runtime_files()
+        worker, kernel_state, guest = self._runtime_files()
         inner = [
             self.python_executable,
             "-I",
@@ -164,6 +173,7 @@ class Launcher:
             str(event_fd),
             str(control_fd),
             kernel_state,
+            guest,
             self.packages_dir,
             *self.site_packages,
         ]
@@ -226,14 +236,17 @@ class Launcher:
 
 def sandbox_files(worker_bytecode: str | None) -> dict[str, str]:
     """The files every sandbox gets as copies (no host path of them is visible inside):
-    the generated ``/etc`` files, the worker and the variables module (``{sandbox path: source}``).
+    the generated ``/etc`` files, the worker, the guest module and the variables module
+    (``{sandbox path: source}``).
     """
     sources = {
         f"{SANDBOX_RUNTIME_DIR}/worker.py": _WORKER_SOURCE,
         f"{SANDBOX_RUNTIME_DIR}/kernel_state.py": _KERNEL_STATE_SOURCE,
+        f"{SANDBOX_RUNTIME_DIR}/guest.py": _GUEST_SOURCE,
     }
     if worker_bytecode:
         sources[f"{SANDBOX_RUNTIME_DIR}/worker.pyc"] = Path(worker_bytecode)
+        sources[f"{SANDBOX_RUNTIME_DIR}/guest.pyc"] = Path(_guest_bytecode(worker_bytecode))
     runtime = {
         path: sealed_file(source.name, source.read_bytes()) for path, source in sources.items()
     }
@@ -241,43 +254,58 @@ def sandbox_files(worker_bytecode: str | None) -> dict[str, str]:
 
 
 def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> str | None:
-    """Compile the worker once for ``python`` into ``cache_dir``; its path, or ``None`` on failure.
+    """Compile the worker and the guest module once for ``python`` into ``cache_dir``; the
+    worker's bytecode path (the guest's is :func:`_guest_bytecode` of it), or ``None`` on failure.
 
     A script is compiled at every start (only imported modules get cached bytecode), which is a
     good part of a session's cold start. The bytecode is made by the session's own interpreter
-    (so its format matches) and names the file as the sandbox sees it, so tracebacks never show a
-    host path.
+    (so its format matches) and names the files as the sandbox sees them, so tracebacks never
+    show a host path.
     """
-    source = _WORKER_SOURCE.read_bytes()
-    digest = hashlib.sha256(source + f"{python.executable}\0{isolated}".encode()).hexdigest()[:16]
+    sources = _WORKER_SOURCE.read_bytes() + _GUEST_SOURCE.read_bytes()
+    digest = hashlib.sha256(sources + f"{python.executable}\0{isolated}".encode()).hexdigest()[:16]
     target = Path(cache_dir) / f"worker-{python.version}-{digest}.pyc"
-    if target.is_file():
+    guest_target = Path(_guest_bytecode(str(target)))
+    if target.is_file() and guest_target.is_file():
         return str(target)
-    shown = f"{SANDBOX_RUNTIME_DIR}/worker.py" if isolated else str(_WORKER_SOURCE)
-    staging = target.with_suffix(f".{os.getpid()}.tmp")
+    compiled = [(_WORKER_SOURCE, target, "worker.py"), (_GUEST_SOURCE, guest_target, "guest.py")]
+    staged: list[Path] = []
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                python.executable,
-                "-I",
-                "-c",
-                "import py_compile, sys; "
-                "py_compile.compile(sys.argv[1], cfile=sys.argv[2], dfile=sys.argv[3], doraise=True)",
-                str(_WORKER_SOURCE),
-                str(staging),
-                shown,
-            ],
-            check=True,
-            capture_output=True,
-            timeout=60,
-            env={"PATH": os.defpath},
-        )
-        os.replace(staging, target)
+        for source, cfile, name in compiled:
+            shown = f"{SANDBOX_RUNTIME_DIR}/{name}" if isolated else str(source)
+            staging = cfile.with_suffix(f".{os.getpid()}.tmp")
+            staged.append(staging)
+            subprocess.run(
+                [
+                    python.executable,
+                    "-I",
+                    "-c",
+                    "import py_compile, sys; py_compile.compile("
+                    "sys.argv[1], cfile=sys.argv[2], dfile=sys.argv[3], doraise=True)",
+                    str(source),
+                    str(staging),
+                    shown,
+                ],
+                check=True,
+                capture_output=True,
+                timeout=60,
+                env={"PATH": os.defpath},
+            )
+        # The guest first: a worker's bytecode on disk means its guest's is there too.
+        for (_, cfile, _), staging in reversed(list(zip(compiled, staged, strict=True))):
+            os.replace(staging, cfile)
     except (OSError, subprocess.SubprocessError):
-        staging.unlink(missing_ok=True)
+        for staging in staged:
+            staging.unlink(missing_ok=True)
         return None
     return str(target)
+
+
+def _guest_bytecode(worker_bytecode: str) -> str:
+    """Where :func:`compile_worker` put the guest module's bytecode, beside the worker's."""
+    directory, name = os.path.split(worker_bytecode)
+    return os.path.join(directory, "guest" + name.removeprefix("worker"))
 
 
 __all__ = [

@@ -29,9 +29,7 @@ ones are imported when a request first needs them.
 
 from __future__ import annotations
 
-import _ast
 import _thread
-import io
 import marshal
 import os
 import select
@@ -130,63 +128,6 @@ class _StreamLimiter:
             )
 
 
-class _FdCapture:
-    """Captures everything written to file descriptor 1 or 2, by Python or by child processes.
-
-    The descriptor is the write end of a pipe; a daemon thread drains the read end into the
-    limiter of the running request (or discards it between requests). :meth:`drain` takes what is
-    still in the pipe after a request, under the same lock, so nothing is lost or reordered.
-    """
-
-    def __init__(self, target_fd: int) -> None:
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(read_fd, False)
-        self.target_fd = target_fd
-        self._read_fd = read_fd
-        self._write_fd = write_fd
-        self._lock = _thread.allocate_lock()
-        self.sink: _StreamLimiter | None = None
-        self.restore()
-        _thread.start_new_thread(self._pump, ())
-
-    def restore(self) -> None:
-        """(Re)point the target descriptor at the pipe, in case user code closed or replaced it."""
-        os.dup2(self._write_fd, self.target_fd, inheritable=True)
-
-    def _pump(self) -> None:
-        poller = select.poll()
-        poller.register(self._read_fd, select.POLLIN)
-        while True:
-            poller.poll()
-            with self._lock:
-                self._read_available()
-
-    def drain(self) -> None:
-        with self._lock:
-            self._read_available()
-
-    def _read_available(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self._read_fd, _READ_CHUNK)
-            except BlockingIOError:
-                return
-            if not chunk:
-                return
-            if self.sink is not None:
-                self.sink.feed(chunk)
-
-
-def _text_stream(fd: int) -> io.TextIOWrapper:
-    """A line-buffered UTF-8 text stream on ``fd`` that never closes the descriptor."""
-    return io.TextIOWrapper(
-        io.FileIO(fd, "w", closefd=False),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
-    )
-
-
 class _Interrupter:
     """Delivers SIGINT to the main thread for the request the host names, and no other.
 
@@ -226,52 +167,13 @@ class _Interrupter:
             raise KeyboardInterrupt
 
 
-class _CellSources:
-    """The source of every cell, for tracebacks, ``inspect.getsource`` and variable dumps.
-
-    They belong in ``linecache.cache``, but importing ``linecache`` costs more than the rest of
-    the worker's start-up (it brings ``tokenize`` and ``re``). So sources wait here until
-    something imports ``linecache``; a one-shot import hook registers them the moment it is
-    loaded, and later cells go straight into it.
-    """
-
-    def __init__(self) -> None:
-        self._pending: dict[str, tuple[int, None, list[str], str]] = {}
-        sys.meta_path.insert(0, self)
-
-    def add(self, filename: str, code: str) -> None:
-        entry = (len(code), None, code.splitlines(keepends=True), filename)
-        linecache = sys.modules.get("linecache")
-        if linecache is not None:
-            linecache.cache[filename] = entry
-        else:
-            self._pending[filename] = entry
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "linecache" or self not in sys.meta_path:
-            return None
-        sys.meta_path.remove(self)
-        from importlib.machinery import PathFinder
-
-        spec = PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        load = spec.loader.exec_module
-        pending = self._pending
-
-        def exec_module(module: types.ModuleType) -> None:
-            load(module)
-            module.cache.update(pending)
-            pending.clear()
-
-        setattr(spec.loader, "exec_module", exec_module)  # noqa: B010 - an instance override
-        return spec
-
-
 class Worker:
     """The worker's state: the user's namespace, captures, and the request loop."""
 
-    def __init__(self, request_fd: int, event_fd: int, control_fd: int, kernel_state: str) -> None:
+    def __init__(
+        self, request_fd: int, event_fd: int, control_fd: int, kernel_state: str, guest: Any
+    ) -> None:
+        self.guest = guest
         self.events = _Events(event_fd)
         self.requests = os.fdopen(request_fd, "rb")
         self.control_fd = control_fd
@@ -281,11 +183,10 @@ class Worker:
         # Pickle and inspect look user classes and functions up in sys.modules["__main__"].
         sys.modules["__main__"] = self.module
         self.namespace: dict[str, Any] = self.module.__dict__
-        self.cell_count = 0
+        self.cells = guest.Cells(self.namespace)
         self.pid = os.getpid()
-        self.sources = _CellSources()
-        self.stdout = _FdCapture(1)
-        self.stderr = _FdCapture(2)
+        self.stdout = guest.FdCapture(1)
+        self.stderr = guest.FdCapture(2)
         self.interrupter = _Interrupter()
         self._install_streams(replace=True)
 
@@ -297,7 +198,7 @@ class Worker:
             capture.restore()
             current = getattr(sys, name, None)
             if replace or current is None or getattr(current, "closed", True):
-                current = _text_stream(capture.target_fd)
+                current = self.guest.text_stream(capture.target_fd)
                 setattr(sys, name, current)
                 setattr(sys, f"__{name}__", current)
 
@@ -366,95 +267,39 @@ class Worker:
     # ------------------------------------------------------------------ code
 
     def _exec(self, request_id: int, request: dict[str, Any]) -> dict[str, Any]:
+        guest = self.guest
         limit = int(request.get("limit", 1_000_000))
         out = _StreamLimiter(self.events, request_id, "stdout", limit)
         err = _StreamLimiter(self.events, request_id, "stderr", limit)
         self._install_streams()
-        self.stdout.drain()
-        self.stderr.drain()
-        self.stdout.sink, self.stderr.sink = out, err
-        saved_env = self._apply_env(request.get("env") or {})
+        self.stdout.attach(out)
+        self.stderr.attach(err)
+        saved_env = guest.apply_env(request.get("env") or {})
         reply: dict[str, Any] = {}
         started = time.perf_counter()
         try:
             self.interrupter.start(request_id)
             try:
-                value = self._run_cell(str(request.get("code", "")))
+                value = self.cells.run(str(request.get("code", "")))
             finally:
                 self.interrupter.stop()
-            if value is not None:
-                reply["value"] = _safe_repr(value)
+            text = guest.value_text(value)
+            if text is not None:
+                reply["value"] = text
         except BaseException as exc:
-            reply["error"] = _describe_exception(exc)
+            reply["error"] = guest.describe_exception(exc, machinery=(_OWN_FILE,))
         reply["duration_ms"] = (time.perf_counter() - started) * 1000
-        self._restore_env(saved_env)
-        self._flush_streams()
-        figures = self._collect_figures()
-        if figures:
-            reply["figures"] = figures
-        self.stdout.drain()
-        self.stderr.drain()
-        self.stdout.sink = self.stderr.sink = None
+        guest.restore_env(saved_env)
+        guest.flush_streams()
+        pngs, notices = guest.collect_figures()
+        if pngs:
+            reply["figures"] = [_base64(png) for png in pngs]
+        if notices:
+            reply["notices"] = notices
+        self.stdout.detach()
+        self.stderr.detach()
         reply["dropped"] = {"stdout": out.finish(), "stderr": err.finish()}
-        if os.getpid() == self.pid:
-            _end_strays()
         return reply
-
-    def _run_cell(self, code: str) -> Any:
-        """Run a cell like Jupyter: statements, then the value of a last bare expression."""
-        self.cell_count += 1
-        filename = f"<cell-{self.cell_count}>"
-        self.sources.add(filename, code)
-        tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST)
-        assert isinstance(tree, _ast.Module)
-        last: _ast.expr | None = None
-        final = tree.body[-1] if tree.body else None
-        if isinstance(final, _ast.Expr):
-            last = final.value
-            tree.body.pop()
-        if tree.body:
-            exec(compile(tree, filename, "exec"), self.namespace)
-        if last is None:
-            return None
-        return eval(compile(_ast.Expression(body=last), filename, "eval"), self.namespace)
-
-    def _flush_streams(self) -> None:
-        for name in ("stdout", "stderr"):
-            try:
-                getattr(sys, name).flush()
-            except Exception:
-                continue  # a stream user code broke must not break the reply
-
-    def _collect_figures(self) -> list[str]:
-        pyplot = sys.modules.get("matplotlib.pyplot")
-        if pyplot is None:
-            return []
-        figures: list[str] = []
-        try:
-            for number in pyplot.get_fignums():
-                buffer = io.BytesIO()
-                pyplot.figure(number).savefig(buffer, format="png")
-                figures.append(_base64(buffer.getvalue()))
-            pyplot.close("all")
-        except Exception:
-            import traceback
-
-            traceback.print_exc()
-        return figures
-
-    @staticmethod
-    def _apply_env(env: dict[str, str]) -> dict[str, str | None]:
-        saved = {key: os.environ.get(key) for key in env}
-        os.environ.update({str(k): str(v) for k, v in env.items()})
-        return saved
-
-    @staticmethod
-    def _restore_env(saved: dict[str, str | None]) -> None:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
     # --------------------------------------------------------------- commands
 
@@ -585,50 +430,32 @@ def _base64(data: bytes) -> str:
     return binascii.b2a_base64(data, newline=False).decode("ascii")
 
 
-def _safe_repr(value: Any) -> str:
-    try:
-        return repr(value)
-    except Exception as exc:
-        return f"<repr of {type(value).__name__} failed: {type(exc).__name__}: {exc}>"
-
-
-def _describe_exception(exc: BaseException) -> dict[str, str]:
-    """Name, message and traceback of ``exc``, without the worker's own frames."""
-    import traceback
-
-    if isinstance(exc, SyntaxError):
-        lines = traceback.format_exception_only(type(exc), exc)
-        return {"name": type(exc).__name__, "value": str(exc), "traceback": "".join(lines)}
-    # Drop the worker's own frames wherever they are: the ones that ran the cell, and the SIGINT
-    # handler that raised a timeout's KeyboardInterrupt. The model should see its code only.
-    report = traceback.TracebackException.from_exception(exc)
-    pending = [report]
-    while pending:
-        current = pending.pop()
-        current.stack = traceback.StackSummary.from_list(
-            [frame for frame in current.stack if frame.filename != _OWN_FILE]
-        )
-        pending += [chained for chained in (current.__cause__, current.__context__) if chained]
-    lines = list(report.format())
-    try:
-        value = str(exc)
-    except Exception:
-        value = "<unprintable>"
-    return {"name": type(exc).__name__, "value": value, "traceback": "".join(lines)}
+def _load_guest(path: str) -> Any:
+    """:mod:`~langchain_sandbox.providers.guest` from its source or its precompiled bytecode."""
+    module = type(sys)("_sandbox_guest")
+    module.__file__ = path
+    with open(path, "rb") as handle:
+        data = handle.read()
+    # A .pyc is its 16-byte header and the marshalled module code (the format py_compile writes).
+    code = marshal.loads(data[16:]) if path.endswith(".pyc") else compile(data, path, "exec")
+    sys.modules["_sandbox_guest"] = module
+    exec(code, module.__dict__)
+    return module
 
 
 # As compiled: the source path, or the name given when the worker was compiled ahead of time.
-_OWN_FILE = _describe_exception.__code__.co_filename
+_OWN_FILE = _load_guest.__code__.co_filename
 
 
 def main(argv: list[str]) -> None:
-    """Entry point: ``_worker.py REQUEST_FD EVENT_FD CONTROL_FD KERNEL_STATE_PATH [SYS_PATH...]``."""
+    """Entry point: ``_worker.py REQUEST_FD EVENT_FD CONTROL_FD KERNEL_STATE GUEST [SYS_PATH...]``
+    (``GUEST``: the guest module's source or bytecode)."""
     request_fd, event_fd, control_fd = (int(arg) for arg in argv[:3])
     for fd in (request_fd, event_fd, control_fd):
         os.set_inheritable(fd, False)
-    sys.path[:0] = argv[4:]
+    sys.path[:0] = argv[5:]
     sys.dont_write_bytecode = True
-    worker = Worker(request_fd, event_fd, control_fd, argv[3])
+    worker = Worker(request_fd, event_fd, control_fd, argv[3], _load_guest(argv[4]))
     worker.serve()
 
 

@@ -352,6 +352,7 @@ class LocalSession(Session):
             exit_code = 1 if error is not None else (None if outcome.timed_out else 0)
         if outcome.lost is not None:
             notices.append(f"{outcome.lost}; {WORKER_RESTARTED}")
+        notices.extend(str(notice) for notice in reply.get("notices", ()))
         artifacts = [
             Artifact.from_bytes(f"figure-{index}.png", "image/png", base64.b64decode(png))
             for index, png in enumerate(reply.get("figures", []), start=1)

@@ -16,7 +16,8 @@ after reading):
 * ``ls``: list a directory without following symlinks;
 * ``serve``: the interpreter itself (internal).
 
-The provider sends this file together with :mod:`~langchain_sandbox.providers.kernel_state` and
+The provider sends this file together with :mod:`~langchain_sandbox.providers.kernel_state`,
+:mod:`~langchain_sandbox.providers.guest` (how a cell runs, the same in every sandbox) and
 :class:`~langchain_sandbox.results.OutputCapture` (one implementation of each, see
 :func:`langchain_sandbox.providers.runloop.provider._worker_script`); the lines between the
 ``package-imports`` markers below are cut out when it does.
@@ -29,11 +30,8 @@ import binascii
 import builtins
 import contextlib
 import functools
-import io
 import json
-import linecache
 import os
-import select
 import signal
 import site
 import socket
@@ -41,7 +39,6 @@ import struct
 import sys
 import threading
 import time
-import traceback
 import types
 
 # Every call starts a Python process in the devbox, so imports cost latency on every call: in the
@@ -52,10 +49,12 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+from langchain_sandbox.providers import guest as _guest_module
 from langchain_sandbox.providers import kernel_state as _kernel_state_module
 from langchain_sandbox.results import OutputCapture
 
-KERNEL_STATE_SOURCE = ""  # the devbox copy carries the module's source here instead
+_SHIPPED: dict[str, Any] = {"kernel_state": _kernel_state_module, "guest": _guest_module}
+SHIPPED_SOURCES: dict[str, str] = {}  # the devbox copy carries the modules' sources here instead
 # </package-imports>
 
 RESULT_MARKER = "LCSB-RESULT:"
@@ -63,97 +62,45 @@ WORKSPACE = "/home/user"  # workspace.WORKSPACE_ROOT; this file runs without the
 SOCKET_NAME = "kernel.sock"
 PID_NAME = "kernel.pid"
 SAVED_NAME = "saved-variables.pkl"
-MAX_VALUE_CHARS = 100_000
-MAX_ARTIFACT_BYTES = 16 * 1024 * 1024
 KILL_GRACE = 3.0
 
 
-def _kernel_state() -> Any:
-    """:mod:`~langchain_sandbox.providers.kernel_state`: imported in the package; in a devbox,
-    built from the source the provider inlined, and only by the interpreter, so that short-lived
-    calls do not pay for its imports."""
-    global _kernel_state_module
-    if _kernel_state_module is None:
-        module = types.ModuleType("kernel_state")
-        exec(compile(KERNEL_STATE_SOURCE, "kernel_state.py", "exec"), module.__dict__)
-        _kernel_state_module = module
-    return _kernel_state_module
+def _shipped(name: str) -> Any:
+    """:mod:`~langchain_sandbox.providers.kernel_state` or :mod:`~langchain_sandbox.providers.guest`:
+    imported in the package; in a devbox, built from the source the provider inlined, and only by
+    the interpreter, so that short-lived calls do not pay for it."""
+    module = _SHIPPED.get(name)
+    if module is None:
+        module = types.ModuleType(name)
+        exec(compile(SHIPPED_SOURCES[name], f"{name}.py", "exec"), module.__dict__)
+        _SHIPPED[name] = module
+    return module
+
+
+_OWN_FILE = _shipped.__code__.co_filename
 
 
 class _CodeTimeout(BaseException):
     """Raised in the interpreter's main thread when a cell runs past its timeout."""
 
 
-class _FdCapture:
-    """Everything written to file descriptor 1 or 2 while a cell runs, by Python or by the child
-    processes it starts, into the cell's :class:`OutputCapture`.
+class _Sink:
+    """Where one stream of a cell goes: its :class:`OutputCapture`, and with an ``echo`` the head
+    the capture keeps is also passed on as it arrives (for callers watching live output)."""
 
-    The descriptor is the write end of a pipe that a daemon thread drains. With an ``echo``, the
-    head the capture keeps is also passed on as it arrives (for callers watching live output);
-    :meth:`finish` takes what is still in the pipe when the cell ends, under the same lock, so
-    nothing is lost or reordered.
-    """
+    def __init__(
+        self, name: str, capture: OutputCapture, echo: Callable[[str, str], None] | None
+    ) -> None:
+        self._name = name
+        self._capture = capture
+        self._echo = echo
+        self._echo_room = capture.limit // 2
 
-    def __init__(self, fd: int, name: str, lock: threading.Lock) -> None:
-        read_fd, self._write_fd = os.pipe()
-        os.set_blocking(read_fd, False)
-        self._read_fd = read_fd
-        self.fd = fd
-        self.name = name
-        self._lock = lock
-        self._capture: OutputCapture | None = None
-        self._echo: Callable[[str, str], None] | None = None
-        self._echo_room = 0
-        self.restore()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def restore(self) -> None:
-        """(Re)point the descriptor at the pipe, in case user code closed or replaced it."""
-        os.dup2(self._write_fd, self.fd)
-
-    def start(self, capture: OutputCapture, echo: Callable[[str, str], None] | None) -> None:
-        with self._lock:
-            # What background processes wrote between cells belongs to no cell.
-            self._read_available()
-            self._capture, self._echo, self._echo_room = capture, echo, capture.limit // 2
-
-    def finish(self) -> None:
-        with self._lock:
-            self._read_available()
-            self._capture, self._echo = None, None
-
-    def _pump(self) -> None:
-        poller = select.poll()
-        poller.register(self._read_fd, select.POLLIN)
-        while True:
-            poller.poll()
-            with self._lock:
-                self._read_available()
-
-    def _read_available(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self._read_fd, 65536)
-            except BlockingIOError:
-                return
-            if not chunk:
-                return
-            if self._capture is None:
-                continue
-            if self._echo is not None and self._echo_room > 0:
-                self._echo(self.name, chunk[: self._echo_room].decode("utf-8", errors="ignore"))
-                self._echo_room -= len(chunk)
-            self._capture.write(chunk)
-
-
-def _text_stream(fd: int) -> io.TextIOWrapper:
-    """A line-buffered UTF-8 stream on ``fd`` that never closes the descriptor."""
-    return io.TextIOWrapper(
-        io.FileIO(fd, "w", closefd=False),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
-    )
+    def feed(self, chunk: bytes) -> None:
+        if self._echo is not None and self._echo_room > 0:
+            self._echo(self._name, chunk[: self._echo_room].decode("utf-8", errors="ignore"))
+            self._echo_room -= len(chunk)
+        self._capture.write(chunk)
 
 
 def _b64(data: bytes) -> str:
@@ -183,12 +130,12 @@ class _Interpreter:
     """The globals of one session and how a cell runs in them."""
 
     def __init__(self, state_dir: str) -> None:
+        guest = _shipped("guest")
         self.state_dir = state_dir
-        lock = threading.Lock()
-        self.outputs = _FdCapture(1, "stdout", lock), _FdCapture(2, "stderr", lock)
-        self.streams = _text_stream(1), _text_stream(2)
-        self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
-        self.cells = 0
+        self.outputs = guest.FdCapture(1), guest.FdCapture(2)
+        self.streams = guest.text_stream(1), guest.text_stream(2)
+        self.cells = guest.Cells({"__name__": "__main__", "__builtins__": builtins})
+        self.namespace: dict[str, Any] = self.cells.namespace
         self.notices: list[str] = []
 
     def restore_saved(self) -> None:
@@ -198,7 +145,7 @@ class _Interpreter:
             return
         try:
             with open(path, "rb") as handle:
-                failed = _kernel_state().load_namespace(self.namespace, handle.read())
+                failed = _shipped("kernel_state").load_namespace(self.namespace, handle.read())
             skipped: list[str] = []
             if os.path.exists(path + ".skipped"):
                 with open(path + ".skipped", encoding="utf-8") as handle:
@@ -218,71 +165,54 @@ class _Interpreter:
     def run(
         self, request: dict[str, Any], echo: Callable[[str, str], None] | None = None
     ) -> dict[str, Any]:
-        self.cells += 1
-        filename = f"<cell-{self.cells}>"
-        code = request["code"]
+        guest = _shipped("guest")
         limit = int(request.get("max_output_bytes", 1_000_000))
         out, err = OutputCapture(limit), OutputCapture(limit)
         result: dict[str, Any] = {"value": None, "error": None, "timed_out": False}
-        saved_env = {key: os.environ.get(key) for key in request.get("env", {})}
-        os.environ.update(request.get("env", {}))
-        for output, capture in zip(self.outputs, (out, err), strict=True):
+        saved_env = guest.apply_env(request.get("env", {}))
+        for output, name, capture in zip(
+            self.outputs, ("stdout", "stderr"), (out, err), strict=True
+        ):
             output.restore()
-            output.start(capture, echo)
+            output.attach(_Sink(name, capture, echo))
         sys.stdout, sys.stderr = self.streams
         started = time.monotonic()
         timeout = request.get("timeout")
         try:
-            linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
             # A package installed since the last cell may live in a user site that did not exist
             # when this interpreter started.
             site.addsitedir(site.getusersitepackages())
             __import__("importlib").invalidate_caches()
             if timeout:
                 signal.setitimer(signal.ITIMER_REAL, float(timeout))
-            result["value"] = self._exec(code, filename)
+            value = self.cells.run(request["code"])
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            result["value"] = guest.value_text(value)
         except _CodeTimeout:
             result["timed_out"] = True
         except BaseException as exc:
-            result["error"] = _error_of(exc)
+            result["error"] = guest.describe_exception(exc, machinery=(_OWN_FILE,))
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            for stream in self.streams:
-                with contextlib.suppress(Exception):
-                    stream.flush()
+            guest.flush_streams()
             for output in self.outputs:
-                output.finish()
-            for key, value in saved_env.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+                output.detach()
+            guest.restore_env(saved_env)
+        pngs, figure_notices = guest.collect_figures()
+        self.notices += figure_notices
         result.update(
             stdout=out.text(),
             stderr=err.text(),
             omitted=out.omitted + err.omitted,
             duration_ms=(time.monotonic() - started) * 1000,
-            artifacts=_figures(),
+            artifacts=[
+                {"name": f"figure-{index}.png", "data": _b64(png)}
+                for index, png in enumerate(pngs, start=1)
+            ],
             notices=self.notices,
         )
         self.notices = []
         return result
-
-    def _exec(self, code: str, filename: str) -> str | None:
-        import ast  # only the interpreter parses code; short-lived calls skip the import
-
-        tree = ast.parse(code, filename, "exec")
-        last: ast.expr | None = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = tree.body.pop().value  # type: ignore[attr-defined]
-        exec(compile(tree, filename, "exec"), self.namespace)
-        if last is None:
-            return None
-        value = eval(compile(ast.Expression(last), filename, "eval"), self.namespace)
-        if value is None:
-            return None
-        text = repr(value)
-        return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS] + "..."
 
     def handle(
         self, request: dict[str, Any], echo: Callable[[str, str], None] | None = None
@@ -291,15 +221,15 @@ class _Interpreter:
         if op == "code":
             return self.run(request, echo)
         if op == "dump":
-            blob, saved, skipped = _kernel_state().dump_namespace(self.namespace)
+            blob, saved, skipped = _shipped("kernel_state").dump_namespace(self.namespace)
             return {"data": _b64(blob), "saved": saved, "skipped": skipped}
         if op == "load":
             with open(request["path"], "rb") as handle:
                 blob = handle.read()
             os.unlink(request["path"])
-            return {"failed": _kernel_state().load_namespace(self.namespace, blob)}
+            return {"failed": _shipped("kernel_state").load_namespace(self.namespace, blob)}
         if op == "save":
-            blob, saved, skipped = _kernel_state().dump_namespace(self.namespace)
+            blob, saved, skipped = _shipped("kernel_state").dump_namespace(self.namespace)
             path = os.path.join(self.state_dir, SAVED_NAME)
             # The names that cannot be saved go beside the blob, so the notice after the resume
             # can tell the model what was lost.
@@ -309,38 +239,6 @@ class _Interpreter:
                 handle.write(blob)
             return {"saved": saved, "skipped": skipped}
         return {"failure": f"unknown operation {op!r}"}
-
-
-def _error_of(exc: BaseException) -> dict[str, str]:
-    frames = traceback.extract_tb(exc.__traceback__)
-    # Drop the worker's own frames: the model should see its cell, not this file.
-    user_frames = [
-        frame for frame in frames if not frame.filename.endswith(os.path.basename(__file__))
-    ]
-    lines = ["Traceback (most recent call last):\n", *traceback.format_list(user_frames)]
-    lines += traceback.format_exception_only(type(exc), exc)
-    return {"name": type(exc).__name__, "value": str(exc), "traceback": "".join(lines)}
-
-
-def _figures() -> list[dict[str, str]]:
-    pyplot = sys.modules.get("matplotlib.pyplot")
-    if pyplot is None:
-        return []
-    artifacts: list[dict[str, str]] = []
-    total = 0
-    for number in pyplot.get_fignums():
-        buffer = io.BytesIO()
-        try:
-            pyplot.figure(number).savefig(buffer, format="png")
-        except Exception:
-            continue
-        data = buffer.getvalue()
-        total += len(data)
-        if total > MAX_ARTIFACT_BYTES:
-            break
-        artifacts.append({"name": f"figure-{number}.png", "data": _b64(data)})
-    pyplot.close("all")
-    return artifacts
 
 
 def _send(conn: socket.socket, payload: dict[str, Any]) -> None:

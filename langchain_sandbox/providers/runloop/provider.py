@@ -50,7 +50,7 @@ from langchain_sandbox.errors import (
     SandboxTimeoutError,
     SessionClosedError,
 )
-from langchain_sandbox.providers import kernel_state
+from langchain_sandbox.providers import guest, kernel_state
 from langchain_sandbox.providers.base import (
     Capabilities,
     FileInfo,
@@ -140,13 +140,17 @@ def _worker_script() -> str:
     start, end = "# <package-imports>", "# </package-imports>"
     inlined = "\n".join(
         [
-            f"KERNEL_STATE_SOURCE = {inspect.getsource(kernel_state)!r}",
-            "_kernel_state_module = None",
+            "_SHIPPED = {}",
+            f"SHIPPED_SOURCES = {_shipped_sources()!r}",
             f"DEFAULT_CAPTURE_BYTES = {DEFAULT_CAPTURE_BYTES}",
             inspect.getsource(OutputCapture),
         ]
     )
     return worker[: worker.index(start)] + inlined + worker[worker.index(end) + len(end) :]
+
+
+def _shipped_sources() -> dict[str, str]:
+    return {"kernel_state": inspect.getsource(kernel_state), "guest": inspect.getsource(guest)}
 
 
 def _translate(exc: BaseException, *, what: str) -> SandboxError:
