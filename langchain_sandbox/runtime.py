@@ -13,6 +13,10 @@ The runtime is the public facade over two parts, each testable on its own:
 All provider I/O runs on one private event loop (see :mod:`langchain_sandbox._event_loop`); each
 public coroutine has a blocking twin (``arun_code`` / ``run_code`` ...). The runtime knows nothing
 about LangGraph: the tools pass it a record and turn the updated record into a state update.
+
+Why one module over 500 lines: most of it is the public facade's blocking and async twin of
+each operation (two signatures and two docstrings each); the logic lives in
+:mod:`~langchain_sandbox.session_pool` and :mod:`~langchain_sandbox.rehydration`.
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ Where the work happens:
 Every method returns errors in its result and never raises: Deep Agents turns only
 ``ValueError`` and ``NotImplementedError`` into a message for the model, and anything else would
 abort the agent's run.
+
+Why one module over 500 lines: it implements Deep Agents' ``SandboxBackendProtocol``, every
+method in a blocking and an async form; page shapes and record lineage are modules of their own.
 """
 
 from __future__ import annotations

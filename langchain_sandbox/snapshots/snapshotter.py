@@ -27,6 +27,9 @@ waits out the rest of that window (at most :data:`RACY_WINDOW_NS`) before readin
 restore waits it out once after writing, so neither has to read those files again next time. A
 provider whose listing reveals coarser timestamps (whole seconds, say) gets a window of that
 resolution instead, without the wait: recently changed files are simply read again next time.
+
+Why one module over 500 lines: capture, restore and garbage collection of one snapshot format
+share its verification and the store's access paths; the format itself is in ``manifest.py``.
 """
 
 from __future__ import annotations

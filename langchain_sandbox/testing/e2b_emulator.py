@@ -29,6 +29,9 @@ workspace ``/home/user`` exists for the file API; other paths are "not found".
 
 The emulator runs one event-loop thread for the machines and one thread per connection; stopping
 it kills every sandbox, closes every connection and joins its threads.
+
+Why one module over 500 lines: it is the route table of one HTTP API (control plane, envd and
+the code interpreter), each route a short handler.
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ retries, dropped connections, delays), :meth:`RunloopEmulator.expire` (a devbox 
 forgotten), :attr:`RunloopEmulator.max_hold` (long-polls answer 408 sooner),
 :attr:`RunloopEmulator.inline_output_bytes` (less output inline, the rest over SSE) and
 ``boot_delay`` (devboxes go through ``provisioning``).
+
+Why one module over 500 lines: it is the route table of one HTTP API, each route a short
+handler; the devboxes themselves live in ``_runloop_devboxes.py``.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ could not be established, before anything was sent).
 The SDK is an optional extra (``pip install 'langchain-sandbox[e2b]'``), imported when a provider
 is built. Credentials come from ``api_key=`` or the SDK's ``E2B_API_KEY``; they are never part of a
 record, a result, a log line or a repr.
+
+Why one module over 500 lines: it is the binding of one SDK, and most of it is the contract's
+methods of :class:`E2BSession`, each a few lines around one SDK call.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ The provider sends this file together with :mod:`~langchain_sandbox.providers.ke
 :class:`~langchain_sandbox.results.OutputCapture` (one implementation of each, see
 :func:`langchain_sandbox.providers.runloop.provider._worker_script`); the lines between the
 ``package-imports`` markers below are cut out when it does.
+
+Why one module over 500 lines: it is shipped into the devbox as one script, so the interpreter
+server, its short-lived client, commands and listings travel together; how a cell runs is in
+:mod:`~langchain_sandbox.providers.guest`.
 """
 
 from __future__ import annotations

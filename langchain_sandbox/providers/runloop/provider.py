@@ -17,6 +17,11 @@ What this module guarantees:
   suspend, shutdown) are retried by :func:`~langchain_sandbox.retries.retry_async` instead, only
   for retryable errors and within a deadline.
 * SDK errors become :mod:`langchain_sandbox.errors` in one place, :func:`_translate`.
+
+Why one module over 500 lines: the provider and its session share the execution plumbing (one
+``execute_async`` per call, the long-poll, live output, telling a refusal from a gone devbox);
+moving ``RunloopSession`` into a ``session.py`` of its own, as ``providers/local`` does, is the
+next split.
 """
 
 from __future__ import annotations
