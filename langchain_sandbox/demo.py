@@ -222,8 +222,8 @@ def _prepare_environment(say: Callable[[str], None]) -> str:
         LocalProvider(progress=lambda line: say(f"  [environment] {line}")).prepare_environment()
     )
     if status.built_now:
-        return f"built in {status.build_seconds:.0f} s ({status.size_bytes / 1e6:.0f} MB)"
-    return f"reused, built earlier ({status.size_bytes / 1e6:.0f} MB)"
+        return f"built in {status.build_seconds:.0f} s ({(status.size_bytes or 0) / 1e6:.0f} MB)"
+    return f"reused, built earlier ({(status.size_bytes or 0) / 1e6:.0f} MB)"
 
 
 def _copy_out(runtime: Any, thread_id: str, out: Path) -> Path | None:
