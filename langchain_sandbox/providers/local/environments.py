@@ -51,7 +51,7 @@ from langchain_sandbox.providers.local._launcher import (
     Isolation,
     Launcher,
 )
-from langchain_sandbox.providers.local._packages import PackageIndex
+from langchain_sandbox.providers.local._packages import PackageIndex, system_ca_bundle
 from langchain_sandbox.requirements import validate_requirements
 
 DEFAULT_ENVIRONMENT = "default"
@@ -80,9 +80,6 @@ _UNREACHABLE = re.compile(
     r"ConnectTimeoutError|ProxyError|Could not fetch URL"
 )
 _CREDENTIALS = re.compile(r"://[^/@\s]+@")
-# The system's CA bundle (bound into sandboxes that have network): pip then trusts what the
-# machine trusts, a company's TLS-inspecting proxy included, not only its own certifi copy.
-_SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 
 
 @dataclass(frozen=True)
@@ -268,7 +265,9 @@ class EnvironmentCache:
             )
             steps = [[launcher.python_executable, "-I", "-m", "venv", prefix]]
             if remote:
-                bundle = next((p for p in _SYSTEM_CA_BUNDLES if os.path.isfile(p)), None)
+                # pip then trusts what the machine trusts (a TLS-inspecting proxy included),
+                # not only its own copy of certifi.
+                bundle = system_ca_bundle()
                 options = [*options, "--cert", bundle] if bundle else options
             if environment.requirements:
                 steps.append(
