@@ -276,9 +276,8 @@ class LocalProvider(Provider):
         environment = self._selected(template)
         if environment is None:
             return None
-        status = await asyncio.to_thread(
-            self._cache(python, bwrap, seccomp).ensure, environment, self.progress
-        )
+        cache = self._cache(python, bwrap, seccomp)
+        status = await asyncio.to_thread(cache.ensure, environment, self.progress, measure=False)
         return str(status.path)
 
     async def prepare_environment(self, name: str = DEFAULT_ENVIRONMENT) -> EnvironmentStatus:
