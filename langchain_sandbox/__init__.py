@@ -89,6 +89,7 @@ if TYPE_CHECKING:
         SandboxShellTool,
         SandboxToolkit,
         SandboxWriteFileTool,
+        execution_result,
     )
 
 _LAZY: dict[str, str] = {
@@ -101,6 +102,7 @@ _LAZY: dict[str, str] = {
     "SandboxListFilesTool": "langchain_sandbox.tools",
     "SandboxInstallPackagesTool": "langchain_sandbox.tools",
     "SandboxToolkit": "langchain_sandbox.tools",
+    "execution_result": "langchain_sandbox.tools",
     "SandboxToolNode": "langchain_sandbox.graph",
     "SandboxMiddleware": "langchain_sandbox.graph",
     "SandboxGraphState": "langchain_sandbox.graph",
@@ -172,6 +174,7 @@ __all__ = [
     "SnapshotNotFoundError",
     "Snapshotter",
     "UnsafeArchiveError",
+    "execution_result",
     "get_default_runtime",
     "get_provider",
     "image_placement",
