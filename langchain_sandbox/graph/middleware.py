@@ -74,7 +74,12 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
             provider.
         tools: The sandbox tools to give the model (default: the whole toolkit). Pass ``[]`` to
             register none and only manage the tools you pass to ``create_agent`` yourself.
-        run_once: Run each sandbox call as a LangGraph task so a resume never repeats it.
+        run_once: Also run each sandbox call as a LangGraph task, so a resume replays it
+            instead of running it again, for agents with a wrapper *outside* this middleware
+            that can ``interrupt()`` after a sandbox call. Off by default: ``create_agent`` runs
+            each tool call as its own step, so an interrupt by another call (an approval) never
+            repeats a finished sandbox call; and a task streams as an extra
+            ``sandbox_tool_call`` entry in ``stream_mode="updates"``.
         release_between_turns: Close the thread's live session at the end of each turn. Its
             files and picklable variables are in the snapshot the checkpoint names, so the next
             turn (in this process or another) restores them; running processes and unpicklable
@@ -90,7 +95,7 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         *,
         runtime: SandboxRuntime | None = None,
         tools: Sequence[BaseTool] | None = None,
-        run_once: bool = True,
+        run_once: bool = False,
         release_between_turns: bool = False,
         default_thread_id: str | None = None,
     ) -> None:
@@ -105,7 +110,8 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
             ).get_tools()
         )
         self.release_between_turns = release_between_turns
-        self._wrapper = SandboxToolCallWrapper(runtime=runtime, run_once=run_once)
+        # Each call is its own step here: only a wrapper outside can make it run again.
+        self._wrapper = SandboxToolCallWrapper(runtime=runtime, run_once=run_once, every_call=True)
         # Notices of a rehydration done in ``before_agent`` (a restore, variables that could not
         # be restored) go to the model with the thread's next sandbox result.
         self._notices: dict[tuple[int, str], list[str]] = {}

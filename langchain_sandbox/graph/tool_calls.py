@@ -6,11 +6,15 @@ record (``artifact["sandbox"]``). :class:`SandboxToolCallWrapper` sits around th
 turns that artifact into ``Command(update={"sandbox": record, "messages": [message]})``, so the
 record lands in the ``sandbox`` channel and every checkpointer stores it with the step.
 
-It also runs each sandbox tool call as a LangGraph task. When anything in the same node interrupts
-(another tool calling ``interrupt()`` for approval, a wrapper outside this one), LangGraph re-runs
-the whole node on resume; the task's result was saved with the checkpoint's pending writes, so
-the sandbox call is replayed from there instead of being executed a second time, in this process
-or in another one.
+It also runs a sandbox tool call as a LangGraph task where the node it runs in could be re-run.
+When anything in the same node interrupts (another tool of the same message calling
+``interrupt()`` for approval, a wrapper outside this one), LangGraph re-runs the whole node on
+resume; the task's result was saved with the checkpoint's pending writes, so the sandbox call is
+replayed from there instead of being executed a second time, in this process or in another one.
+A task is only started where such a re-run can happen: a message whose calls are all sandbox
+tools (which never interrupt) runs without one. That keeps ``stream_mode="updates"`` what a
+plain ``ToolNode`` streams (LangGraph streams each task's result as an update of its own, under
+the task's name), except for the messages that need the task.
 
 LangGraph identifies a task by the order in which a node starts its tasks. ``ToolNode`` runs the
 calls of one message on a thread pool, in no fixed order, so :class:`SandboxToolNode` publishes the
@@ -21,7 +25,7 @@ message's call order (:func:`call_order`) and the wrapper starts tasks in that o
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
@@ -135,6 +139,27 @@ _async_task = cast(
 )
 
 
+def _may_be_rerun(request: ToolCallRequest, messages_key: str) -> bool:
+    """Whether the node running ``request`` could be re-run after this call finished: another
+    call of the same model message goes to a tool that is not a sandbox tool (and may
+    ``interrupt()``), or the message cannot be found (assume it could)."""
+    state = request.state
+    messages = (
+        state
+        if isinstance(state, list)
+        else state.get(messages_key)
+        if isinstance(state, Mapping)
+        else getattr(state, messages_key, None)
+    )
+    call_id = request.tool_call["id"]
+    tools = {tool.name: tool for tool in getattr(request.runtime, "tools", None) or ()}
+    for message in reversed(messages or []):
+        calls = getattr(message, "tool_calls", None) or []
+        if any(c.get("id") == call_id for c in calls):
+            return not all(is_sandbox_tool(tools.get(c["name"])) for c in calls)
+    return True
+
+
 def _in_graph() -> bool:
     """Whether tasks can be started here (inside a running graph node)."""
     from langgraph.config import get_config
@@ -152,9 +177,11 @@ class SandboxToolCallWrapper:
     Args:
         runtime: Sandbox tools that have no runtime of their own use this one.
         messages_key: The state key of the conversation (``ToolNode``'s ``messages_key``).
-        run_once: Run sandbox calls as LangGraph tasks so a resume replays them instead of
-            running them again. Turn off only for graphs that never interrupt, to save the
-            pending write each call costs.
+        run_once: Run sandbox calls as LangGraph tasks where the node could be re-run (see the
+            module docstring), so a resume replays them instead of running them again. Turn off
+            only for graphs that never interrupt.
+        every_call: Start the task for every sandbox call, not only those whose message also
+            calls another tool: for a node that wrappers outside this one may interrupt.
     """
 
     def __init__(
@@ -163,10 +190,12 @@ class SandboxToolCallWrapper:
         runtime: SandboxRuntime | None = None,
         messages_key: str = "messages",
         run_once: bool = True,
+        every_call: bool = False,
     ) -> None:
         self.runtime = runtime
         self.messages_key = messages_key
         self.run_once = run_once
+        self.every_call = every_call
         # id(tool) -> (tool, its bound copy); holding the tool keeps its id from being reused.
         self._bound: dict[int, tuple[BaseTool, BaseTool]] = {}
 
@@ -180,10 +209,18 @@ class SandboxToolCallWrapper:
         bound = entry[1]
         return request if bound is tool else request.override(tool=bound)
 
+    def _as_task(self, request: ToolCallRequest) -> bool:
+        return (
+            self.run_once
+            and is_sandbox_tool(request.tool)
+            and _in_graph()
+            and (self.every_call or _may_be_rerun(request, self.messages_key))
+        )
+
     def wrap(self, request: ToolCallRequest, handler: SyncHandler) -> ToolResult:
         """Sync wrapper: run the call (once) and return the channel update."""
         request = self._bind(request)
-        if not (self.run_once and is_sandbox_tool(request.tool) and _in_graph()):
+        if not self._as_task(request):
             return to_graph_update(handler(request), messages_key=self.messages_key)
         order = _NODE_CALL_ORDER.get()
         call_id = request.tool_call["id"] or ""
@@ -195,7 +232,7 @@ class SandboxToolCallWrapper:
         """Async wrapper. ``ToolNode`` starts the calls of a message in order and the task is
         started before the first ``await``, so the order is already fixed here."""
         request = self._bind(request)
-        if not (self.run_once and is_sandbox_tool(request.tool) and _in_graph()):
+        if not self._as_task(request):
             return to_graph_update(await handler(request), messages_key=self.messages_key)
         result = await _async_task(lambda: handler(request))
         return to_graph_update(result, messages_key=self.messages_key)

@@ -243,9 +243,14 @@ class Session(ABC):
 
     @abstractmethod
     async def install_packages(
-        self, requirements: Sequence[str], *, timeout: float | None = None
+        self,
+        requirements: Sequence[str],
+        *,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
-        """Install validated requirements so later code in this session can import them.
+        """Install validated requirements so later code in this session can import them;
+        the installer's output goes to ``on_output`` while it runs.
 
         Implementations must call :func:`~langchain_sandbox.requirements.validate_requirements`.
         """

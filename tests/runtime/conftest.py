@@ -137,7 +137,11 @@ class CountingSession(Session):
             self.files.pop(relative_path(path), None)
 
     async def install_packages(
-        self, requirements: Sequence[str], *, timeout: float | None = None
+        self,
+        requirements: Sequence[str],
+        *,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
         return ExecutionResult(kind="command", exit_code=1, stderr="no installs here")
 

@@ -398,12 +398,17 @@ class E2BSession(Session):
         await handle.disconnect()
 
     async def install_packages(
-        self, requirements: Sequence[str], *, timeout: float | None = None
+        self,
+        requirements: Sequence[str],
+        *,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
         names = validate_requirements(requirements)
-        command = "pip install --quiet --disable-pip-version-check " + shlex.join(names)
+        # Not --quiet: pip's progress lines are what on_output streams while it runs.
+        command = "pip install --progress-bar off --disable-pip-version-check " + shlex.join(names)
         result = await self.run_command(
-            command, timeout=timeout or max(self.spec.limits.timeout, 300)
+            command, timeout=timeout or max(self.spec.limits.timeout, 300), on_output=on_output
         )
         if result.ok:
             return result.with_notices(f"Installed: {', '.join(names)}.")

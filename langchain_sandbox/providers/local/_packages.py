@@ -26,16 +26,19 @@ import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from langchain_sandbox._event_loop import entered_off_loop
 from langchain_sandbox.errors import InvalidInputError
+from langchain_sandbox.providers.base import OutputCallback
 from langchain_sandbox.providers.local._index_proxy import (
     FORWARDER,
     IndexProxy,
     allowed_endpoints,
 )
 from langchain_sandbox.providers.local._launcher import Launcher
-from langchain_sandbox.results import ExecutionResult, OutputCapture
+from langchain_sandbox.providers.local._streams import OutputStreams
+from langchain_sandbox.results import ExecutionResult
 
 _SANDBOX_FIND_LINKS = "/opt/find-links"
 _SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
@@ -185,8 +188,10 @@ async def install_packages(
     timeout: float,
     limit: int,
     preexec_fn: Callable[[], None] | None,
+    on_output: OutputCallback | None = None,
 ) -> ExecutionResult:
-    """Run pip for ``requirements`` in a sandbox of the session (see the module docstring)."""
+    """Run pip for ``requirements`` in a sandbox of the session (see the module docstring);
+    its output goes to ``on_output`` as it comes."""
     argv, proxy, env = await asyncio.to_thread(_pip_command, launcher, index, requirements)
     serving = proxy.serving() if proxy is not None else contextlib.nullcontext()
     proxy_fds = [proxy.sandbox_fd] if proxy is not None else []
@@ -199,6 +204,7 @@ async def install_packages(
             preexec_fn=preexec_fn,
             env=env if not launcher.isolated else launcher.process_env(),
             cwd=launcher.process_cwd(),
+            on_output=on_output,
         )
 
 
@@ -238,8 +244,10 @@ async def run_captured(
     preexec_fn: Callable[[], None] | None,
     env: dict[str, str],
     cwd: str,
+    on_output: OutputCallback | None = None,
 ) -> ExecutionResult:
-    """Run a short-lived sandbox process; capture its output (bounded) and stop it on timeout."""
+    """Run a short-lived sandbox process; capture its output (bounded), pass it to ``on_output``
+    as it comes, and stop the process on timeout."""
     started = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
         *argv,
@@ -252,16 +260,14 @@ async def run_captured(
         env=env,
         cwd=cwd,
     )
-    captures = {"stdout": OutputCapture(limit), "stderr": OutputCapture(limit)}
+    streams = OutputStreams(limit, on_output)
 
-    async def pump(stream: asyncio.StreamReader | None, capture: OutputCapture) -> None:
+    async def pump(stream: asyncio.StreamReader | None, name: Literal["stdout", "stderr"]) -> None:
         while stream is not None and (chunk := await stream.read(65536)):
-            capture.write(chunk)
+            streams.write(name, chunk)
 
     timed_out = False
-    pumps = asyncio.gather(
-        pump(process.stdout, captures["stdout"]), pump(process.stderr, captures["stderr"])
-    )
+    pumps = asyncio.gather(pump(process.stdout, "stdout"), pump(process.stderr, "stderr"))
     try:
         await asyncio.wait_for(asyncio.shield(pumps), timeout)
     except TimeoutError:
@@ -270,16 +276,12 @@ async def run_captured(
             os.killpg(process.pid, signal.SIGKILL)
         await pumps
     code = await process.wait()
-    omitted = sum(c.omitted for c in captures.values())
     return ExecutionResult(
         kind="command",
-        stdout=captures["stdout"].text(),
-        stderr=captures["stderr"].text(),
         exit_code=code if code >= 0 else 128 - code,
         duration_ms=(time.perf_counter() - started) * 1000,
         timed_out=timed_out,
-        truncated=omitted > 0,
-        omitted_bytes=omitted,
+        **streams.result_fields(None),
     )
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import codecs
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,10 +47,11 @@ from langchain_sandbox.providers.local._packages import (
     install_packages,
 )
 from langchain_sandbox.providers.local._quota import WorkspaceQuota
+from langchain_sandbox.providers.local._streams import OutputStreams
 from langchain_sandbox.providers.local._worker_process import WorkerDied, WorkerProcess
 from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.requirements import validate_requirements
-from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult, OutputCapture
+from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.workspace import resolve_path
 
 INTERRUPT_GRACE = 2.0
@@ -84,62 +84,6 @@ class _Outcome:
     lost: str | None = None  # why the worker is gone, when it is
     out_of_memory: bool = False
     elapsed_ms: float = 0.0
-
-
-class _Streams:
-    """Host side of one call's output: bounded captures plus decoded chunks for ``on_output``.
-
-    The worker already caps each stream inside the sandbox, but user code can write forged
-    output events to the event pipe, so the host holds the same cap itself: at most ``limit``
-    bytes per stream reach ``on_output``, and the captures keep head and tail as always.
-    """
-
-    def __init__(self, limit: int, on_output: OutputCallback | None) -> None:
-        self.captures = {"stdout": OutputCapture(limit), "stderr": OutputCapture(limit)}
-        self._on_output = on_output
-        self._limit = limit
-        self._forwarded = dict.fromkeys(self.captures, 0)
-        self._decoders = {
-            name: codecs.getincrementaldecoder("utf-8")(errors="replace") for name in self.captures
-        }
-
-    def on_event(self, event: dict[str, Any]) -> None:
-        stream = event.get("stream")
-        if stream not in self.captures:
-            return
-        data = str(event.get("data", "")).encode("latin-1", errors="replace")
-        self.captures[stream].write(data)
-        room = self._limit - self._forwarded[stream]
-        if self._on_output is not None and room > 0:
-            data = data[:room]
-            self._forwarded[stream] += len(data)
-            text = self._decoders[stream].decode(data)
-            if text:
-                self._on_output(stream, text)
-
-    def result_fields(self, dropped: Any) -> dict[str, Any]:
-        for name, count in _checked_dropped(dropped).items():
-            # Bytes the worker already dropped inside the sandbox count as omitted too.
-            self.captures[name].omitted += count
-        omitted = sum(c.omitted for c in self.captures.values())
-        return {
-            "stdout": self.captures["stdout"].text(),
-            "stderr": self.captures["stderr"].text(),
-            "truncated": omitted > 0,
-            "omitted_bytes": omitted,
-        }
-
-
-def _checked_dropped(dropped: Any) -> dict[str, int]:
-    """The worker's count of bytes it dropped per stream; anything else is a forged reply."""
-    if dropped is None:
-        return {}
-    if not isinstance(dropped, dict) or not all(
-        name in ("stdout", "stderr") and type(count) is int and count >= 0
-        for name, count in dropped.items()
-    ):
-        raise ValueError("'dropped' must map stdout/stderr to byte counts of 0 or more")
-    return dropped
 
 
 class LocalSession(Session):
@@ -380,7 +324,7 @@ class LocalSession(Session):
         on_output: OutputCallback | None,
     ) -> ExecutionResult:
         limit = _checked_timeout(timeout, self.spec.limits.timeout)
-        streams = _Streams(self.spec.limits.max_output_bytes, on_output)
+        streams = OutputStreams(self.spec.limits.max_output_bytes, on_output)
         async with self._lock:
             worker = await self._ready_worker()
             notices = [WORKER_RESTARTED] if self._restart_notice else []
@@ -403,7 +347,7 @@ class LocalSession(Session):
     def _result(
         kind: Literal["code", "command"],
         outcome: _Outcome,
-        streams: _Streams,
+        streams: OutputStreams,
         notices: list[str],
     ) -> ExecutionResult:
         reply = outcome.reply or {}
@@ -477,7 +421,11 @@ class LocalSession(Session):
     # ------------------------------------------------------------------ packages
 
     async def install_packages(
-        self, requirements: Sequence[str], *, timeout: float | None = None
+        self,
+        requirements: Sequence[str],
+        *,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
         names = validate_requirements(requirements)
         limit = _checked_timeout(timeout, INSTALL_TIMEOUT)
@@ -490,6 +438,7 @@ class LocalSession(Session):
                 timeout=limit,
                 limit=self.spec.limits.max_output_bytes,
                 preexec_fn=self.cgroup.preexec(),
+                on_output=on_output,
             )
         await self._quota.measure()
         over_quota = self._quota.notice()

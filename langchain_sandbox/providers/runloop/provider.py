@@ -889,13 +889,19 @@ class RunloopSession(Session):
         await self._shell(f"rm -rf -- {shlex.join(resolved)}", "Removing files")
 
     async def install_packages(
-        self, requirements: Sequence[str], *, timeout: float | None = None
+        self,
+        requirements: Sequence[str],
+        *,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
         names = validate_requirements(requirements)
+        # Not -q: pip's progress lines are what on_output streams while it runs.
         result = await self.run_command(
             "PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --disable-pip-version-check "
-            f"--no-input -q -- {shlex.join(names)}",
+            f"--no-input --progress-bar off -- {shlex.join(names)}",
             timeout=timeout if timeout is not None else max(self.spec.limits.timeout, 300.0),
+            on_output=on_output,
         )
         if result.ok:
             return result.with_notices(f"Installed: {', '.join(names)}")
