@@ -119,6 +119,7 @@ def test_providers(tmp_path: Path, user_venv: Callable[..., Path]) -> None:
     assert "sandboxes left: {'e2b': [], 'runloop': []}" in text
 
 
+@pytest.mark.timeout(1800)  # hang guard: its venv (Deep Agents and its model SDKs) installs first
 def test_deep_agents(tmp_path: Path, user_venv: Callable[..., Path]) -> None:
     text, _ = execute("deep_agents", tmp_path, user_venv)
     assert "first process killed: True" in text
