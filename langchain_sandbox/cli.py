@@ -65,7 +65,9 @@ def _print_result(result: ExecutionResult, *, as_json: bool) -> int:
 
 async def _run_once(args: argparse.Namespace) -> int:
     provider = get_provider(args.provider)
-    spec = SessionSpec(network=args.network, limits=Limits(timeout=args.timeout))
+    spec = SessionSpec(
+        template=args.template, network=args.network, limits=Limits(timeout=args.timeout)
+    )
     try:
         async with await provider.create(spec) as session:
             if args.command == "exec":
@@ -180,6 +182,10 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--provider", default="local", choices=PROVIDER_NAMES, help=provider_help)
         cmd.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
         cmd.add_argument("--network", action="store_true", help="let the code reach the network")
+        cmd.add_argument(
+            "--template",
+            help="the provider's template; on local, the sandbox environment (default: 'default')",
+        )
         cmd.add_argument("--json", action="store_true", help="print the whole result as JSON")
     commands.add_parser(
         "doctor",

@@ -26,6 +26,17 @@ def test_exec_prints_output_and_last_value() -> None:
     assert done.stdout == "42\n[value] 42\n"
 
 
+def test_exec_runs_in_the_selected_sandbox_environment() -> None:
+    probe = (
+        "import importlib.util as u; print(bool(u.find_spec('numpy')), bool(u.find_spec('pytest')))"
+    )
+    assert _run("exec", probe).stdout == "True False\n"  # default: the data stack, not the host's
+    assert _run("exec", probe, "--template", "host").stdout.endswith("True\n")
+    unknown = _run("exec", "1", "--template", "gpu")
+    assert unknown.returncode == 2
+    assert "no sandbox environment 'gpu'" in unknown.stderr
+
+
 def test_exec_failures_and_timeouts_have_exit_codes() -> None:
     failed = _run("exec", "1 / 0")
     assert failed.returncode == 1

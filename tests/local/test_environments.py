@@ -86,6 +86,36 @@ async def test_offline_build_from_a_wheel_dir_then_reuse(tmp_path: Path, wheels:
     assert again == []
 
 
+async def test_unisolated_sessions_use_an_environment_built_on_the_host(
+    tmp_path: Path, wheels: Path
+) -> None:
+    provider = LocalProvider(
+        base_dir=tmp_path / "sandboxes",
+        isolation="none",
+        environments=[tiny_environment(wheels)],
+        environments_dir=tmp_path / "environments",
+        progress=lambda line: None,
+    )
+    try:
+        with pytest.warns(RuntimeWarning, match="directly on this machine"):
+            session = await provider.create(SPEC)
+        async with session:
+            result = await session.run_code(
+                "import importlib.util, tinypkg\n"
+                "(tinypkg.VALUE, importlib.util.find_spec('langchain_core') is None)"
+            )
+        assert result.value == "(42, True)"
+        (built,) = (p for p in (tmp_path / "environments").iterdir() if p.is_dir())
+        assert tinypkg_file(built).is_file()
+    finally:
+        await provider.aclose()
+
+
+def tinypkg_file(environment: Path) -> Path:
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    return environment / "lib" / f"python{version}" / "site-packages" / "tinypkg" / "__init__.py"
+
+
 async def test_inputs_address_the_environment(tmp_path: Path, wheels: Path) -> None:
     provider = LocalProvider(
         environments=[

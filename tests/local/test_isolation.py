@@ -161,7 +161,8 @@ async def test_unisolated_only_by_name_and_with_a_warning(
     monkeypatch.setenv("FAKE_API_KEY", "sk-host-secret")
     provider = LocalProvider(base_dir=tmp_path / "none", isolation="none")
     with pytest.warns(RuntimeWarning, match="directly on this machine"):
-        session = await provider.create()
+        # "host": no sandbox environment to build (unisolated environments are tested with them)
+        session = await provider.create(SessionSpec(template="host"))
     async with session:
         result = await session.run_code("import os\nx = 1\n(os.environ.get('FAKE_API_KEY'), x)")
         assert result.value == "(None, 1)"
