@@ -60,7 +60,8 @@ async def test_flooding_bubblewraps_stderr_neither_blocks_nor_hangs_kill_and_clo
 
 
 _STEAL_EVERY_PIPE = """
-import os, stat, threading
+import os, signal, stat, threading
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt that does get through changes nothing
 def steal(fd):
     while True:
         try:
