@@ -6,6 +6,8 @@ table of medians, measured in this run, and the ratios the design cares about:
 * cold start: ``LocalProvider.create()`` until the sandboxed worker answers, next to the floor
   any cold start has here: a bare ``python -I -S -c pass`` in the same bubblewrap sandbox;
 * warm round trip: ``x += 1`` through ``LocalSession.run_code`` (the agent's per-call cost);
+* both again without the seccomp filter (``syscall_filter="none"``), measured interleaved with
+  the filtered ones, so the filter's cost shows in the same run;
 * the same work as one ``python -c`` subprocess per call (what a stateless tool pays);
 * the same work as ``exec()`` in this process (the floor: no isolation, no IPC);
 * a recursive ``list_files`` of a workspace of 100 files / 100 MB (what an incremental snapshot
@@ -25,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 
-from langchain_sandbox.providers.local import LocalProvider
+from langchain_sandbox.providers.local import LocalProvider, LocalSession
 
 
 async def _time_async(operation: Callable[[], Awaitable[object]], repeat: int) -> list[float]:
@@ -51,15 +53,19 @@ async def main(quick: bool) -> None:
     rows: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as base_dir:
         provider = LocalProvider(base_dir=base_dir)
-        await (await provider.create()).close()  # interpreter facts are cached per provider
+        unfiltered = LocalProvider(base_dir=base_dir, syscall_filter="none")
+        for made in (provider, unfiltered):
+            await (await made.create()).close()  # interpreter facts are cached per provider
 
-        cold_samples = []
+        cold: dict[LocalProvider, list[float]] = {provider: [], unfiltered: []}
         for _ in range(int(30 * scale) or 3):
-            started = time.perf_counter()
-            fresh = await provider.create()
-            cold_samples.append((time.perf_counter() - started) * 1000)
-            await fresh.close()  # not timed: the measurement is create-to-ready
-        rows["cold start to a ready worker"] = cold_samples
+            for made, samples in cold.items():
+                started = time.perf_counter()
+                fresh = await made.create()
+                samples.append((time.perf_counter() - started) * 1000)
+                await fresh.close()  # not timed: the measurement is create-to-ready
+        rows["cold start to a ready worker"] = cold[provider]
+        rows["cold start, no seccomp filter"] = cold[unfiltered]
 
         session = await provider.create()
         launcher = session.launcher
@@ -72,12 +78,20 @@ async def main(quick: bool) -> None:
         rows["bubblewrap'd python -I -S -c pass (cold start floor)"] = _time_sync(
             bare_sandbox, int(30 * scale) or 3
         )
-        await session.run_code("x = 0")
-        for _ in range(200):
-            await session.run_code("x += 1")
-        rows["warm round trip: run_code('x += 1')"] = await _time_async(
-            lambda: session.run_code("x += 1"), int(3000 * scale)
-        )
+        plain = await unfiltered.create()
+        warm: dict[LocalSession, list[float]] = {session: [], plain: []}
+        for each in warm:
+            await each.run_code("x = 0")
+            for _ in range(200):
+                await each.run_code("x += 1")
+        for _ in range(int(3000 * scale)):
+            for each, samples in warm.items():
+                started = time.perf_counter()
+                await each.run_code("x += 1")
+                samples.append((time.perf_counter() - started) * 1000)
+        await plain.close()
+        rows["warm round trip: run_code('x += 1')"] = warm[session]
+        rows["warm round trip, no seccomp filter"] = warm[plain]
 
         files = {f"data/{i // 10}/file-{i}.bin": b"\0" * 1_000_000 for i in range(100)}
         await session.write_files(files)
@@ -110,6 +124,12 @@ async def main(quick: bool) -> None:
     print(f"warm round trip median:               {warm:8.4f} ms (target < 0.5 ms)")
     cold_ms = medians["cold start to a ready worker"]
     print(f"cold start median:                    {cold_ms:8.2f} ms (target < 60 ms)")
+    unfiltered_warm = medians["warm round trip, no seccomp filter"]
+    unfiltered_cold = medians["cold start, no seccomp filter"]
+    print(
+        f"seccomp filter's cost:                {100 * (warm / unfiltered_warm - 1):+8.1f} % warm, "
+        f"{100 * (cold_ms / unfiltered_cold - 1):+.1f} % cold"
+    )
 
 
 if __name__ == "__main__":

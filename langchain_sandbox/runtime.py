@@ -240,6 +240,25 @@ class SandboxRuntime:
 
     # -- public operations -------------------------------------------------------------------
 
+    async def _arun_capped(
+        self,
+        thread_id: str,
+        timeout: float | None,
+        run: Callable[[Session, float | None], Awaitable[ExecutionResult]],
+        record: SandboxState | None,
+        step_call: StepCall | None,
+    ) -> Outcome[ExecutionResult]:
+        """Run code or a command (``run(session, timeout)``) with ``timeout`` capped to the
+        session's limit; the result says if it was cut."""
+        capped, notices = _capped_timeout(timeout, self.spec.limits.timeout)
+
+        async def _run(session: Session) -> ExecutionResult:
+            return (await run(session, capped)).with_notices(*notices)
+
+        return _as_execution(
+            await self.aexecute(thread_id, _run, record=record, step_call=step_call)
+        )
+
     async def arun_code(
         self,
         thread_id: str,
@@ -255,14 +274,12 @@ class SandboxRuntime:
         ``timeout`` may lower the session's ``Limits.timeout``, never raise it: a larger value
         is cut to the limit and the result says so in its notices.
         """
-        capped, notices = _capped_timeout(timeout, self.spec.limits.timeout)
-
-        async def _run(session: Session) -> ExecutionResult:
-            result = await session.run_code(code, timeout=capped, on_output=on_output)
-            return result.with_notices(*notices)
-
-        return _as_execution(
-            await self.aexecute(thread_id, _run, record=record, step_call=step_call)
+        return await self._arun_capped(
+            thread_id,
+            timeout,
+            lambda session, capped: session.run_code(code, timeout=capped, on_output=on_output),
+            record,
+            step_call,
         )
 
     def run_code(
@@ -302,16 +319,14 @@ class SandboxRuntime:
 
         ``timeout`` is capped by ``Limits.timeout`` as in :meth:`arun_code`.
         """
-        capped, notices = _capped_timeout(timeout, self.spec.limits.timeout)
-
-        async def _run(session: Session) -> ExecutionResult:
-            result = await session.run_command(
+        return await self._arun_capped(
+            thread_id,
+            timeout,
+            lambda session, capped: session.run_command(
                 command, timeout=capped, cwd=cwd, on_output=on_output
-            )
-            return result.with_notices(*notices)
-
-        return _as_execution(
-            await self.aexecute(thread_id, _run, record=record, step_call=step_call)
+            ),
+            record,
+            step_call,
         )
 
     def run_command(
@@ -356,14 +371,14 @@ class SandboxRuntime:
 
         ``timeout`` is capped by ``Limits.timeout`` as in :meth:`arun_code`.
         """
-        capped, notices = _capped_timeout(timeout, self.spec.limits.timeout)
-
-        async def _run(session: Session) -> ExecutionResult:
-            result = await session.run_shell(command, timeout=capped, cwd=cwd, on_output=on_output)
-            return result.with_notices(*notices)
-
-        return _as_execution(
-            await self.aexecute(thread_id, _run, record=record, step_call=step_call)
+        return await self._arun_capped(
+            thread_id,
+            timeout,
+            lambda session, capped: session.run_shell(
+                command, timeout=capped, cwd=cwd, on_output=on_output
+            ),
+            record,
+            step_call,
         )
 
     def run_shell(
@@ -491,13 +506,17 @@ class SandboxRuntime:
         *,
         timeout: float | None = None,
         record: SandboxState | None = None,
+        on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
     ) -> Outcome[ExecutionResult]:
-        """Install packages into the thread's sandbox (validated before any sandbox is touched)."""
+        """Install packages into the thread's sandbox (validated before any sandbox is touched);
+        the installer's output goes to ``on_output`` while it runs."""
         requirements = validate_requirements(packages)
 
         async def _install(session: Session) -> ExecutionResult:
-            return await session.install_packages(requirements, timeout=timeout)
+            return await session.install_packages(
+                requirements, timeout=timeout, on_output=on_output
+            )
 
         return _as_execution(
             await self.aexecute(
@@ -512,12 +531,18 @@ class SandboxRuntime:
         *,
         timeout: float | None = None,
         record: SandboxState | None = None,
+        on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
     ) -> Outcome[ExecutionResult]:
         """Blocking twin of :meth:`ainstall_packages`."""
         return self._loop.run_sync(
             self.ainstall_packages(
-                thread_id, packages, timeout=timeout, record=record, step_call=step_call
+                thread_id,
+                packages,
+                timeout=timeout,
+                record=record,
+                on_output=on_output,
+                step_call=step_call,
             )
         )
 

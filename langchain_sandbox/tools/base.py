@@ -26,9 +26,8 @@ or bubblewrap) is not the model's to fix and propagates to the developer.
 # No ``from __future__ import annotations`` here: LangChain resolves ``_run``'s annotations with
 # ``get_type_hints`` on every call (to find the injected ``config``), and live annotations spare it
 # compiling the strings each time.
+import asyncio
 import contextlib
-import contextvars
-import threading
 import uuid
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping
@@ -44,7 +43,7 @@ from pydantic.json_schema import SkipJsonSchema
 from langchain_sandbox._event_loop import on_event_loop
 from langchain_sandbox.errors import ConfigurationError, SandboxError
 from langchain_sandbox.providers import provider_class
-from langchain_sandbox.providers.base import Capabilities, OutputCallback, SessionSpec
+from langchain_sandbox.providers.base import Capabilities, SessionSpec
 from langchain_sandbox.results import DEFAULT_RENDER_CHARS, ExecutionResult
 from langchain_sandbox.runtime import (
     Outcome,
@@ -54,16 +53,13 @@ from langchain_sandbox.runtime import (
 )
 from langchain_sandbox.state import SandboxState
 from langchain_sandbox.tools.descriptions import sandbox_facts
+from langchain_sandbox.tools.ownership import RuntimeOwner
+from langchain_sandbox.tools.streaming import OUTPUT_EVENT, OutputForwarder
 
 RUNTIME_KEY = "sandbox_runtime"
 """The context attribute / dict key and the ``configurable`` key a runtime is looked up under."""
 
-OUTPUT_EVENT = "sandbox_output"
-"""``type`` of the custom stream events carrying output while code runs."""
-
 Content = str | list[str | dict[str, Any]]
-
-_BUILD_LOCK = threading.Lock()
 
 
 class SandboxToolArgs(BaseModel):
@@ -85,7 +81,7 @@ class SandboxCall:
     thread_id: str
     record: SandboxState | None
     step_call: StepCall | None
-    on_output: OutputCallback | None
+    on_output: OutputForwarder | None
 
 
 @dataclass(frozen=True)
@@ -176,45 +172,6 @@ def step_call_of(tool_runtime: Any) -> StepCall | None:
     return StepCall(call_id)
 
 
-def _output_forwarder(
-    tool_runtime: Any, thread_id: str, call_id: str | None
-) -> OutputCallback | None:
-    """A callback handing output chunks to LangGraph's stream writer (``stream_mode="custom"``).
-
-    It runs on the runtime's loop thread; LangGraph's writers are thread-safe (sync streams
-    queue, async streams hop with ``call_soon_threadsafe``) but read the step's config from a
-    context variable, so each chunk is written inside a copy of the caller's context.
-    """
-    writer = getattr(tool_runtime, "stream_writer", None)
-    if writer is None:
-        from langgraph.config import get_stream_writer
-
-        try:
-            writer = get_stream_writer()
-        except (RuntimeError, KeyError, AttributeError):
-            return None
-    if writer is None:
-        return None
-
-    caller_context = contextvars.copy_context()
-
-    def _forward(stream: Literal["stdout", "stderr"], text: str) -> None:
-        # A broken consumer must not break the run that feeds it.
-        with contextlib.suppress(Exception):
-            caller_context.run(
-                writer,
-                {
-                    "type": OUTPUT_EVENT,
-                    "stream": stream,
-                    "text": text,
-                    "thread_id": thread_id,
-                    "tool_call_id": call_id,
-                },
-            )
-
-    return _forward
-
-
 def execution_reply(outcome: Outcome[ExecutionResult], *, max_chars: int) -> ToolReply:
     """The reply for a run of code or a command: compact text, images as image blocks."""
     result = outcome.value
@@ -261,12 +218,11 @@ class SandboxTool(BaseTool):
     streams_output: ClassVar[bool] = False
     """Whether the tool forwards output to LangGraph's stream writer while it runs."""
 
+    _owner: RuntimeOwner = PrivateAttr(default_factory=RuntimeOwner)
     about: ClassVar[str | None] = None
     """For a tool whose description ends with facts about its sandbox: the fixed part. The facts
     (network, time limit, memory) are derived when the tool is built from the runtime it is
     bound to (see :mod:`langchain_sandbox.tools.descriptions`); ``description=`` overrides."""
-
-    _owned_runtime: SandboxRuntime | None = PrivateAttr(default=None)
 
     def model_post_init(self, context: Any) -> None:
         super().model_post_init(context)
@@ -289,35 +245,27 @@ class SandboxTool(BaseTool):
         return None, None
 
     def _explicit_runtime(self) -> SandboxRuntime | None:
-        if self.runtime is not None:
-            return self.runtime
-        if self.provider is None:
-            return None
-        # ToolNode calls tools from several worker threads at once: build one runtime, not one
-        # per racing call.
-        with _BUILD_LOCK:
-            if self._owned_runtime is None or self._owned_runtime.closed:
-                self._owned_runtime = SandboxRuntime(
-                    self.provider, provider_options=self.provider_options
-                )
-            return self._owned_runtime
+        return self._owner.resolve(self.runtime, self.provider, self.provider_options)
 
     def close(self) -> None:
         """Close the runtime this tool built for ``provider=`` (its sandboxes are destroyed).
 
-        A runtime passed in, or found per call, belongs to someone else and is left alone.
+        A runtime passed in, or found per call, belongs to someone else and is left alone
+        (:mod:`langchain_sandbox.tools.ownership`).
         """
-        owned, self._owned_runtime = self._owned_runtime, None
-        if owned is not None:
-            owned.close()
+        self._owner.close()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
-        owned, self._owned_runtime = self._owned_runtime, None
-        if owned is not None:
-            await owned.aclose()
+        await self._owner.aclose()
 
-    def _prepare(self, config: RunnableConfig, tool_runtime: Any) -> SandboxCall:
+    def _prepare(
+        self,
+        config: RunnableConfig,
+        tool_runtime: Any,
+        run_manager: CallbackManagerForToolRun | AsyncCallbackManagerForToolRun | None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> SandboxCall:
         thread_id = resolve_thread_id(config, self.default_thread_id)
         step_call = step_call_of(tool_runtime)
         return SandboxCall(
@@ -325,8 +273,12 @@ class SandboxTool(BaseTool):
             thread_id=thread_id,
             record=graph_record(tool_runtime),
             step_call=step_call,
-            on_output=_output_forwarder(
-                tool_runtime, thread_id, step_call.call_id if step_call else None
+            on_output=OutputForwarder(
+                tool_runtime=tool_runtime,
+                run_manager=run_manager,
+                thread_id=thread_id,
+                tool_call_id=step_call.call_id if step_call else None,
+                loop=loop,
             )
             if self.streams_output
             else None,
@@ -356,7 +308,7 @@ class SandboxTool(BaseTool):
         **args: Any,
     ) -> tuple[Content, dict[str, Any]]:
         with self._tool_errors():
-            call = self._prepare(config, runtime)
+            call = self._prepare(config, runtime, run_manager)
             reply = call.runtime.run_sync(self._acall(call, args))
         return reply.content, reply.artifact
 
@@ -369,8 +321,12 @@ class SandboxTool(BaseTool):
         **args: Any,
     ) -> tuple[Content, dict[str, Any]]:
         with self._tool_errors():
-            call = self._prepare(config, runtime)
-            reply = await self._acall(call, args)
+            call = self._prepare(config, runtime, run_manager, asyncio.get_running_loop())
+            try:
+                reply = await self._acall(call, args)
+            finally:
+                if call.on_output is not None:
+                    await call.on_output.aclose()
         return reply.content, reply.artifact
 
 

@@ -49,7 +49,7 @@ class SandboxExecTool(SandboxTool):
 
     Outside a graph, ``SandboxExecTool().invoke({"code": "print(1 + 1)"})`` runs in the default
     local sandbox. In a graph, the call joins the thread's sandbox (``configurable.thread_id``),
-    streams stdout to ``stream_mode="custom"`` while it runs, and reports the updated sandbox
+    streams its output while it runs (``stream_mode="custom"`` and ``astream_events``), and reports the updated sandbox
     record in its artifact.
     """
 

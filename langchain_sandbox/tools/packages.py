@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -41,12 +41,14 @@ class SandboxInstallPackagesTool(SandboxTool):
         "setting; the output says what happened."
     )
     args_schema: type[SandboxInstallPackagesArgs] = SandboxInstallPackagesArgs
+    streams_output: ClassVar[bool] = True
 
     async def _acall(self, call: SandboxCall, args: dict[str, Any]) -> ToolReply:
         outcome = await call.runtime.ainstall_packages(
             call.thread_id,
             validate_requirements(args["packages"]),
             record=call.record,
+            on_output=call.on_output,
             step_call=call.step_call,
         )
         return execution_reply(outcome, max_chars=self.max_output_chars)

@@ -62,6 +62,10 @@ async def test_a_timed_out_command_leaves_the_shell_usable_and_unchanged(
         assert stuck.timed_out
         after = await session.run_shell('pwd; echo "$KEPT"')
         assert after.stdout == "/home/user/kept\nyes\n"
+        # A shell killed outright (no trap can run) changes nothing either.
+        killed = await session.run_shell("cd /tmp && export KEPT=killed && kill -KILL $$")
+        assert killed.exit_code != 0
+        assert (await session.run_shell('pwd; echo "$KEPT"')).stdout == after.stdout
         broken = await session.run_shell("if then")
         assert broken.exit_code == 2
         assert "syntax error" in broken.stderr

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from .markdown_blocks import MarkdownError, blocks
+from .markdown_blocks import Block, MarkdownError, blocks
 
 
-def _page(tmp_path: Path, text: str) -> list:  # type: ignore[type-arg]
+def _page(tmp_path: Path, text: str) -> list[Block]:
     (tmp_path / "page.md").write_text(text)
     return blocks(tmp_path / "page.md", tmp_path)
 

@@ -236,13 +236,22 @@ async def test_install_packages_validates_before_sending_anything(
                 await session.install_packages(bad)
         assert emulator.requests == []
         # Without network pip cannot download: a failed install is a result, not an exception.
-        result = await session.install_packages(["surely-not-a-real-package-xyz==1.0"], timeout=120)
+        streamed: list[tuple[str, str]] = []
+        result = await session.install_packages(
+            ["surely-not-a-real-package-xyz==1.0"],
+            timeout=120,
+            on_output=lambda stream, text: streamed.append((stream, text)),
+        )
         assert not result.ok
         assert result.exit_code not in (0, None)
         start = next(r for r in emulator.requests if r.route == "envd Start")
         assert start.body["process"]["args"][-1] == (
-            "pip install --quiet --disable-pip-version-check surely-not-a-real-package-xyz==1.0"
+            "PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --disable-pip-version-check "
+            "--no-input --progress-bar off -- surely-not-a-real-package-xyz==1.0"
         )
+        # pip's output reached on_output while it ran, as it will be in the result.
+        assert "".join(t for s, t in streamed if s == "stderr") == result.stderr
+        assert "surely-not-a-real-package-xyz" in result.stderr
 
 
 async def test_variables_round_trip_between_sessions(provider: E2BProvider) -> None:

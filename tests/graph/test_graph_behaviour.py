@@ -277,3 +277,69 @@ def test_a_provider_that_rejects_the_key_fails_the_run_for_the_developer(thread:
         finally:
             refused.close()
     assert seen == []
+
+
+def _updates(stream: Any) -> list[dict[str, Any]]:
+    return [chunk for chunk in stream if isinstance(chunk, dict)]
+
+
+def _assert_tool_node_shape(updates: list[dict[str, Any]], tool_messages: int) -> None:
+    """Each update is {node: {channel: value}} (or, for a node that wrote a channel more than
+    once, as parallel calls returning ``Command``s do, LangGraph's list of one-channel dicts),
+    and every tool message arrives once, in the ``tools`` updates that carry the sandbox record:
+    what a plain ``ToolNode`` streams."""
+    nodes = [node for update in updates for node in update]
+    assert "sandbox_tool_call" not in nodes
+    writes = [
+        (node, write)
+        for update in updates
+        for node, value in update.items()
+        for write in (value if isinstance(value, list) else [value])
+    ]
+    assert all(isinstance(write, dict | None) for _, write in writes), writes
+    tools = [write for node, write in writes if node == "tools"]
+    assert any("sandbox" in write for write in tools)
+    messages = [m for write in tools for m in write.get("messages", [])]
+    assert [m.type for m in messages] == ["tool"] * tool_messages
+
+
+async def test_updates_stream_like_a_plain_tool_node(runtime: SandboxRuntime, thread: str) -> None:
+    """``stream_mode="updates"`` with the middleware (sync and async) and with SandboxToolNode
+    (parallel sandbox calls in one message): no extra ``sandbox_tool_call`` update."""
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    from langchain_sandbox.graph import SandboxGraphState, SandboxToolNode
+    from langchain_sandbox.tools import SandboxExecTool
+
+    script = [
+        call("sandbox_exec", code="x = 1"),
+        [call("sandbox_exec", code="x + 1"), call("sandbox_exec", code="x + 2")],
+        "done",
+    ]
+    agent = agent_with(runtime, script)
+    first = _updates(
+        agent.stream({"messages": [HumanMessage("go")]}, cfg(thread), stream_mode="updates")
+    )
+    _assert_tool_node_shape(first, tool_messages=3)
+    second = [
+        u
+        async for u in agent_with(runtime, script).astream(
+            {"messages": [HumanMessage("go")]}, cfg(thread + "-a"), stream_mode="updates"
+        )
+    ]
+    _assert_tool_node_shape(second, tool_messages=3)
+
+    tools = [SandboxExecTool()]
+    model = ScriptedToolModel(script=script).bind_tools(tools)
+    graph = StateGraph(SandboxGraphState)
+    graph.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
+    graph.add_node("tools", SandboxToolNode(tools, runtime=runtime))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    app = graph.compile(checkpointer=InMemorySaver())
+    hand_built = _updates(
+        app.stream({"messages": [HumanMessage("go")]}, cfg(thread + "-g"), stream_mode="updates")
+    )
+    _assert_tool_node_shape(hand_built, tool_messages=3)

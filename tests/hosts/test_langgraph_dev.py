@@ -8,6 +8,7 @@ server's own files land in a temporary directory), drives two runs of one thread
 
 * the sandbox's state carried over (a variable and a file made in run 1 are read in run 2);
 * the server logged no blocking-call error (nor any other traceback);
+* the ``updates`` stream has the shape of a plain ``ToolNode``'s (one dict per node);
 * nothing in the server reached beyond loopback: an audit hook in the server's interpreter
   records every connection and name lookup to a non-loopback host, and telemetry, license and
   version checks are switched off through the settings the CLI documents.
@@ -127,11 +128,20 @@ def test_two_runs_of_a_thread_under_langgraph_dev(server: dict[str, Any]) -> Non
     client = get_sync_client(url=server["url"])
     thread = client.threads.create()["thread_id"]
 
-    def run(code: str) -> None:
-        client.runs.wait(thread, "agent", input={"messages": [{"role": "user", "content": code}]})
+    def run(code: str) -> list[dict[str, Any]]:
+        return [
+            part.data
+            for part in client.runs.stream(
+                thread,
+                "agent",
+                input={"messages": [{"role": "user", "content": code}]},
+                stream_mode="updates",
+            )
+            if part.event == "updates"
+        ]
 
-    run("secret = 41\nopen('notes.txt', 'w').write('kept on disk')")
-    run("print(secret + 1, open('notes.txt').read())")
+    first = run("secret = 41\nopen('notes.txt', 'w').write('kept on disk')")
+    second = run("print(secret + 1, open('notes.txt').read())")
 
     state = client.threads.get_state(thread)["values"]
     tool_results = [m["content"] for m in state["messages"] if m["type"] == "tool"]
@@ -143,6 +153,15 @@ def test_two_runs_of_a_thread_under_langgraph_dev(server: dict[str, Any]) -> Non
     assert "BlockingError" not in log, log
     assert "Blocking call" not in log, log
     assert "Traceback" not in log, log
+
+    # Like a plain ToolNode's stream: {node: {channel: value}}; the tool message arrives once,
+    # in the "tools" node's update, with the sandbox record.
+    for updates in (first, second):
+        assert "sandbox_tool_call" not in [node for u in updates for node in u]
+        tools = [u["tools"] for u in updates if "tools" in u]
+        assert len(tools) == 1
+        assert [m["type"] for m in tools[0]["messages"]] == ["tool"]
+        assert "sandbox" in tools[0]
 
     reached = server["network"].read_text().splitlines()
     assert reached == [], reached

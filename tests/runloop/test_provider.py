@@ -325,19 +325,25 @@ async def test_install_packages_runs_pip_with_validated_names(
 ) -> None:
     async with await provider.create() as session:
         emulator.clear_log()
-        result = await session.install_packages(["requests[socks]>=2", "numpy==1.26.4"])
+        streamed: list[tuple[str, str]] = []
+        result = await session.install_packages(
+            ["requests[socks]>=2", "numpy==1.26.4"],
+            on_output=lambda stream, text: streamed.append((stream, text)),
+        )
         assert result.kind == "command"
         (request,) = _executions(emulator)
         op, argument = request.split()[-2:]
         assert op == "cmd"
         pip = json.loads(base64.b64decode(argument))["command"]
-        assert pip.endswith(
-            "pip install --disable-pip-version-check --no-input -q -- "
-            "'requests[socks]>=2' numpy==1.26.4"
+        assert pip == (
+            "PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --disable-pip-version-check "
+            "--no-input --progress-bar off -- 'requests[socks]>=2' numpy==1.26.4"
         )
         # The emulated devbox has no network: pip's failure is a result, not an exception.
         assert result.exit_code != 0
         assert "No matching distribution" in result.stderr
+        # ...and pip's output reached on_output while it ran.
+        assert "No matching distribution" in "".join(t for s, t in streamed if s == "stderr")
 
 
 async def test_the_key_never_reaches_records_results_or_logs(

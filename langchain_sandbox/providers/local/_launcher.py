@@ -176,12 +176,14 @@ class Launcher:
         network: bool,
         read_only: Sequence[tuple[str, str]] = (),
         read_write: Sequence[tuple[str, str]] = (),
+        environment: Mapping[str, str] | None = None,
     ) -> list[str]:
-        """``command`` as it must be started to run inside this session's sandbox."""
+        """``command`` as it must be started to run inside this session's sandbox, with
+        ``environment`` instead of the session's own (:meth:`environment`) if given."""
         if not self.isolated:
             return list(command)
         assert self.bwrap is not None
-        environment = (
+        environment_bind = (
             [(self.sandbox_environment, SANDBOX_ENVIRONMENT_DIR)]
             if self.sandbox_environment is not None
             else []
@@ -192,9 +194,9 @@ class Launcher:
             python=self.python,
             workspace=self.workspace_dir,
             files=self.files,
-            env=self.environment(),
+            env=self.environment() if environment is None else environment,
             network=network,
-            read_only=[*environment, *read_only],
+            read_only=[*environment_bind, *read_only],
             read_write=read_write,
             tmp_size_bytes=self.tmp_size_bytes,
         )

@@ -1,26 +1,47 @@
 """Installing packages into a local session: pip in its own short-lived sandbox.
 
-The session's worker never gets network. pip runs in a separate bubblewrap invocation that has it
-(or that is given a local wheel directory), installs into ``/home/user/.packages`` (on the worker's
-``sys.path``), and exits. Requirements are validated before anything runs
-(:func:`~langchain_sandbox.requirements.validate_requirements`); where pip looks for packages is
-decided by the host's trusted :class:`PackageIndex`, never by the model.
+The session's worker never gets network. pip runs in a separate bubblewrap invocation, installs into
+``/home/user/.packages`` (on the worker's ``sys.path``), and exits. Requirements are validated
+before anything runs (:func:`~langchain_sandbox.requirements.validate_requirements`). What pip does
+is decided by the host's trusted :class:`PackageIndex`, never by the model or the sandbox:
+
+* pip reads no configuration: ``--isolated`` (no ``PIP_*`` variables, no user configuration),
+  ``PIP_CONFIG_FILE=/dev/null`` (no configuration file at all), ``HOME=/tmp`` (not the workspace
+  sandboxed code writes), and the ``PIP_*`` variables of the session's environment dropped;
+* wheels only (``--only-binary=:all:``): installing a wheel copies files, so no package code runs
+  while pip can reach the network. Source builds happen only when the application allows them
+  (``PackageIndex(source_builds=True)``), and then the whole install runs without network;
+* pip's sandbox has no network of its own: it reaches the index hosts, and nothing else, through
+  the host's :class:`~langchain_sandbox.providers.local._index_proxy.IndexProxy`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from langchain_sandbox.results import ExecutionResult, OutputCapture
+from langchain_sandbox._event_loop import entered_off_loop
+from langchain_sandbox.errors import InvalidInputError
+from langchain_sandbox.providers.base import OutputCallback
+from langchain_sandbox.providers.local._index_proxy import (
+    FORWARDER,
+    IndexProxy,
+    allowed_endpoints,
+)
+from langchain_sandbox.providers.local._launcher import Launcher
+from langchain_sandbox.providers.local._streams import OutputStreams
+from langchain_sandbox.results import ExecutionResult
 
 _SANDBOX_FIND_LINKS = "/opt/find-links"
+_SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 
 
 @dataclass(frozen=True)
@@ -33,6 +54,10 @@ class PackageIndex:
         find_links: Local directories (bound read-only into pip's sandbox) or URLs of wheels.
         no_index: Use only ``find_links`` (``--no-index``), e.g. offline.
         trusted_hosts: Hosts pip may reach without valid TLS (``--trusted-host``).
+        source_builds: Allow building packages from source distributions. Off by default: a
+            build runs the package's own code. When on, the index must be local
+            (``no_index=True`` with ``find_links`` directories): the install, builds included,
+            then runs without any network.
     """
 
     index_url: str | None = None
@@ -40,6 +65,27 @@ class PackageIndex:
     find_links: tuple[str | os.PathLike[str], ...] = ()
     no_index: bool = False
     trusted_hosts: tuple[str, ...] = ()
+    source_builds: bool = False
+
+    def __post_init__(self) -> None:
+        if self.source_builds and self.reaches_network:
+            raise InvalidInputError(
+                "PackageIndex(source_builds=True) needs a local index (no_index=True and local "
+                "find_links directories): a source build runs the package's own code, which must "
+                "not run with network. Download the sources into a directory first."
+            )
+
+    @property
+    def reaches_network(self) -> bool:
+        """Whether pip needs the network: a remote index or a find-links URL."""
+        return not self.no_index or any("://" in os.fspath(f) for f in self.find_links)
+
+    def urls(self) -> list[str]:
+        """Every URL pip may fetch from (pip's default index included, unless replaced)."""
+        urls = [*self.extra_index_urls, *(os.fspath(f) for f in self.find_links)]
+        if not self.no_index:
+            urls += [self.index_url] if self.index_url else _default_index_urls()
+        return [url for url in urls if "://" in url]
 
     def pip_options(self, *, isolated: bool) -> tuple[list[str], list[tuple[str, str]]]:
         """pip's options and the ``(host, sandbox)`` read-only binds local ``find_links`` need."""
@@ -61,7 +107,34 @@ class PackageIndex:
             options += ["--find-links", location]
         for host in self.trusted_hosts:
             options += ["--trusted-host", host]
+        if not self.source_builds:
+            options.append("--only-binary=:all:")
         return options, binds
+
+
+def _default_index_urls() -> list[str]:
+    """pip's own default index and the host its files come from, as pip itself names them."""
+    try:
+        model = importlib.import_module("pip._internal.models.index")
+    except ImportError as exc:
+        raise InvalidInputError(
+            "pip is not importable here, so its default index is unknown; set "
+            "PackageIndex(index_url=...)."
+        ) from exc
+    default = model.PyPI
+    return [str(default.url), f"https://{default.file_storage_domain}/"]
+
+
+def system_ca_bundle() -> str | None:
+    """The system's CA bundle, for pip behind a proxy that re-signs TLS (pip's own otherwise)."""
+    return next((path for path in _SYSTEM_CA_BUNDLES if os.path.isfile(path)), None)
+
+
+def pip_environment(session_env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of pip's process: the session's, without what configures pip."""
+    env = {k: v for k, v in session_env.items() if not k.upper().startswith("PIP_")}
+    env.update(HOME="/tmp", PIP_CONFIG_FILE=os.devnull)
+    return env
 
 
 def pip_install_argv(
@@ -70,23 +143,29 @@ def pip_install_argv(
     target: str,
     requirements: Sequence[str],
     options: Sequence[str],
+    *,
+    proxy_fd: int | None = None,
 ) -> list[str]:
     """argv (inside the sandbox) of ``pip install --target`` using the session's interpreter.
 
-    pip is found on the interpreter's own path or in the mounted site-packages (a venv's).
+    pip is found on the interpreter's own path or in the mounted site-packages (a venv's). With
+    ``proxy_fd``, the forwarder to the host's :class:`IndexProxy` runs first.
     """
     bootstrap = (
-        "import runpy, sys;"
-        f"sys.path[1:1] = {json.dumps(list(site_packages))};"
-        "sys.argv[0] = 'pip';"
-        "runpy.run_module('pip', run_name='__main__', alter_sys=True)"
+        (FORWARDER if proxy_fd is not None else "")
+        + "import runpy, sys\n"
+        + f"sys.path[1:1] = {json.dumps(list(site_packages))}\n"
+        + "sys.argv[0] = 'pip'\n"
+        + "runpy.run_module('pip', run_name='__main__', alter_sys=True)\n"
     )
     return [
         python,
         "-I",
         "-c",
         bootstrap,
+        *([str(proxy_fd)] if proxy_fd is not None else []),
         "install",
+        "--isolated",
         "--target",
         target,
         "--upgrade",
@@ -101,6 +180,67 @@ def pip_install_argv(
     ]
 
 
+async def install_packages(
+    launcher: Launcher,
+    index: PackageIndex,
+    requirements: Sequence[str],
+    *,
+    timeout: float,
+    limit: int,
+    preexec_fn: Callable[[], None] | None,
+    on_output: OutputCallback | None = None,
+) -> ExecutionResult:
+    """Run pip for ``requirements`` in a sandbox of the session (see the module docstring);
+    its output goes to ``on_output`` as it comes."""
+    argv, proxy, env = await asyncio.to_thread(_pip_command, launcher, index, requirements)
+    serving = proxy.serving() if proxy is not None else contextlib.nullcontext()
+    proxy_fds = [proxy.sandbox_fd] if proxy is not None else []
+    async with serving, entered_off_loop(lambda: launcher.spawnable(argv)) as (command, fds):
+        result = await run_captured(
+            command,
+            pass_fds=(*fds, *proxy_fds),
+            timeout=timeout,
+            limit=limit,
+            preexec_fn=preexec_fn,
+            env=env if not launcher.isolated else launcher.process_env(),
+            cwd=launcher.process_cwd(),
+            on_output=on_output,
+        )
+    if proxy is not None and proxy.refused:
+        refused = ", ".join(sorted(set(proxy.refused)))
+        result = result.with_notices(
+            f"pip tried to reach {refused}, which the package index settings do not allow"
+        )
+    return result
+
+
+def _pip_command(
+    launcher: Launcher, index: PackageIndex, requirements: Sequence[str]
+) -> tuple[list[str], IndexProxy | None, dict[str, str]]:
+    """pip's wrapped argv, the proxy it reaches the index through (if it needs one) and its
+    environment (touches the filesystem: run off the event loop)."""
+    options, binds = index.pip_options(isolated=launcher.isolated)
+    proxy: IndexProxy | None = None
+    if launcher.isolated and index.reaches_network:
+        proxy = IndexProxy(allowed_endpoints(index.urls()))
+        bundle = system_ca_bundle()
+        if bundle is not None:
+            options += ["--cert", bundle]
+            binds.append((bundle, bundle))
+    inner = pip_install_argv(
+        launcher.python_executable,
+        launcher.site_packages,
+        launcher.packages_dir,
+        requirements,
+        options,
+        proxy_fd=proxy.sandbox_fd if proxy is not None else None,
+    )
+    env = pip_environment(launcher.environment())
+    # Unisolated, pip runs on the host as it is; isolated, it has no network but the proxy.
+    argv = launcher.wrap(inner, network=not launcher.isolated, read_only=binds, environment=env)
+    return argv, proxy, env
+
+
 async def run_captured(
     argv: Sequence[str],
     *,
@@ -110,8 +250,10 @@ async def run_captured(
     preexec_fn: Callable[[], None] | None,
     env: dict[str, str],
     cwd: str,
+    on_output: OutputCallback | None = None,
 ) -> ExecutionResult:
-    """Run a short-lived sandbox process; capture its output (bounded) and stop it on timeout."""
+    """Run a short-lived sandbox process; capture its output (bounded), pass it to ``on_output``
+    as it comes, and stop the process on timeout."""
     started = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
         *argv,
@@ -124,16 +266,14 @@ async def run_captured(
         env=env,
         cwd=cwd,
     )
-    captures = {"stdout": OutputCapture(limit), "stderr": OutputCapture(limit)}
+    streams = OutputStreams(limit, on_output)
 
-    async def pump(stream: asyncio.StreamReader | None, capture: OutputCapture) -> None:
+    async def pump(stream: asyncio.StreamReader | None, name: Literal["stdout", "stderr"]) -> None:
         while stream is not None and (chunk := await stream.read(65536)):
-            capture.write(chunk)
+            streams.write(name, chunk)
 
     timed_out = False
-    pumps = asyncio.gather(
-        pump(process.stdout, captures["stdout"]), pump(process.stderr, captures["stderr"])
-    )
+    pumps = asyncio.gather(pump(process.stdout, "stdout"), pump(process.stderr, "stderr"))
     try:
         await asyncio.wait_for(asyncio.shield(pumps), timeout)
     except TimeoutError:
@@ -142,17 +282,20 @@ async def run_captured(
             os.killpg(process.pid, signal.SIGKILL)
         await pumps
     code = await process.wait()
-    omitted = sum(c.omitted for c in captures.values())
     return ExecutionResult(
         kind="command",
-        stdout=captures["stdout"].text(),
-        stderr=captures["stderr"].text(),
         exit_code=code if code >= 0 else 128 - code,
         duration_ms=(time.perf_counter() - started) * 1000,
         timed_out=timed_out,
-        truncated=omitted > 0,
-        omitted_bytes=omitted,
+        **streams.result_fields(None),
     )
 
 
-__all__ = ["PackageIndex", "pip_install_argv", "run_captured"]
+__all__ = [
+    "PackageIndex",
+    "install_packages",
+    "pip_environment",
+    "pip_install_argv",
+    "run_captured",
+    "system_ca_bundle",
+]

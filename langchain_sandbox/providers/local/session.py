@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import codecs
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_sandbox._event_loop import entered_off_loop
-from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import (
     InvalidInputError,
     SandboxError,
@@ -46,21 +43,17 @@ from langchain_sandbox.providers.local._files import HostWorkspace, remove_direc
 from langchain_sandbox.providers.local._launcher import Launcher
 from langchain_sandbox.providers.local._packages import (
     PackageIndex,
-    pip_install_argv,
-    run_captured,
+    install_packages,
 )
 from langchain_sandbox.providers.local._quota import WorkspaceQuota
+from langchain_sandbox.providers.local._streams import OutputStreams
 from langchain_sandbox.providers.local._worker_process import WorkerDied, WorkerProcess
 from langchain_sandbox.providers.names import LOCAL
-from langchain_sandbox.requirements import validate_requirements
-from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult, OutputCapture
+from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.workspace import resolve_path
 
 INTERRUPT_GRACE = 2.0
 """Seconds a timed-out call gets to stop after the interrupt before its worker is killed."""
-
-INSTALL_TIMEOUT = 600.0
-"""Default wall time of ``install_packages``."""
 
 WORKER_RESTARTED = "the Python worker was restarted; variables were lost"
 
@@ -86,62 +79,6 @@ class _Outcome:
     lost: str | None = None  # why the worker is gone, when it is
     out_of_memory: bool = False
     elapsed_ms: float = 0.0
-
-
-class _Streams:
-    """Host side of one call's output: bounded captures plus decoded chunks for ``on_output``.
-
-    The worker already caps each stream inside the sandbox, but user code can write forged
-    output events to the event pipe, so the host holds the same cap itself: at most ``limit``
-    bytes per stream reach ``on_output``, and the captures keep head and tail as always.
-    """
-
-    def __init__(self, limit: int, on_output: OutputCallback | None) -> None:
-        self.captures = {"stdout": OutputCapture(limit), "stderr": OutputCapture(limit)}
-        self._on_output = on_output
-        self._limit = limit
-        self._forwarded = dict.fromkeys(self.captures, 0)
-        self._decoders = {
-            name: codecs.getincrementaldecoder("utf-8")(errors="replace") for name in self.captures
-        }
-
-    def on_event(self, event: dict[str, Any]) -> None:
-        stream = event.get("stream")
-        if stream not in self.captures:
-            return
-        data = str(event.get("data", "")).encode("latin-1", errors="replace")
-        self.captures[stream].write(data)
-        room = self._limit - self._forwarded[stream]
-        if self._on_output is not None and room > 0:
-            data = data[:room]
-            self._forwarded[stream] += len(data)
-            text = self._decoders[stream].decode(data)
-            if text:
-                self._on_output(stream, text)
-
-    def result_fields(self, dropped: Any) -> dict[str, Any]:
-        for name, count in _checked_dropped(dropped).items():
-            # Bytes the worker already dropped inside the sandbox count as omitted too.
-            self.captures[name].omitted += count
-        omitted = sum(c.omitted for c in self.captures.values())
-        return {
-            "stdout": self.captures["stdout"].text(),
-            "stderr": self.captures["stderr"].text(),
-            "truncated": omitted > 0,
-            "omitted_bytes": omitted,
-        }
-
-
-def _checked_dropped(dropped: Any) -> dict[str, int]:
-    """The worker's count of bytes it dropped per stream; anything else is a forged reply."""
-    if dropped is None:
-        return {}
-    if not isinstance(dropped, dict) or not all(
-        name in ("stdout", "stderr") and type(count) is int and count >= 0
-        for name, count in dropped.items()
-    ):
-        raise ValueError("'dropped' must map stdout/stderr to byte counts of 0 or more")
-    return dropped
 
 
 class LocalSession(Session):
@@ -334,40 +271,31 @@ class LocalSession(Session):
 
     # ------------------------------------------------------------------ code and commands
 
-    async def run_code(
+    async def _run_code(
         self,
         code: str,
         *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        on_output: OutputCallback | None = None,
+        timeout: float,
+        env: dict[str, str],
+        on_output: OutputCallback | None,
     ) -> ExecutionResult:
-        if not isinstance(code, str):
-            raise InvalidInputError("code must be a string.")
-        payload = {
-            "code": code,
-            "env": validate_env(env),
-            "limit": self.spec.limits.max_output_bytes,
-        }
+        payload = {"code": code, "env": env, "limit": self.spec.limits.max_output_bytes}
         return await self._execute("code", "exec", payload, timeout, on_output)
 
-    async def run_command(
+    async def _run_command(
         self,
         command: str,
         *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_output: OutputCallback | None = None,
+        timeout: float,
+        env: dict[str, str],
+        cwd: str,
+        on_output: OutputCallback | None,
     ) -> ExecutionResult:
-        if not isinstance(command, str) or not command.strip():
-            raise InvalidInputError("command must be a non-empty string.")
-        directory = resolve_path(cwd or ".")
-        await asyncio.to_thread(self._files.require_dir, directory)
+        await asyncio.to_thread(self._files.require_dir, cwd)
         payload = {
             "command": command,
-            "cwd": self.launcher.to_process_path(directory),
-            "env": validate_env(env),
+            "cwd": self.launcher.to_process_path(cwd),
+            "env": env,
             "limit": self.spec.limits.max_output_bytes,
             "shell": self.launcher.bash,
         }
@@ -378,18 +306,17 @@ class LocalSession(Session):
         kind: Literal["code", "command"],
         op: str,
         payload: dict[str, Any],
-        timeout: float | None,
+        timeout: float,
         on_output: OutputCallback | None,
     ) -> ExecutionResult:
-        limit = _checked_timeout(timeout, self.spec.limits.timeout)
-        streams = _Streams(self.spec.limits.max_output_bytes, on_output)
+        streams = OutputStreams(self.spec.limits.max_output_bytes, on_output)
         async with self._lock:
             worker = await self._ready_worker()
             notices = [WORKER_RESTARTED] if self._restart_notice else []
             self._restart_notice = False
             async with self._quota.guard(worker.kill):
                 outcome = await self._request(
-                    worker, op, payload, timeout=limit, on_event=streams.on_event
+                    worker, op, payload, timeout=timeout, on_event=streams.on_event
                 )
             if outcome.lost is not None:
                 self._restart_notice = False  # this result tells it
@@ -405,7 +332,7 @@ class LocalSession(Session):
     def _result(
         kind: Literal["code", "command"],
         outcome: _Outcome,
-        streams: _Streams,
+        streams: OutputStreams,
         notices: list[str],
     ) -> ExecutionResult:
         reply = outcome.reply or {}
@@ -478,41 +405,26 @@ class LocalSession(Session):
 
     # ------------------------------------------------------------------ packages
 
-    async def install_packages(
-        self, requirements: Sequence[str], *, timeout: float | None = None
+    async def _install_packages(
+        self, names: list[str], *, timeout: float, on_output: OutputCallback | None
     ) -> ExecutionResult:
-        names = validate_requirements(requirements)
-        limit = _checked_timeout(timeout, INSTALL_TIMEOUT)
-        launcher = self.launcher
-        options, binds = self.package_index.pip_options(isolated=launcher.isolated)
-        inner = pip_install_argv(
-            launcher.python_executable,
-            launcher.site_packages,
-            launcher.packages_dir,
-            names,
-            options,
-        )
         async with self._lock:
             self._check_open()
-            async with entered_off_loop(
-                lambda: launcher.spawnable(launcher.wrap(inner, network=True, read_only=binds))
-            ) as (argv, fds):
-                result = await run_captured(
-                    argv,
-                    pass_fds=fds,
-                    timeout=limit,
-                    limit=self.spec.limits.max_output_bytes,
-                    preexec_fn=self.cgroup.preexec(),
-                    env=launcher.process_env(),
-                    cwd=launcher.process_cwd(),
-                )
+            result = await install_packages(
+                self.launcher,
+                self.package_index,
+                names,
+                timeout=timeout,
+                limit=self.spec.limits.max_output_bytes,
+                preexec_fn=self.cgroup.preexec(),
+                on_output=on_output,
+            )
         await self._quota.measure()
         over_quota = self._quota.notice()
         if over_quota is not None:
             result = result.with_notices(over_quota)
         if result.ok:
             await self._simple_request("invalidate_caches", {})
-            return result.with_notices(f"installed: {', '.join(names)}")
         return result
 
     # ------------------------------------------------------------------ variables
@@ -548,13 +460,6 @@ def _malformed_reply(exc: BaseException) -> SandboxError:
     return SandboxError(
         f"The sandbox sent a malformed reply ({type(exc).__name__}: {exc}).", provider=LOCAL
     )
-
-
-def _checked_timeout(timeout: float | None, default: float) -> float:
-    value = default if timeout is None else timeout
-    if not isinstance(value, (int, float)) or value <= 0:
-        raise InvalidInputError(f"timeout must be a positive number of seconds, not {timeout!r}.")
-    return float(value)
 
 
 __all__ = ["INTERRUPT_GRACE", "LOCAL_CAPABILITIES", "WORKER_RESTARTED", "LocalSession"]

@@ -1,0 +1,674 @@
+"""SandboxBackend: this package's sandboxes behind Deep Agents' ``SandboxBackendProtocol``.
+
+```python
+from deepagents import create_deep_agent
+from langchain_sandbox.deepagents import SandboxBackend
+
+agent = create_deep_agent(model, backend=SandboxBackend(), checkpointer=saver)
+```
+
+One backend instance serves every conversation: each call finds its thread's sandbox at call time
+(``configurable.thread_id`` of the running graph, ``"default"`` outside one) through the same
+:class:`~langchain_sandbox.runtime.SandboxRuntime` the tools use, so threads run in parallel,
+calls of one thread are serialized, limits, idle TTL and ``gc`` apply, and any provider works.
+
+Where the work happens:
+
+* ``execute`` runs the command in the thread's persistent shell (``cd`` and ``export`` stick,
+  and travel with the snapshots) with stderr merged into stdout at the source; output past the
+  session's cap is dropped in the sandbox and ``truncated`` says so.
+* ``read``, ``write``, ``edit``, ``ls``, ``upload_files`` and ``download_files`` use the
+  provider's file API for paths under ``/home/user`` (the workspace, which is what snapshots keep):
+  no script through the shell, no size limit of a command line, binary-safe. ``read`` and ``ls``
+  elsewhere (``/etc``...) fall back to Deep Agents' own scripts, read-only; writing outside the
+  workspace is refused, because it would not survive a resume.
+* ``grep`` and ``glob`` are Deep Agents' own scripts (one command each), so their matching rules
+  are exactly Deep Agents'.
+
+Every method returns errors in its result and never raises: Deep Agents turns only
+``ValueError`` and ``NotImplementedError`` into a message for the model, and anything else would
+abort the agent's run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import posixpath
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from deepagents.backends.protocol import (
+    EditResult,
+    ExecuteResponse,
+    FileDownloadResponse,
+    FileInfo,
+    FileUploadResponse,
+    GlobResult,
+    GrepResult,
+    LsResult,
+    ReadResult,
+    WriteResult,
+)
+from deepagents.backends.sandbox import BaseSandbox
+from langchain_core.runnables import RunnableConfig
+
+from langchain_sandbox.deepagents._lineage import Position, RecordBook, position_of
+from langchain_sandbox.deepagents._pages import (
+    MAX_BINARY_BYTES,
+    binary_too_large,
+    is_binary_path,
+    read_page,
+    replace_in,
+)
+from langchain_sandbox.errors import InvalidInputError, InvalidPathError, SandboxError
+from langchain_sandbox.providers.base import FileInfo as SandboxFileInfo
+from langchain_sandbox.providers.base import Provider, Session
+from langchain_sandbox.runtime import Outcome, SandboxRuntime, StepCall
+from langchain_sandbox.state import SandboxState
+from langchain_sandbox.tools.base import private_thread_id, resolve_runtime, resolve_thread_id
+from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
+
+T = TypeVar("T")
+
+_READ_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "langchain_sandbox_deepagents_read_only", default=False
+)
+"""Set while Deep Agents' own read-only scripts (grep, glob, ls/read outside the workspace) run
+through :meth:`SandboxBackend.execute`, so they neither bump the revision nor take a snapshot."""
+
+_TIMEOUT_EXIT_CODE = 124
+"""Exit code reported for a command stopped at its timeout (what ``timeout(1)`` uses)."""
+
+
+@dataclass(frozen=True)
+class _Call:
+    """Where one backend call goes: the runtime, the thread, and (inside an agent's tool call) its
+    place in the conversation, which says what state the sandbox must be in (see ``_lineage``)."""
+
+    runtime: SandboxRuntime
+    thread_id: str
+    position: Position | None = None
+    book: RecordBook | None = None
+
+    @property
+    def step_call(self) -> StepCall | None:
+        return self.position.step_call if self.position is not None else None
+
+    async def record(self) -> SandboxState | None:
+        """The record the call continues from: the conversation's, inside an agent; else (and
+        when no earlier call of the conversation changed the sandbox) the runtime's own."""
+        if self.position is None or self.book is None:
+            return None
+        return await self.book.latest(self.thread_id, self.position)
+
+    async def file(self, record: SandboxState) -> None:
+        """Remember the record a changing call left, so the conversation can find it again."""
+        if self.position is not None and self.book is not None:
+            await self.book.file(self.thread_id, self.position, record)
+
+
+class _Fetched:
+    """Per path: the file's bytes, or the Deep Agents error code saying why there are none."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.errors: dict[str, str] = {}
+
+
+class SandboxBackend(BaseSandbox):
+    """Deep Agents backend on this package's per-thread, durable sandboxes.
+
+    Args:
+        provider: ``"local"``, ``"e2b"``, ``"runloop"`` or a :class:`Provider`: the backend builds
+            and owns a :class:`SandboxRuntime` on it (close it with :meth:`close`). Without
+            ``provider`` or ``runtime``, each call finds its runtime the way the tools do (the
+            run's context, ``configurable["sandbox_runtime"]``, else the process-wide default
+            on the local provider).
+        runtime: The :class:`SandboxRuntime` to use (shared with other tools, owned by you).
+        provider_options: Options for ``provider`` given by name.
+        thread_id: The thread of calls made outside a graph run (default: one of this
+            backend's own, shared with nothing else).
+    """
+
+    def __init__(
+        self,
+        provider: str | Provider | None = None,
+        *,
+        runtime: SandboxRuntime | None = None,
+        provider_options: dict[str, Any] | None = None,
+        thread_id: str | None = None,
+    ) -> None:
+        if provider is not None and runtime is not None:
+            raise ValueError("Pass provider or runtime, not both.")
+        if provider_options and provider is None:
+            raise ValueError("provider_options need a provider.")
+        self._runtime = runtime
+        self._provider = provider
+        self._provider_options = provider_options
+        self._owned: SandboxRuntime | None = None
+        self._build_lock = threading.Lock()
+        self.default_thread_id = thread_id or private_thread_id()
+
+    # -- where a call goes -------------------------------------------------------------------
+
+    def _explicit_runtime(self) -> SandboxRuntime | None:
+        if self._runtime is not None:
+            return self._runtime
+        if self._provider is None:
+            return None
+        with self._build_lock:
+            if self._owned is None or self._owned.closed:
+                self._owned = SandboxRuntime(
+                    self._provider, provider_options=self._provider_options
+                )
+            return self._owned
+
+    def _call(self) -> _Call:
+        config = _graph_config()
+        runtime = resolve_runtime(self._explicit_runtime(), None, config)
+        thread_id = resolve_thread_id(config, self.default_thread_id)
+        position = position_of(config)
+        book = RecordBook.of(runtime) if position is not None else None
+        return _Call(runtime, thread_id, position, book)
+
+    def _sync(self, work: Callable[[_Call], Awaitable[T]]) -> T:
+        call = self._call()
+        return call.runtime.run_sync(_awaited(work(call)))
+
+    async def _async(self, work: Callable[[_Call], Awaitable[T]]) -> T:
+        return await work(self._call())
+
+    @staticmethod
+    async def _on_session(
+        call: _Call,
+        operation: Callable[[Session], Awaitable[T]],
+        *,
+        mutates: bool,
+        repeatable: bool = True,
+    ) -> Outcome[T]:
+        outcome = await call.runtime.aexecute(
+            call.thread_id,
+            operation,
+            record=await call.record(),
+            mutates=mutates,
+            repeatable=repeatable,
+            step_call=call.step_call,
+        )
+        if mutates:
+            await call.file(outcome.record)
+        return outcome
+
+    @property
+    def id(self) -> str:
+        """The live sandbox session of the calling thread, else ``provider:thread``."""
+        call = self._call()
+        session_id = call.runtime.live_sessions().get(call.thread_id)
+        return session_id or f"{call.runtime.provider_name}:{call.thread_id}"
+
+    def close(self) -> None:
+        """Close the runtime this backend built for ``provider=`` (its sandboxes are destroyed).
+
+        A runtime passed in, or found per call, belongs to someone else and is left alone.
+        """
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            owned.close()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`."""
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            await owned.aclose()
+
+    # -- execute -----------------------------------------------------------------------------
+
+    def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
+        """Run ``command`` in the thread's persistent shell (``cd`` and ``export`` carry over to
+        later commands, and across a resume or fork); stdout and stderr combined.
+
+        ``timeout`` is in seconds; ``None`` or ``0`` means the session's limit
+        (``Limits.timeout``), which also caps larger values (the output says so). A command
+        stopped at its time limit reports exit code 124.
+        """
+        return self._sync(lambda call: self._aexecute(call, command, timeout))
+
+    async def aexecute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
+        """Async twin of :meth:`execute`."""
+        return await self._async(lambda call: self._aexecute(call, command, timeout))
+
+    async def _aexecute(self, call: _Call, command: str, timeout: int | None) -> ExecuteResponse:
+        if not isinstance(command, str) or not command.strip():
+            return ExecuteResponse(output="Error: the command is empty.")
+        # Merged in the sandbox, so the model reads both streams in the order they were written
+        # and the session's output cap applies to what it reads.
+        merged = f"exec 2>&1\n{command}"
+        seconds = float(timeout) if timeout else None
+        try:
+            if _READ_ONLY.get():
+                outcome = await self._on_session(
+                    call, lambda s: s.run_command(merged, timeout=seconds), mutates=False
+                )
+            else:
+                outcome = await call.runtime.arun_shell(
+                    call.thread_id,
+                    merged,
+                    timeout=seconds,
+                    record=await call.record(),
+                    step_call=call.step_call,
+                )
+                await call.file(outcome.record)
+        except SandboxError as exc:
+            return ExecuteResponse(output=f"Error: the sandbox could not run the command: {exc}")
+        result = outcome.value
+        notices = "".join(f"[notice] {n}\n" for n in result.notices)
+        output = notices + result.stdout + result.stderr
+        if result.timed_out:
+            output += "\n[Command stopped at its time limit]"
+            return ExecuteResponse(output, _TIMEOUT_EXIT_CODE, result.truncated)
+        return ExecuteResponse(
+            output=output, exit_code=result.exit_code, truncated=result.truncated
+        )
+
+    @contextlib.contextmanager
+    def _read_only(self) -> Iterator[None]:
+        token = _READ_ONLY.set(True)
+        try:
+            yield
+        finally:
+            _READ_ONLY.reset(token)
+
+    # -- grep and glob: Deep Agents' own scripts, read-only ----------------------------------
+
+    def grep(
+        self,
+        pattern: str,
+        path: str | None = None,
+        glob: str | None = None,
+        *,
+        max_count: int | None = None,
+    ) -> GrepResult:
+        """Literal search (Deep Agents' ``grep`` script, run once in the sandbox)."""
+        with self._read_only():
+            return super().grep(pattern, path or WORKSPACE_ROOT, glob, max_count=max_count)
+
+    async def agrep(
+        self,
+        pattern: str,
+        path: str | None = None,
+        glob: str | None = None,
+        *,
+        max_count: int | None = None,
+    ) -> GrepResult:
+        """Async twin of :meth:`grep`."""
+        with self._read_only():
+            return await super().agrep(pattern, path or WORKSPACE_ROOT, glob, max_count=max_count)
+
+    def glob(self, pattern: str, path: str | None = None) -> GlobResult:
+        """Files matching ``pattern`` (Deep Agents' ``glob`` script; absolute paths)."""
+        with self._read_only():
+            return super().glob(pattern, path or WORKSPACE_ROOT)
+
+    async def aglob(self, pattern: str, path: str | None = None) -> GlobResult:
+        """Async twin of :meth:`glob`."""
+        with self._read_only():
+            return await super().aglob(pattern, path or WORKSPACE_ROOT)
+
+    # -- ls ----------------------------------------------------------------------------------
+
+    def ls(self, path: str) -> LsResult:
+        """Entries of a directory, with absolute paths, sizes and modification times."""
+        if _workspace_path(path) is None:
+            with self._read_only():
+                return super().ls(path)
+        return self._sync(lambda call: self._als(call, path))
+
+    async def als(self, path: str) -> LsResult:
+        """Async twin of :meth:`ls`."""
+        if _workspace_path(path) is None:
+            with self._read_only():
+                return await super().als(path)
+        return await self._async(lambda call: self._als(call, path))
+
+    async def _als(self, call: _Call, path: str) -> LsResult:
+        target = _workspace_path(path)
+        assert target is not None
+
+        async def _list(session: Session) -> list[SandboxFileInfo] | str:
+            try:
+                entries = await session.list_files(target)
+            except InvalidPathError:
+                return await _missing_or_invalid(session, target)
+            if len(entries) == 1 and _absolute(entries[0].path) == target and not entries[0].is_dir:
+                return "not_a_directory"
+            return entries
+
+        try:
+            listed = (await self._on_session(call, _list, mutates=False)).value
+        except SandboxError as exc:
+            return LsResult(error=f"Path '{path}': {exc}")
+        if isinstance(listed, str):
+            return LsResult(error=f"Path '{path}': {listed}")
+        return LsResult(entries=[_entry(e) for e in listed])
+
+    # -- read --------------------------------------------------------------------------------
+
+    def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
+        """Lines ``[offset, offset + limit)`` of a text file; base64 of a binary one (≤ 500 KiB)."""
+        if _workspace_path(file_path) is None:
+            with self._read_only():
+                return super().read(file_path, offset, limit)
+        return self._sync(lambda call: self._aread(call, file_path, offset, limit))
+
+    async def aread(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
+        """Async twin of :meth:`read`."""
+        if _workspace_path(file_path) is None:
+            with self._read_only():
+                return await super().aread(file_path, offset, limit)
+        return await self._async(lambda call: self._aread(call, file_path, offset, limit))
+
+    async def _aread(self, call: _Call, file_path: str, offset: int, limit: int) -> ReadResult:
+        # A binary file past the preview size is refused from its size alone: never transferred.
+        max_bytes = MAX_BINARY_BYTES if is_binary_path(file_path) else None
+        try:
+            fetched = await self._fetch(call, [file_path], max_bytes=max_bytes)
+        except SandboxError as exc:
+            return ReadResult(error=f"File '{file_path}': {exc}")
+        if file_path in fetched.errors:
+            error = fetched.errors[file_path]
+            return (
+                binary_too_large(file_path)
+                if error == "too_large"
+                else _read_error(file_path, error)
+            )
+        return read_page(file_path, fetched.data[file_path], offset, limit)
+
+    # -- write and edit ----------------------------------------------------------------------
+
+    def write(self, file_path: str, content: str) -> WriteResult:
+        """Create or overwrite a file (parents are created), as Deep Agents 0.7 does."""
+        return self._sync(lambda call: self._awrite(call, file_path, content))
+
+    async def awrite(self, file_path: str, content: str) -> WriteResult:
+        """Async twin of :meth:`write`."""
+        return await self._async(lambda call: self._awrite(call, file_path, content))
+
+    async def _awrite(self, call: _Call, file_path: str, content: str) -> WriteResult:
+        [response] = await self._aupload(call, [(file_path, content.encode("utf-8"))])
+        if response.error is not None:
+            return WriteResult(error=_write_error(file_path, response.error))
+        return WriteResult(path=file_path)
+
+    def edit(
+        self,
+        file_path: str,
+        old_string: str,
+        new_string: str,
+        replace_all: bool = False,
+    ) -> EditResult:
+        """Replace ``old_string`` by ``new_string`` (once, or everywhere with ``replace_all``)."""
+        return self._sync(
+            lambda call: self._aedit(call, file_path, old_string, new_string, replace_all)
+        )
+
+    async def aedit(
+        self,
+        file_path: str,
+        old_string: str,
+        new_string: str,
+        replace_all: bool = False,
+    ) -> EditResult:
+        """Async twin of :meth:`edit`."""
+        return await self._async(
+            lambda call: self._aedit(call, file_path, old_string, new_string, replace_all)
+        )
+
+    async def _aedit(
+        self, call: _Call, file_path: str, old: str, new: str, replace_all: bool
+    ) -> EditResult:
+        target = _workspace_path(file_path)
+        if target is None:
+            return EditResult(error=_outside_workspace(file_path))
+
+        async def _edit(session: Session) -> EditResult:
+            fetched = await _fetch_files(session, {file_path: target}, max_bytes=None)
+            if file_path in fetched.errors:
+                return EditResult(error=_edit_error(file_path, fetched.errors[file_path]))
+            updated, result = replace_in(
+                file_path, fetched.data[file_path], old, new, replace_all=replace_all
+            )
+            if result.error is None:
+                await session.write_files({target: updated})
+            return result
+
+        try:
+            return (await self._on_session(call, _edit, mutates=True)).value
+        except SandboxError as exc:
+            return EditResult(error=f"Error editing file '{file_path}': {exc}")
+
+    # -- upload and download -----------------------------------------------------------------
+
+    def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        """Write each ``(path, bytes)``; one response per file, in order, errors per file."""
+        return self._sync(lambda call: self._aupload(call, files))
+
+    async def aupload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        """Async twin of :meth:`upload_files`."""
+        return await self._async(lambda call: self._aupload(call, files))
+
+    async def _aupload(
+        self, call: _Call, files: Sequence[tuple[str, bytes]]
+    ) -> list[FileUploadResponse]:
+        errors: dict[int, str] = {}
+        targets: dict[int, str] = {}
+        for index, (path, data) in enumerate(files):
+            target = _workspace_path(path)
+            if target is None or not isinstance(data, (bytes, bytearray)):
+                errors[index] = "invalid_path"
+            else:
+                targets[index] = target
+
+        async def _write(session: Session) -> None:
+            try:
+                await session.write_files({targets[i]: bytes(files[i][1]) for i in targets})
+                return
+            except InvalidInputError:
+                pass
+            # Something in the batch was refused: write one by one to say which.
+            for index, target in targets.items():
+                try:
+                    await session.write_files({target: bytes(files[index][1])})
+                except InvalidInputError:
+                    errors[index] = await _unwritable(session, target)
+
+        if targets:
+            try:
+                await self._on_session(call, _write, mutates=True)
+            except SandboxError as exc:
+                for index in targets:
+                    errors.setdefault(index, f"Error: {exc}")
+        return [FileUploadResponse(path=p, error=errors.get(i)) for i, (p, _) in enumerate(files)]
+
+    def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
+        """The bytes of each path; one response per path, in order, errors per path."""
+        return self._sync(lambda call: self._adownload(call, paths))
+
+    async def adownload_files(self, paths: list[str]) -> list[FileDownloadResponse]:
+        """Async twin of :meth:`download_files`."""
+        return await self._async(lambda call: self._adownload(call, paths))
+
+    async def _adownload(self, call: _Call, paths: Sequence[str]) -> list[FileDownloadResponse]:
+        try:
+            fetched = await self._fetch(call, paths, max_bytes=None)
+        except SandboxError as exc:
+            return [FileDownloadResponse(path=p, error=f"Error: {exc}") for p in paths]
+        return [
+            FileDownloadResponse(path=p, content=fetched.data.get(p), error=fetched.errors.get(p))
+            for p in paths
+        ]
+
+    async def _fetch(self, call: _Call, paths: Sequence[str], *, max_bytes: int | None) -> _Fetched:
+        targets: dict[str, str] = {}
+        invalid: list[str] = []
+        for path in paths:
+            target = _workspace_path(path)
+            if target is None:
+                invalid.append(path)
+            else:
+                targets[path] = target
+
+        async def _read(session: Session) -> _Fetched:
+            return await _fetch_files(session, targets, max_bytes=max_bytes)
+
+        fetched = (
+            (await self._on_session(call, _read, mutates=False)).value if targets else _Fetched()
+        )
+        for path in invalid:
+            fetched.errors[path] = "invalid_path"
+        return fetched
+
+
+# -- file access on a session ---------------------------------------------------------------
+
+
+async def _fetch_files(
+    session: Session, targets: dict[str, str], *, max_bytes: int | None
+) -> _Fetched:
+    """Read ``{given path: workspace path}``, classifying what cannot be read.
+
+    Each parent directory is listed once first, so a missing file, a directory, or a file its
+    owner may not read (what the sandbox's own user would be refused; the host could read it)
+    gets its error code without a failed read, and only readable files are transferred.
+    """
+    fetched = _Fetched()
+    by_parent: dict[str, list[str]] = {}
+    for path, target in targets.items():
+        by_parent.setdefault(posixpath.dirname(target), []).append(path)
+    readable: dict[str, str] = {}
+    for parent, group in by_parent.items():
+        try:
+            entries = {_absolute(e.path): e for e in await session.list_files(parent)}
+        except InvalidPathError:
+            entries = {}
+        for path in group:
+            target = targets[path]
+            entry = entries.get(target)
+            if target == WORKSPACE_ROOT or (entry is not None and entry.is_dir):
+                fetched.errors[path] = "is_directory"
+            elif entry is None:
+                fetched.errors[path] = "file_not_found"
+            elif entry.kind != "file":
+                fetched.errors[path] = "invalid_path"
+            elif not entry.mode & 0o400:
+                fetched.errors[path] = "permission_denied"
+            elif max_bytes is not None and entry.size > max_bytes:
+                fetched.errors[path] = "too_large"
+            else:
+                readable[path] = target
+    if readable:
+        try:
+            data = await session.read_files(list(readable.values()))
+        except InvalidInputError:
+            data = {}
+            for target in readable.values():
+                try:
+                    data.update(await session.read_files([target]))
+                except InvalidInputError as exc:
+                    fetched.errors.update(
+                        {p: f"Error: {exc}" for p, t in readable.items() if t == target}
+                    )
+        for path, target in readable.items():
+            if target in data:
+                fetched.data[path] = data[target]
+    return fetched
+
+
+async def _missing_or_invalid(session: Session, target: str) -> str:
+    parent = posixpath.dirname(target)
+    try:
+        names = {_absolute(e.path) for e in await session.list_files(parent)}
+    except InvalidPathError:
+        return "path_not_found"
+    return "invalid_path" if target in names else "path_not_found"
+
+
+async def _unwritable(session: Session, target: str) -> str:
+    """Why ``target`` could not be written: a directory there, else a path that cannot be one."""
+    try:
+        entries = {
+            _absolute(e.path): e for e in await session.list_files(posixpath.dirname(target))
+        }
+    except InvalidPathError:
+        return "invalid_path"
+    entry = entries.get(target)
+    return "is_directory" if entry is not None and entry.is_dir else "invalid_path"
+
+
+# -- paths and messages ---------------------------------------------------------------------
+
+
+def _workspace_path(path: str) -> str | None:
+    """The normalized absolute path if ``path`` is absolute and inside the workspace."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        return None
+    try:
+        return resolve_path(path)
+    except InvalidPathError:
+        return None
+
+
+def _absolute(relative: str) -> str:
+    return WORKSPACE_ROOT if relative in ("", ".") else f"{WORKSPACE_ROOT}/{relative}"
+
+
+def _entry(info: SandboxFileInfo) -> FileInfo:
+    entry: FileInfo = {"path": _absolute(info.path), "is_dir": info.is_dir, "size": info.size}
+    if info.mtime_ns:
+        modified = datetime.fromtimestamp(info.mtime_ns / 1e9, tz=UTC)
+        entry["modified_at"] = modified.isoformat()
+    return entry
+
+
+def _outside_workspace(path: str) -> str:
+    return (
+        f"Error: '{path}' is not an absolute path inside {WORKSPACE_ROOT}. Files the agent keeps "
+        f"must live under {WORKSPACE_ROOT} (they are saved with the conversation)."
+    )
+
+
+def _read_error(path: str, code: str) -> ReadResult:
+    return ReadResult(error=f"File '{path}': {code}")
+
+
+def _write_error(path: str, code: str) -> str:
+    if code == "invalid_path":
+        return _outside_workspace(path)
+    return f"Error writing file '{path}': {code}"
+
+
+def _edit_error(path: str, code: str) -> str:
+    if code == "file_not_found":
+        return f"Error: File '{path}' not found"
+    if code == "permission_denied":
+        return f"Error: Permission denied editing file '{path}'"
+    return f"Error editing file '{path}': {code}"
+
+
+def _graph_config() -> RunnableConfig | None:
+    """The config of the LangGraph run around this call, if there is one."""
+    from langgraph.config import get_config
+
+    try:
+        return get_config()
+    except RuntimeError:
+        return None
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+__all__ = ["SandboxBackend"]

@@ -1,0 +1,149 @@
+"""What the backend adds to the standard suite: per-thread sandboxes, output capped at the source,
+errors as results, the workspace boundary."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from langgraph.graph import END, START, StateGraph
+
+from langchain_sandbox.deepagents import SandboxBackend
+from langchain_sandbox.providers.base import Limits, SessionSpec
+from langchain_sandbox.runtime import SandboxRuntime
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[SandboxRuntime]:
+    spec = SessionSpec(limits=Limits(timeout=30, max_output_bytes=64 * 1024))
+    made = SandboxRuntime("local", spec=spec, provider_options={"base_dir": tmp_path})
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_each_thread_of_a_graph_gets_its_own_sandbox(runtime: SandboxRuntime) -> None:
+    backend = SandboxBackend(runtime=runtime)
+
+    class State(TypedDict):
+        text: str
+        seen: str
+
+    def node(state: State) -> dict[str, Any]:
+        backend.write("/home/user/note.txt", state["text"])
+        return {"seen": backend.execute("cat /home/user/note.txt").output}
+
+    graph = StateGraph(State).add_node("n", node).add_edge(START, "n").add_edge("n", END).compile()
+    first = graph.invoke({"text": "one", "seen": ""}, {"configurable": {"thread_id": "a"}})
+    second = graph.invoke({"text": "two", "seen": ""}, {"configurable": {"thread_id": "b"}})
+    assert (first["seen"], second["seen"]) == ("one", "two")
+    live = runtime.live_sessions()
+    assert set(live) == {"a", "b"}
+    assert live["a"] != live["b"]
+
+
+def test_output_is_capped_in_the_sandbox_and_reported_truncated(runtime: SandboxRuntime) -> None:
+    backend = SandboxBackend(runtime=runtime)
+    result = backend.execute("yes 0123456789 | head -c 5000000; echo done >&2")
+    assert result.exit_code == 0
+    assert result.truncated is True
+    assert len(result.output) < 200_000
+    assert result.output.rstrip().endswith("done")
+
+
+def test_stderr_comes_back_in_order_with_stdout(runtime: SandboxRuntime) -> None:
+    result = SandboxBackend(runtime=runtime).execute("echo a; echo b >&2; echo c; exit 3")
+    assert result.output.split() == ["a", "b", "c"]
+    assert (result.exit_code, result.truncated) == (3, False)
+
+
+def test_a_command_past_its_timeout_reports_124_and_the_sandbox_stays_usable(
+    runtime: SandboxRuntime,
+) -> None:
+    backend = SandboxBackend(runtime=runtime)
+    stopped = backend.execute("sleep 30", timeout=1)
+    assert stopped.exit_code == 124
+    assert "time limit" in stopped.output
+    assert backend.execute("echo alive").output.strip() == "alive"
+
+
+def test_bad_items_get_their_own_error_and_keep_their_place(runtime: SandboxRuntime) -> None:
+    backend = SandboxBackend(runtime=runtime)
+    backend.execute("mkdir -p /home/user/adir")
+    uploads = backend.upload_files(
+        [
+            ("/home/user/ok.bin", b"\x00\x01"),
+            ("/etc/passwd", b"no"),
+            ("relative.txt", b"no"),
+            ("/home/user/../../etc/x", b"no"),
+            ("/home/user/adir", b"a directory is there"),
+            ("/home/user/ok2.bin", b"\xff"),
+        ]
+    )
+    assert [r.error for r in uploads] == [
+        None,
+        "invalid_path",
+        "invalid_path",
+        "invalid_path",
+        "is_directory",
+        None,
+    ]
+    downloads = backend.download_files(
+        ["/home/user/ok2.bin", "/home/user/missing", "/home/user/ok.bin"]
+    )
+    assert [(d.content, d.error) for d in downloads] == [
+        (b"\xff", None),
+        (None, "file_not_found"),
+        (b"\x00\x01", None),
+    ]
+
+
+def test_writes_outside_the_workspace_are_refused_reads_work(runtime: SandboxRuntime) -> None:
+    backend = SandboxBackend(runtime=runtime)
+    refused = backend.write("/tmp/outside.txt", "x")
+    assert refused.error is not None
+    assert "/home/user" in refused.error
+    assert backend.execute("test -e /tmp/outside.txt; echo $?").output.strip() == "1"
+    assert backend.edit("/etc/hostname", "a", "b").error is not None
+    listing = backend.ls("/")
+    assert listing.error is None
+    assert listing.entries is not None
+    assert "/home" in {e["path"] for e in listing.entries}
+
+
+def test_a_large_binary_is_refused_from_its_size_without_being_read(
+    runtime: SandboxRuntime,
+) -> None:
+    backend = SandboxBackend(runtime=runtime)
+    backend.execute("head -c 3000000 /dev/zero > /home/user/big.png")
+    result = backend.read("/home/user/big.png")
+    assert result.file_data is None
+    assert result.error is not None
+    assert "maximum preview size" in result.error
+
+
+async def test_async_twins_use_the_same_sandbox(runtime: SandboxRuntime) -> None:
+    backend = SandboxBackend(runtime=runtime)
+    assert (await backend.awrite("/home/user/a.txt", "alpha\nbeta\n")).error is None
+    edited = await backend.aedit("/home/user/a.txt", "beta", "gamma")
+    assert edited.occurrences == 1
+    page = await backend.aread("/home/user/a.txt", offset=1, limit=1)
+    assert page.file_data is not None
+    assert page.file_data["content"] == "gamma"
+    assert backend.execute("cat /home/user/a.txt").output == "alpha\ngamma\n"
+
+
+def test_cd_and_export_carry_over_to_the_next_command(runtime: SandboxRuntime) -> None:
+    backend = SandboxBackend(runtime=runtime)
+    backend.execute("mkdir -p /home/user/project && cd /home/user/project && export STAGE=two")
+    assert backend.execute('pwd; echo "$STAGE"').output.split() == ["/home/user/project", "two"]
+
+
+def test_backends_outside_a_graph_do_not_share_a_sandbox(runtime: SandboxRuntime) -> None:
+    first, second = SandboxBackend(runtime=runtime), SandboxBackend(runtime=runtime)
+    first.write("/home/user/mine.txt", "first's")
+    assert second.read("/home/user/mine.txt").error is not None
+    assert first.read("/home/user/mine.txt").error is None

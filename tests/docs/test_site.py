@@ -1,0 +1,76 @@
+"""The documentation site builds with no warning, documents every public name, renders the
+notebooks, and the README's links (read on a package index, far from this tree) resolve."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE_URL = "https://langchain-sandbox.github.io/langchain-sandbox/"
+REPO_URL = "https://github.com/langchain-sandbox/langchain-sandbox"
+PUBLIC_MODULES = (
+    "langchain_sandbox",
+    "langchain_sandbox.testing",
+    "langchain_sandbox.testing.e2b_emulator",
+    "langchain_sandbox.testing.runloop_emulator",
+)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return out
+
+
+def test_the_reference_documents_every_public_name(site: Path) -> None:
+    anchors = set()
+    for page in (site / "reference").rglob("index.html"):
+        anchors |= set(re.findall(r'id="([\w.]+)"', page.read_text()))
+    public = [
+        f"{module}.{name}"
+        for module in PUBLIC_MODULES
+        for name in importlib.import_module(module).__all__
+    ]
+    assert len(public) > 50
+    assert [name for name in public if name not in anchors] == []
+
+
+def test_the_notebooks_are_rendered_with_their_outputs(site: Path) -> None:
+    quickstart = (site / "cookbook" / "quickstart" / "index.html").read_text()
+    assert "HOME = /home/user" in quickstart  # a committed output, not only the code
+    assert "data:image/png;base64" in quickstart  # the chart
+    for name in ("durable_sessions", "providers"):
+        assert (site / "cookbook" / name / "index.html").exists()
+
+
+def test_readme_links_resolve_away_from_the_repository(site: Path) -> None:
+    links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
+    assert links
+    for link in links:
+        if link.startswith(SITE_URL):
+            path, _, anchor = link.removeprefix(SITE_URL).partition("#")
+            page = site / path / "index.html" if not (site / path).is_file() else site / path
+            assert page.exists(), link
+            assert not anchor or f'id="{anchor}"' in page.read_text(), link
+        elif link.startswith(REPO_URL):
+            kind, _, path = link.removeprefix(REPO_URL + "/").partition("/main/")
+            assert kind in ("tree", "blob"), link
+            assert (ROOT / path).exists(), link
+        else:
+            assert link.startswith("https://"), f"{link}: a relative link breaks on a package index"

@@ -1,0 +1,139 @@
+"""Durable Deep Agents (issue #11): ``create_deep_agent(model, backend=SandboxBackend(),
+checkpointer=saver)`` and nothing else, across real processes (``deep_agent_worker.py``), with
+SQLite and a real Postgres server.
+
+Every new process starts with no sandbox at all: what it finds came through the checkpointer (the
+conversation) and the snapshot store (the records and snapshots the backend filed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("deepagents")
+
+WORKER = Path(__file__).with_name("deep_agent_worker.py")
+HANG_GUARD = 240  # seconds; only so that a broken run fails instead of hanging
+FINAL = "/home/user/app\none\nfirst second\na,b\n1,2"
+
+
+class Thread:
+    """The arguments every process of one thread shares."""
+
+    def __init__(self, saver: tuple[str, str], blobs: str, *extra: str) -> None:
+        kind, target = saver
+        self.base = [
+            sys.executable, str(WORKER), "--saver", kind, "--target", target,
+            "--blobs", blobs, "--thread", f"t-{uuid.uuid4().hex[:8]}", *extra,
+        ]  # fmt: skip
+
+    def run(self, *args: str) -> dict[str, Any]:
+        proc = subprocess.run(
+            [*self.base, *args], capture_output=True, text=True, timeout=HANG_GUARD, check=False
+        )
+        done = [e for e in _events(proc.stdout) if e["event"] == "done"]
+        if proc.returncode != 0 or not done:
+            raise AssertionError(f"worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        return done[-1]
+
+    def kill_when_blocked(self, *args: str) -> None:
+        doomed = subprocess.Popen(
+            [*self.base, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            assert doomed.stdout is not None
+            for line in doomed.stdout:
+                if line.startswith("{") and json.loads(line)["event"] == "blocked":
+                    break
+            else:
+                raise AssertionError(f"worker ended early:\n{doomed.stderr.read()[-4000:]}")  # type: ignore[union-attr]
+        finally:
+            os.kill(doomed.pid, signal.SIGKILL)
+            doomed.communicate(timeout=HANG_GUARD)
+        assert doomed.returncode == -signal.SIGKILL
+
+
+def _events(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture
+def blobs(tmp_path: Path) -> str:
+    return str(tmp_path / "blobs")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    if request.param == "sqlite":
+        yield "sqlite", str(tmp_path / "checkpoints.sqlite")
+    else:
+        yield "postgres", request.getfixturevalue("postgres_dsn")
+
+
+def test_sigkill_then_resume_in_a_new_process(saver: tuple[str, str], blobs: str) -> None:
+    """Killed while the model thinks about turn 2; a new process resumes the thread and its
+    command sees the files, the directory and the exported variable of the dead process."""
+    thread = Thread(saver, blobs)
+    thread.kill_when_blocked("--message", "go", "--block-at-turn", "2")
+    resumed = thread.run()
+    *_, last_tool = resumed["tools"]
+    assert FINAL in last_tool
+    assert "[notice] The sandbox was restored from the snapshot" in last_tool
+    assert resumed["last"] == "done"
+
+
+def test_interrupt_then_approve_in_a_new_process(saver: tuple[str, str], blobs: str) -> None:
+    """``interrupt_on={"execute": True}``: each process stops at the approval of a command and
+    exits; the next one approves it and finds the sandbox of the one before."""
+    thread = Thread(saver, blobs, "--approve-execute")
+    first = thread.run("--message", "go")
+    assert first["interrupted"]
+    assert first["tools"] == []
+    approve = json.dumps({"decisions": [{"type": "approve"}]})
+    outputs: list[str] = []
+    for _ in range(3):
+        step = thread.run("--resume", approve)
+        outputs = step["tools"]
+        if not step["interrupted"]:
+            break
+    assert FINAL in outputs[-1]
+    assert step["last"] == "done"
+
+
+def test_fork_from_an_old_checkpoint_sees_its_own_files(saver: tuple[str, str], blobs: str) -> None:
+    """Run the thread to the end; then two forks in new processes: one from the checkpoint
+    after turn 0's tools (before the edit), one from the end. Each sees the files of its own
+    checkpoint, and neither changes what the other sees."""
+    thread = Thread(saver, blobs)
+    done = thread.run("--message", "go")
+    assert FINAL in done["tools"][-1]
+    after_turn_0 = next(
+        row["id"]
+        for row in reversed(done["history"])
+        if row["tools"] == 2 and row["next"] == ["model"]
+    )
+    early = thread.run("--checkpoint-id", after_turn_0, "--message", "fork: early")
+    assert _shown(early) == "first\nearly"
+    end_of_first_run = done["history"][0]["id"]  # history is newest first
+    late = thread.run("--checkpoint-id", end_of_first_run, "--message", "fork: late")
+    assert _shown(late) == "first second\nlate"
+    again = thread.run("--checkpoint-id", after_turn_0, "--message", "fork: again")
+    assert _shown(again) == "first\nagain"
+
+
+def _shown(run: dict[str, Any]) -> str:
+    """What the fork's command printed (the file before and after), without the notices."""
+    text = run["tools"][-1]
+    assert text.endswith("[Command succeeded with exit code 0]")
+    lines = text.removesuffix("[Command succeeded with exit code 0]").splitlines()
+    return "\n".join(line for line in lines if line and not line.startswith("[notice]"))
