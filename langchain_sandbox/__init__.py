@@ -42,10 +42,12 @@ from langchain_sandbox.providers.base import (
     Capabilities,
     FileInfo,
     Limits,
+    OutputCallback,
     Provider,
     Session,
     SessionRecord,
     SessionSpec,
+    VariablesDump,
 )
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.state import SandboxState, merge_sandbox_state
@@ -59,10 +61,15 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 if TYPE_CHECKING:
     from langchain_sandbox.deepagents import SandboxBackend
     from langchain_sandbox.graph import (
+        ImagePolicy,
         SandboxAgentState,
+        SandboxChannel,
         SandboxGraphState,
         SandboxMiddleware,
+        SandboxToolCallWrapper,
         SandboxToolNode,
+        image_placement,
+        messages_for_model,
     )
     from langchain_sandbox.providers.e2b import E2BProvider
     from langchain_sandbox.providers.local import (
@@ -72,7 +79,13 @@ if TYPE_CHECKING:
         SandboxEnvironment,
     )
     from langchain_sandbox.providers.runloop import RunloopProvider
-    from langchain_sandbox.runtime import SandboxRuntime, get_default_runtime
+    from langchain_sandbox.runtime import (
+        Outcome,
+        PersistPolicy,
+        SandboxRuntime,
+        StepCall,
+        get_default_runtime,
+    )
     from langchain_sandbox.snapshots import (
         LangGraphStoreBlobStore,
         LocalDirectoryBlobStore,
@@ -90,6 +103,9 @@ if TYPE_CHECKING:
 
 _LAZY: dict[str, str] = {
     "SandboxRuntime": "langchain_sandbox.runtime",
+    "Outcome": "langchain_sandbox.runtime",
+    "PersistPolicy": "langchain_sandbox.runtime",
+    "StepCall": "langchain_sandbox.runtime",
     "get_default_runtime": "langchain_sandbox.runtime",
     "SandboxExecTool": "langchain_sandbox.tools",
     "SandboxShellTool": "langchain_sandbox.tools",
@@ -102,6 +118,11 @@ _LAZY: dict[str, str] = {
     "SandboxMiddleware": "langchain_sandbox.graph",
     "SandboxGraphState": "langchain_sandbox.graph",
     "SandboxAgentState": "langchain_sandbox.graph",
+    "SandboxChannel": "langchain_sandbox.graph",
+    "SandboxToolCallWrapper": "langchain_sandbox.graph",
+    "ImagePolicy": "langchain_sandbox.graph",
+    "image_placement": "langchain_sandbox.graph",
+    "messages_for_model": "langchain_sandbox.graph",
     "SandboxBackend": "langchain_sandbox.deepagents",
     "Snapshotter": "langchain_sandbox.snapshots",
     "LocalDirectoryBlobStore": "langchain_sandbox.snapshots",
@@ -126,6 +147,7 @@ __all__ = [
     "ExecutionError",
     "ExecutionResult",
     "FileInfo",
+    "ImagePolicy",
     "InvalidInputError",
     "InvalidPackageNameError",
     "InvalidPathError",
@@ -135,13 +157,17 @@ __all__ = [
     "LocalDirectoryBlobStore",
     "LocalProvider",
     "MissingDependencyError",
+    "Outcome",
+    "OutputCallback",
     "PackageIndex",
+    "PersistPolicy",
     "Provider",
     "ProviderUnavailableError",
     "QuotaExceededError",
     "RunloopProvider",
     "SandboxAgentState",
     "SandboxBackend",
+    "SandboxChannel",
     "SandboxEnvironment",
     "SandboxError",
     "SandboxExecTool",
@@ -155,6 +181,7 @@ __all__ = [
     "SandboxShellTool",
     "SandboxState",
     "SandboxTimeoutError",
+    "SandboxToolCallWrapper",
     "SandboxToolNode",
     "SandboxToolkit",
     "SandboxWriteFileTool",
@@ -164,10 +191,14 @@ __all__ = [
     "SessionSpec",
     "SnapshotNotFoundError",
     "Snapshotter",
+    "StepCall",
     "UnsafeArchiveError",
+    "VariablesDump",
     "get_default_runtime",
     "get_provider",
+    "image_placement",
     "merge_sandbox_state",
+    "messages_for_model",
 ]
 
 

@@ -123,7 +123,7 @@ def _print_environments() -> None:
     print(f"sandbox environments (cached in {provider.environments_dir}):")
     for status in statuses:
         state = (
-            f"built, {status.size_bytes / 1e6:.0f} MB"
+            f"built, {(status.size_bytes or 0) / 1e6:.0f} MB"
             if status.built
             else "not built (the first session that selects it builds it)"
         )

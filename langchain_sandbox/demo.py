@@ -14,7 +14,6 @@ transcript, what happened to the environment, and the chart's path, or why there
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
 import os
 import sys
@@ -23,7 +22,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -31,6 +30,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_sandbox.errors import MissingDependencyError, SandboxError
 from langchain_sandbox.providers.names import LOCAL, PROVIDER_NAMES
 from langchain_sandbox.testing.scripted_model import ScriptedToolModel, call
+
+if TYPE_CHECKING:
+    from langchain_sandbox.providers.local import EnvironmentStatus
 
 CHART_NAME = "monthly_sales.png"
 
@@ -163,6 +165,8 @@ def run_demo(
     from langgraph.checkpoint.memory import InMemorySaver
 
     from langchain_sandbox.graph.middleware import SandboxMiddleware
+    from langchain_sandbox.providers.base import Provider
+    from langchain_sandbox.providers.local import LocalProvider
     from langchain_sandbox.runtime import SandboxRuntime
     from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 
@@ -176,12 +180,21 @@ def run_demo(
         transcript.append(line)
         echo(line)
 
-    environment = _prepare_environment(say) if provider == "local" else None
+    local = (
+        LocalProvider(progress=lambda line: say(f"  [environment] {line}"))
+        if provider == LOCAL
+        else None
+    )
+    sandboxes: str | Provider = local or provider
+    environment: str | None = None
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="lcsb-demo-") as blobs:
-        runtime = SandboxRuntime(provider, snapshotter=Snapshotter(LocalDirectoryBlobStore(blobs)))
+        runtime = SandboxRuntime(sandboxes, snapshotter=Snapshotter(LocalDirectoryBlobStore(blobs)))
         try:
+            if local is not None:
+                # Built once per machine (pip's progress is shown), reused afterwards.
+                environment = _describe_environment(runtime.run_sync(local.prepare_environment()))
             agent = create_agent(
                 chat_model,
                 system_prompt=SYSTEM_PROMPT,
@@ -214,16 +227,11 @@ def run_demo(
     )
 
 
-def _prepare_environment(say: Callable[[str], None]) -> str:
-    """Build (once per machine) or reuse the default sandbox environment; say which."""
-    from langchain_sandbox.providers.local import LocalProvider
-
-    status = asyncio.run(
-        LocalProvider(progress=lambda line: say(f"  [environment] {line}")).prepare_environment()
-    )
+def _describe_environment(status: EnvironmentStatus) -> str:
+    """What happened to the default sandbox environment: built by this run, or reused."""
     if status.built_now:
-        return f"built in {status.build_seconds:.0f} s ({status.size_bytes / 1e6:.0f} MB)"
-    return f"reused, built earlier ({status.size_bytes / 1e6:.0f} MB)"
+        return f"built in {status.build_seconds:.0f} s ({(status.size_bytes or 0) / 1e6:.0f} MB)"
+    return f"reused, built earlier ({(status.size_bytes or 0) / 1e6:.0f} MB)"
 
 
 def _copy_out(runtime: Any, thread_id: str, out: Path) -> Path | None:

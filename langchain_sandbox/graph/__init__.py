@@ -18,6 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from langchain_sandbox.graph.channel import SandboxChannel, SandboxGraphState
+from langchain_sandbox.graph.images import ImagePolicy, image_placement, messages_for_model
 from langchain_sandbox.graph.tool_calls import SandboxToolCallWrapper, to_graph_update
 from langchain_sandbox.graph.tool_node import SandboxToolNode
 
@@ -44,11 +45,14 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ImagePolicy",
     "SandboxAgentState",
     "SandboxChannel",
     "SandboxGraphState",
     "SandboxMiddleware",
     "SandboxToolCallWrapper",
     "SandboxToolNode",
+    "image_placement",
+    "messages_for_model",
     "to_graph_update",
 ]

@@ -26,10 +26,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NotRequired
+from typing import Any, NotRequired, cast
 
-from langchain.agents.middleware import AgentMiddleware, AgentState
-from langchain_core.messages import ToolMessage
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain_core.messages import AnyMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.config import get_config
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -38,6 +38,7 @@ from langgraph.types import Command
 
 from langchain_sandbox.errors import ConfigurationError, SandboxError
 from langchain_sandbox.graph.channel import SandboxChannel
+from langchain_sandbox.graph.images import ImagePolicy, check_image_policy, messages_for_model
 from langchain_sandbox.graph.tool_calls import SandboxToolCallWrapper, ToolResult, is_sandbox_tool
 from langchain_sandbox.providers.base import Session
 from langchain_sandbox.runtime import SandboxRuntime
@@ -86,6 +87,11 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
             variables do not survive. Use it when several workers share one checkpointer and
             the provider cannot attach across processes (the local provider), so a thread never
             has two live sandboxes.
+        image_policy: Where images in tool results (charts, image files read) go in the
+            messages sent to the model: ``"auto"`` (default) by the model,
+            ``"tool_result"`` (inside the tool message, as Anthropic takes them) or
+            ``"user_message"`` (a user message after the step's tool messages, as OpenAI's Chat
+            Completions API requires). See :mod:`langchain_sandbox.graph.images`.
     """
 
     state_schema = SandboxAgentState
@@ -98,6 +104,7 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         run_once: bool = False,
         release_between_turns: bool = False,
         default_thread_id: str | None = None,
+        image_policy: ImagePolicy = "auto",
     ) -> None:
         super().__init__()
         self.runtime = runtime
@@ -110,6 +117,8 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
             ).get_tools()
         )
         self.release_between_turns = release_between_turns
+        check_image_policy(image_policy)
+        self.image_policy: ImagePolicy = image_policy
         # Each call is its own step here: only a wrapper outside can make it run again.
         self._wrapper = SandboxToolCallWrapper(runtime=runtime, run_once=run_once, every_call=True)
         # Notices of a rehydration done in ``before_agent`` (a restore, variables that could not
@@ -180,6 +189,28 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         if self.release_between_turns:
             sandbox, thread_id = self._target(runtime)
             await sandbox.aclose_thread(thread_id)
+
+    # -- model calls -------------------------------------------------------------------------
+
+    def _with_placed_images(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        messages = messages_for_model(request.messages, request.model, self.image_policy)
+        return request.override(messages=cast("list[AnyMessage]", messages))
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        """Send tool-result images where the model's API accepts them (``image_policy``)."""
+        return handler(self._with_placed_images(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        """Async twin of :meth:`wrap_model_call`."""
+        return await handler(self._with_placed_images(request))
 
     # -- tool calls --------------------------------------------------------------------------
 

@@ -17,21 +17,20 @@ plain ``ToolNode`` streams (LangGraph streams each task's result as an update of
 the task's name), except for the messages that need the task.
 
 LangGraph identifies a task by the order in which a node starts its tasks. ``ToolNode`` runs the
-calls of one message on a thread pool, in no fixed order, so :class:`SandboxToolNode` publishes the
-message's call order (:func:`call_order`) and the wrapper starts tasks in that order. Under
+calls of one message on a thread pool, in no fixed order, so the wrapper reads the message's call
+order from the request's state (:class:`CallOrders`) and starts tasks in that order. Under
 ``create_agent`` every call is its own node run, so there is nothing to order.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager, nullcontext
-from contextvars import ContextVar
+from contextlib import contextmanager
 from typing import Any, cast
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.func import task
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -56,6 +55,11 @@ class _CallOrder:
         self._next = 0
         self._turn = threading.Condition()
 
+    @property
+    def done(self) -> bool:
+        """Every call has taken its turn."""
+        return self._next >= len(self._position)
+
     @contextmanager
     def turn(self, call_id: str) -> Iterator[None]:
         position = self._position.get(call_id)
@@ -71,23 +75,47 @@ class _CallOrder:
                 self._turn.notify_all()
 
 
-_NODE_CALL_ORDER: ContextVar[_CallOrder | None] = ContextVar(
-    "langchain_sandbox_node_call_order", default=None
-)
+class CallOrders:
+    """The order of each message whose parallel calls a node is running, found from the request.
 
+    ``ToolNode`` hands every call's ``ToolCallRequest`` the node's state; the AI message in it
+    that holds the call lists the message's calls in order. Calls of the tools named in
+    ``ordered_tools`` take their turn in that order; one order lives while its calls take their
+    turns and is dropped after the last, so a re-run of the node starts from the first again.
 
-@contextmanager
-def call_order(call_ids: Sequence[str]) -> Iterator[None]:
-    """Within this block, sandbox calls of the current node start their tasks in ``call_ids`` order.
-
-    Context variables follow ``ToolNode``'s worker threads (they copy the context), so setting it
-    around the node's run reaches every call.
+    Args:
+        ordered_tools: Names of the tools whose calls start tasks (the sandbox tools).
+        messages_key: The state key of the conversation.
     """
-    token = _NODE_CALL_ORDER.set(_CallOrder(call_ids))
-    try:
-        yield
-    finally:
-        _NODE_CALL_ORDER.reset(token)
+
+    def __init__(self, ordered_tools: Collection[str], *, messages_key: str = "messages") -> None:
+        self._ordered_tools = frozenset(ordered_tools)
+        self._messages_key = messages_key
+        self._lock = threading.Lock()
+        self._orders: dict[tuple[str, tuple[str, ...]], _CallOrder] = {}
+
+    def _message_calls(self, request: ToolCallRequest) -> tuple[str, ...]:
+        calls = message_calls(request, self._messages_key) or []
+        return tuple(c["id"] or "" for c in calls if c["name"] in self._ordered_tools)
+
+    @contextmanager
+    def turn(self, request: ToolCallRequest) -> Iterator[None]:
+        """Wait until the calls before this one in its message have started their tasks."""
+        calls = self._message_calls(request)
+        if len(calls) < 2:
+            yield
+            return
+        configurable = request.runtime.config.get("configurable") or {}
+        key = (str(configurable.get("checkpoint_ns", "")), calls)
+        with self._lock:
+            order = self._orders.setdefault(key, _CallOrder(calls))
+        try:
+            with order.turn(request.tool_call["id"] or ""):
+                yield
+        finally:
+            with self._lock:
+                if order.done and self._orders.get(key) is order:
+                    del self._orders[key]
 
 
 def is_sandbox_tool(tool: BaseTool | None) -> bool:
@@ -139,10 +167,9 @@ _async_task = cast(
 )
 
 
-def _may_be_rerun(request: ToolCallRequest, messages_key: str) -> bool:
-    """Whether the node running ``request`` could be re-run after this call finished: another
-    call of the same model message goes to a tool that is not a sandbox tool (and may
-    ``interrupt()``), or the message cannot be found (assume it could)."""
+def message_calls(request: ToolCallRequest, messages_key: str) -> list[ToolCall] | None:
+    """The tool calls of the model message that made ``request``'s call, in order (``None`` if
+    the message is not in the request's state)."""
     state = request.state
     messages = (
         state
@@ -152,12 +179,22 @@ def _may_be_rerun(request: ToolCallRequest, messages_key: str) -> bool:
         else getattr(state, messages_key, None)
     )
     call_id = request.tool_call["id"]
-    tools = {tool.name: tool for tool in getattr(request.runtime, "tools", None) or ()}
     for message in reversed(messages or []):
         calls = getattr(message, "tool_calls", None) or []
-        if any(c.get("id") == call_id for c in calls):
-            return not all(is_sandbox_tool(tools.get(c["name"])) for c in calls)
-    return True
+        if isinstance(message, AIMessage) and any(c.get("id") == call_id for c in calls):
+            return list(calls)
+    return None
+
+
+def _may_be_rerun(request: ToolCallRequest, messages_key: str) -> bool:
+    """Whether the node running ``request`` could be re-run after this call finished: another
+    call of the same model message goes to a tool that is not a sandbox tool (and may
+    ``interrupt()``), or the message cannot be found (assume it could)."""
+    calls = message_calls(request, messages_key)
+    if calls is None:
+        return True
+    tools = {tool.name: tool for tool in getattr(request.runtime, "tools", None) or ()}
+    return not all(is_sandbox_tool(tools.get(c["name"])) for c in calls)
 
 
 def _in_graph() -> bool:
@@ -177,6 +214,9 @@ class SandboxToolCallWrapper:
     Args:
         runtime: Sandbox tools that have no runtime of their own use this one.
         messages_key: The state key of the conversation (``ToolNode``'s ``messages_key``).
+        ordered_tools: Names of the sandbox tools whose parallel calls of one message run on
+            ``ToolNode``'s thread pool: their tasks start in message order (:class:`CallOrders`).
+            Not needed where every call is its own node run (``create_agent``).
         run_once: Run sandbox calls as LangGraph tasks where the node could be re-run (see the
             module docstring), so a resume replays them instead of running them again. Turn off
             only for graphs that never interrupt.
@@ -190,11 +230,13 @@ class SandboxToolCallWrapper:
         runtime: SandboxRuntime | None = None,
         messages_key: str = "messages",
         run_once: bool = True,
+        ordered_tools: Collection[str] = (),
         every_call: bool = False,
     ) -> None:
         self.runtime = runtime
         self.messages_key = messages_key
         self.run_once = run_once
+        self._orders = CallOrders(ordered_tools, messages_key=messages_key)
         self.every_call = every_call
         # id(tool) -> (tool, its bound copy); holding the tool keeps its id from being reused.
         self._bound: dict[int, tuple[BaseTool, BaseTool]] = {}
@@ -222,9 +264,7 @@ class SandboxToolCallWrapper:
         request = self._bind(request)
         if not self._as_task(request):
             return to_graph_update(handler(request), messages_key=self.messages_key)
-        order = _NODE_CALL_ORDER.get()
-        call_id = request.tool_call["id"] or ""
-        with order.turn(call_id) if order else nullcontext():
+        with self._orders.turn(request):
             future = _sync_task(lambda: handler(request))
         return to_graph_update(future.result(), messages_key=self.messages_key)
 
@@ -239,9 +279,9 @@ class SandboxToolCallWrapper:
 
 
 __all__ = [
+    "CallOrders",
     "SandboxToolCallWrapper",
     "bind_runtime",
-    "call_order",
     "is_sandbox_tool",
     "to_graph_update",
 ]

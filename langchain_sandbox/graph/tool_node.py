@@ -7,7 +7,10 @@ graph.add_node("tools", SandboxToolNode(SandboxToolkit().get_tools()))
 
 It is a plain ``ToolNode`` (any tool may sit next to the sandbox tools; errors, injection and
 ``Send`` inputs work as usual) with :class:`~langchain_sandbox.graph.tool_calls.SandboxToolCallWrapper`
-as its ``wrap_tool_call`` / ``awrap_tool_call``: each sandbox tool's record lands in the state's
+as its ``wrap_tool_call`` / ``awrap_tool_call``, and nothing else: it relies on ToolNode's public
+hooks only (``wrap_tool_call``, ``awrap_tool_call``, ``ToolCallRequest.override``, and the
+request's ``state``, ``tool_call`` and ``runtime.config``), pinned by
+``tests/graph/test_tool_node_hooks.py``: each sandbox tool's record lands in the state's
 ``sandbox`` key, and each sandbox call runs once even if the node is re-run after an interrupt.
 """
 
@@ -16,17 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from langchain_core.messages import AnyMessage
-from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
-from langgraph.runtime import Runtime
-from pydantic import BaseModel
 
 from langchain_sandbox.graph.tool_calls import (
     SandboxToolCallWrapper,
     bind_runtime,
-    call_order,
     is_sandbox_tool,
 )
 from langchain_sandbox.runtime import SandboxRuntime
@@ -61,7 +59,10 @@ class SandboxToolNode(ToolNode):
         messages_key: str = "messages",
     ) -> None:
         wrapper = SandboxToolCallWrapper(
-            runtime=runtime, messages_key=messages_key, run_once=run_once
+            runtime=runtime,
+            messages_key=messages_key,
+            run_once=run_once,
+            ordered_tools=[t.name for t in tools if isinstance(t, BaseTool) and is_sandbox_tool(t)],
         )
         super().__init__(
             [bind_runtime(t, runtime) if isinstance(t, BaseTool) else t for t in tools],
@@ -73,21 +74,6 @@ class SandboxToolNode(ToolNode):
             awrap_tool_call=wrapper.awrap,
         )
         self.sandbox_runtime = runtime
-
-    def _func(
-        self,
-        input: list[AnyMessage] | dict[str, Any] | BaseModel,
-        config: RunnableConfig,
-        runtime: Runtime[Any],
-    ) -> Any:
-        # The calls of one message run on a thread pool; their tasks must start in message
-        # order for a re-run of this node to find them again (see ``tool_calls``).
-        tool_calls, _ = self._parse_input(input)
-        sandbox_calls = [
-            c["id"] or "" for c in tool_calls if is_sandbox_tool(self.tools_by_name.get(c["name"]))
-        ]
-        with call_order(sandbox_calls):
-            return super()._func(input, config, runtime)
 
 
 __all__ = ["SandboxToolNode"]

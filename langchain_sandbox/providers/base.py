@@ -17,19 +17,58 @@ Rules every implementation keeps:
 * No secret of the host (API keys, the host's environment, its home) reaches the sandbox, a
   :class:`SessionRecord`, a log or a result.
 * ``pause`` and ``close`` are idempotent.
+
+Writing a provider: subclass :class:`Provider` and :class:`Session` and implement their abstract
+methods (the public ``run_code`` / ``run_command`` / ``install_packages`` / ``attach`` /
+``destroy`` check their arguments once, here, and call the ``_``-prefixed ones). Everything an
+implementation needs is importable from this module: the result types, the output cap, the
+workspace paths and the input checks.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
-from langchain_sandbox.results import DEFAULT_CAPTURE_BYTES, ExecutionResult
+from langchain_sandbox.environment import validate_env
+from langchain_sandbox.errors import InvalidInputError, SandboxError
+from langchain_sandbox.requirements import validate_requirements
+from langchain_sandbox.results import (
+    DEFAULT_CAPTURE_BYTES,
+    Artifact,
+    ExecutionError,
+    ExecutionResult,
+    OutputCapture,
+)
+from langchain_sandbox.workspace import WORKSPACE_ROOT, relative_path, resolve_path
 
 OutputCallback = Callable[[Literal["stdout", "stderr"], str], None]
 """Called with each chunk of output while code runs (for streaming to a UI). Must not block."""
+
+INSTALL_TIMEOUT = 600.0
+"""Default wall time of ``install_packages``, in seconds."""
+
+
+def checked_timeout(timeout: float | None, default: float) -> float:
+    """``timeout`` (or ``default`` when ``None``) as seconds; zero, negative, infinite and
+    non-numbers are refused the same way on every provider."""
+    value = default if timeout is None else timeout
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise InvalidInputError(f"timeout must be a positive number of seconds, not {timeout!r}.")
+    return float(value)
+
+
+def installed_notice(names: Sequence[str]) -> str:
+    """The notice a successful ``install_packages`` result carries, on every provider."""
+    return f"Installed: {', '.join(names)}."
 
 
 @dataclass(frozen=True)
@@ -182,7 +221,6 @@ class Session(ABC):
     def record(self) -> SessionRecord:
         """The JSON-safe record to find this sandbox again (stored in graph state)."""
 
-    @abstractmethod
     async def run_code(
         self,
         code: str,
@@ -192,9 +230,20 @@ class Session(ABC):
         on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
         """Run Python in the session's persistent interpreter; the last bare expression's value is
-        returned as ``result.value``. Exceptions in the code are results, not raises."""
+        returned as ``result.value``. Exceptions in the code are results, not raises.
 
-    @abstractmethod
+        ``timeout`` defaults to ``spec.limits.timeout``. Bad arguments raise
+        :class:`~langchain_sandbox.errors.InvalidInputError` before the sandbox is touched.
+        """
+        if not isinstance(code, str):
+            raise InvalidInputError("code must be a string.")
+        return await self._run_code(
+            code,
+            timeout=checked_timeout(timeout, self.spec.limits.timeout),
+            env=validate_env(env),
+            on_output=on_output,
+        )
+
     async def run_command(
         self,
         command: str,
@@ -204,7 +253,68 @@ class Session(ABC):
         cwd: str | None = None,
         on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
-        """Run a shell command (``bash -c``) in ``cwd`` (default: the workspace root)."""
+        """Run a shell command (``bash -c``) in ``cwd`` (default: the workspace root).
+
+        A non-zero exit is a result. Arguments are checked as in :meth:`run_code`.
+        """
+        if not isinstance(command, str) or not command.strip():
+            raise InvalidInputError("command must be a non-empty string.")
+        return await self._run_command(
+            command,
+            timeout=checked_timeout(timeout, self.spec.limits.timeout),
+            env=validate_env(env),
+            cwd=resolve_path(cwd or "."),
+            on_output=on_output,
+        )
+
+    async def install_packages(
+        self,
+        requirements: Sequence[str],
+        *,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        """Install requirements so later code in this session can import them; the installer's
+        output goes to ``on_output`` while it runs.
+
+        Each is checked by :func:`~langchain_sandbox.requirements.validate_requirements` first;
+        ``timeout`` defaults to :data:`INSTALL_TIMEOUT`. A success carries
+        :func:`installed_notice`; a failure is a result (pip's output says why).
+        """
+        names = validate_requirements(requirements)
+        result = await self._install_packages(
+            names, timeout=checked_timeout(timeout, INSTALL_TIMEOUT), on_output=on_output
+        )
+        return result.with_notices(installed_notice(names)) if result.ok else result
+
+    @abstractmethod
+    async def _run_code(
+        self,
+        code: str,
+        *,
+        timeout: float,
+        env: dict[str, str],
+        on_output: OutputCallback | None,
+    ) -> ExecutionResult:
+        """:meth:`run_code` with checked arguments: ``timeout`` in seconds, ``env`` validated."""
+
+    @abstractmethod
+    async def _run_command(
+        self,
+        command: str,
+        *,
+        timeout: float,
+        env: dict[str, str],
+        cwd: str,
+        on_output: OutputCallback | None,
+    ) -> ExecutionResult:
+        """:meth:`run_command` with checked arguments; ``cwd`` is absolute, in the workspace."""
+
+    @abstractmethod
+    async def _install_packages(
+        self, names: list[str], *, timeout: float, on_output: OutputCallback | None
+    ) -> ExecutionResult:
+        """:meth:`install_packages` with validated requirements; the notice is added for you."""
 
     async def run_shell(
         self,
@@ -240,20 +350,6 @@ class Session(ABC):
     @abstractmethod
     async def remove_files(self, paths: Sequence[str]) -> None:
         """Remove files or directories (recursively). Missing paths are ignored."""
-
-    @abstractmethod
-    async def install_packages(
-        self,
-        requirements: Sequence[str],
-        *,
-        timeout: float | None = None,
-        on_output: OutputCallback | None = None,
-    ) -> ExecutionResult:
-        """Install validated requirements so later code in this session can import them;
-        the installer's output goes to ``on_output`` while it runs.
-
-        Implementations must call :func:`~langchain_sandbox.requirements.validate_requirements`.
-        """
 
     @abstractmethod
     async def dump_variables(self) -> VariablesDump:
@@ -299,30 +395,89 @@ class Provider(ABC):
         e.g. E2B's idempotency key), so callers do not retry ``create`` or ``attach`` again.
         """
 
-    @abstractmethod
     async def attach(self, record: SessionRecord) -> Session | None:
-        """Reconnect to the live or paused sandbox a record names; ``None`` if it is gone."""
+        """Reconnect to the live or paused sandbox a record names; ``None`` if it is gone.
+
+        A record of another provider, or one naming no sandbox, raises
+        :class:`~langchain_sandbox.errors.InvalidInputError` (on every provider).
+        """
+        self._check_own(record)
+        return await self._attach(record)
 
     @abstractmethod
     async def list_sessions(self, metadata: Mapping[str, str] | None = None) -> list[SessionRecord]:
         """Sandboxes of this provider made by this package (matching ``metadata``), for ``gc``."""
 
-    @abstractmethod
     async def destroy(self, record: SessionRecord) -> bool:
-        """Destroy the sandbox a record names; ``False`` if it was already gone."""
+        """Destroy the sandbox a record names; ``False`` if it was already gone. Records are
+        checked as in :meth:`attach`."""
+        self._check_own(record)
+        return await self._destroy(record)
+
+    def _check_own(self, record: SessionRecord) -> None:
+        named = record.get("provider")
+        if named is not None and named != self.name:
+            raise InvalidInputError(
+                f"This record names a sandbox of the {named!r} provider, not of {self.name!r}."
+            )
+        if not isinstance(record.get("sandbox_id"), str) or not record.get("sandbox_id"):
+            raise InvalidInputError("This record does not name a sandbox (no sandbox_id).")
+
+    @abstractmethod
+    async def _attach(self, record: SessionRecord) -> Session | None:
+        """:meth:`attach` for a record of this provider that names a sandbox."""
+
+    @abstractmethod
+    async def _destroy(self, record: SessionRecord) -> bool:
+        """:meth:`destroy` for a record of this provider that names a sandbox."""
 
     async def aclose(self) -> None:
         """Release clients and connections the provider holds. Idempotent."""
 
 
+async def install_spec_packages(session: Session) -> None:
+    """Install ``session.spec.packages`` into a new session, or close it and raise.
+
+    Every provider's ``create`` calls this last, so a session is handed out with its packages or
+    not at all.
+    """
+    packages = session.spec.packages
+    if not packages:
+        return
+    try:
+        result = await session.install_packages(packages)
+        if not result.ok:
+            raise SandboxError(
+                f"Installing the session's packages ({', '.join(packages)}) failed:\n"
+                + result.render(max_chars=2000),
+                provider=session.provider_name,
+            )
+    except BaseException:
+        await session.close()
+        raise
+
+
 __all__ = [
+    "INSTALL_TIMEOUT",
+    "WORKSPACE_ROOT",
+    "Artifact",
     "Capabilities",
+    "ExecutionError",
+    "ExecutionResult",
     "FileInfo",
     "Limits",
     "OutputCallback",
+    "OutputCapture",
     "Provider",
     "Session",
     "SessionRecord",
     "SessionSpec",
     "VariablesDump",
+    "checked_timeout",
+    "install_spec_packages",
+    "installed_notice",
+    "relative_path",
+    "resolve_path",
+    "validate_env",
+    "validate_requirements",
 ]

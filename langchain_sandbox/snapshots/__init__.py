@@ -15,7 +15,9 @@ report = await snapshotter.restore(fresh_session, info.ref)                # rep
 await snapshotter.collect_garbage(refs_in_checkpoints, dry_run=True)
 ```
 
-See ``docs/snapshots.md`` for the format, the guarantees and the limits.
+See ``docs/snapshots.md`` for the format, the guarantees and the limits. Writing a blob store:
+subclass :class:`BlobStore`; :func:`check_key` and :func:`digest` are the key rules every store
+keeps.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from langchain_sandbox.snapshots.snapshotter import (
     SnapshotInfo,
     Snapshotter,
 )
-from langchain_sandbox.snapshots.store import BlobInfo, BlobStore
+from langchain_sandbox.snapshots.store import BlobInfo, BlobStore, check_key, digest
 
 __all__ = [
     "BlobInfo",
@@ -50,6 +52,8 @@ __all__ = [
     "SnapshotLimits",
     "Snapshotter",
     "VariablesEntry",
+    "check_key",
     "default_blob_dir",
+    "digest",
     "parse_manifest",
 ]

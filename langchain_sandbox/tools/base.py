@@ -28,7 +28,6 @@ or bubblewrap) is not the model's to fix and propagates to the developer.
 # compiling the strings each time.
 import asyncio
 import contextlib
-import threading
 import uuid
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping
@@ -54,14 +53,13 @@ from langchain_sandbox.runtime import (
 )
 from langchain_sandbox.state import SandboxState
 from langchain_sandbox.tools.descriptions import sandbox_facts
+from langchain_sandbox.tools.ownership import RuntimeOwner
 from langchain_sandbox.tools.streaming import OUTPUT_EVENT, OutputForwarder
 
 RUNTIME_KEY = "sandbox_runtime"
 """The context attribute / dict key and the ``configurable`` key a runtime is looked up under."""
 
 Content = str | list[str | dict[str, Any]]
-
-_BUILD_LOCK = threading.Lock()
 
 
 class SandboxToolArgs(BaseModel):
@@ -220,12 +218,11 @@ class SandboxTool(BaseTool):
     streams_output: ClassVar[bool] = False
     """Whether the tool forwards output to LangGraph's stream writer while it runs."""
 
+    _owner: RuntimeOwner = PrivateAttr(default_factory=RuntimeOwner)
     about: ClassVar[str | None] = None
     """For a tool whose description ends with facts about its sandbox: the fixed part. The facts
     (network, time limit, memory) are derived when the tool is built from the runtime it is
     bound to (see :mod:`langchain_sandbox.tools.descriptions`); ``description=`` overrides."""
-
-    _owned_runtime: SandboxRuntime | None = PrivateAttr(default=None)
 
     def model_post_init(self, context: Any) -> None:
         super().model_post_init(context)
@@ -248,33 +245,19 @@ class SandboxTool(BaseTool):
         return None, None
 
     def _explicit_runtime(self) -> SandboxRuntime | None:
-        if self.runtime is not None:
-            return self.runtime
-        if self.provider is None:
-            return None
-        # ToolNode calls tools from several worker threads at once: build one runtime, not one
-        # per racing call.
-        with _BUILD_LOCK:
-            if self._owned_runtime is None or self._owned_runtime.closed:
-                self._owned_runtime = SandboxRuntime(
-                    self.provider, provider_options=self.provider_options
-                )
-            return self._owned_runtime
+        return self._owner.resolve(self.runtime, self.provider, self.provider_options)
 
     def close(self) -> None:
         """Close the runtime this tool built for ``provider=`` (its sandboxes are destroyed).
 
-        A runtime passed in, or found per call, belongs to someone else and is left alone.
+        A runtime passed in, or found per call, belongs to someone else and is left alone
+        (:mod:`langchain_sandbox.tools.ownership`).
         """
-        owned, self._owned_runtime = self._owned_runtime, None
-        if owned is not None:
-            owned.close()
+        self._owner.close()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
-        owned, self._owned_runtime = self._owned_runtime, None
-        if owned is not None:
-            await owned.aclose()
+        await self._owner.aclose()
 
     def _prepare(
         self,

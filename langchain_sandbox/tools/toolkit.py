@@ -15,6 +15,7 @@ from langchain_sandbox.tools.files import (
     SandboxReadFileTool,
     SandboxWriteFileTool,
 )
+from langchain_sandbox.tools.ownership import RuntimeOwner
 from langchain_sandbox.tools.packages import SandboxInstallPackagesTool
 from langchain_sandbox.tools.shell import SandboxShellTool
 
@@ -25,7 +26,8 @@ class SandboxToolkit(BaseToolkit):
     Args:
         runtime: The runtime every tool uses. Without it, the tools find one per call (the run's
             context, ``configurable``, or the process-wide default), unless ``provider`` is set.
-        provider: Build one runtime on this provider for all the tools.
+        provider: Build one runtime on this provider for all the tools; the toolkit owns it and
+            :meth:`close` destroys its sandboxes.
         provider_options: Options for that provider.
         include: Names of the tools to include (all of them by default).
         default_thread_id: The thread of calls that carry no ``thread_id``. By default one
@@ -41,18 +43,22 @@ class SandboxToolkit(BaseToolkit):
     include: list[str] | None = Field(default=None)
     default_thread_id: str = Field(default_factory=private_thread_id)
 
-    _built_runtime: SandboxRuntime | None = PrivateAttr(default=None)
+    _owner: RuntimeOwner = PrivateAttr(default_factory=RuntimeOwner)
 
     def _shared_runtime(self) -> SandboxRuntime | None:
-        if self.runtime is not None:
-            return self.runtime
-        if self.provider is None:
-            return None
-        if self._built_runtime is None or self._built_runtime.closed:
-            self._built_runtime = SandboxRuntime(
-                self.provider, provider_options=self.provider_options
-            )
-        return self._built_runtime
+        return self._owner.resolve(self.runtime, self.provider, self.provider_options)
+
+    def close(self) -> None:
+        """Close the runtime this toolkit built for ``provider=`` (its sandboxes are destroyed).
+
+        The same rule as :meth:`SandboxTool.close <langchain_sandbox.tools.base.SandboxTool.close>`:
+        a runtime passed in belongs to someone else and is left alone.
+        """
+        self._owner.close()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`."""
+        await self._owner.aclose()
 
     def get_tools(self) -> list[BaseTool]:
         """The tools, all bound to the same runtime (or all resolving it the same way)."""

@@ -250,3 +250,48 @@ async def test_malformed_environment_is_refused_before_anything_runs(provider: P
             with pytest.raises(InvalidInputError):
                 await session.run_code("print('never')", env=bad)
         assert (await session.run_command("echo fine", env={"X": "1"})).stdout == "fine\n"
+
+
+_BAD_TIMEOUTS = (0, -1, 0.0, float("nan"), float("inf"), "5", True)
+
+
+async def test_bad_arguments_are_refused_the_same_way_and_the_session_stays_usable(
+    provider: Provider,
+) -> None:
+    from langchain_sandbox.errors import InvalidInputError
+
+    async with await provider.create() as session:
+        for timeout in _BAD_TIMEOUTS:
+            with pytest.raises(InvalidInputError, match="timeout"):
+                await session.run_code("print('never')", timeout=timeout)  # type: ignore[arg-type]
+            with pytest.raises(InvalidInputError, match="timeout"):
+                await session.run_command("echo never", timeout=timeout)  # type: ignore[arg-type]
+            with pytest.raises(InvalidInputError, match="timeout"):
+                await session.install_packages(["six"], timeout=timeout)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="code"):
+            await session.run_code(b"print(1)")  # type: ignore[arg-type]
+        for command in ("", "   ", None):
+            with pytest.raises(InvalidInputError, match="command"):
+                await session.run_command(command)  # type: ignore[arg-type]
+        with pytest.raises(InvalidPathError):
+            await session.run_command("pwd", cwd="../..")
+        assert (await session.run_code("1 + 1", timeout=5)).value == "2"
+        assert (await session.run_command("echo ok", timeout=5)).stdout == "ok\n"
+
+
+async def test_records_of_another_provider_are_refused_by_attach_and_destroy(
+    provider: Provider,
+) -> None:
+    from langchain_sandbox.errors import InvalidInputError
+
+    async with await provider.create() as session:
+        other = "e2b" if provider.name != "e2b" else "runloop"
+        foreign = {**session.record, "provider": other}
+        nameless = {key: value for key, value in session.record.items() if key != "sandbox_id"}
+        for record in (foreign, nameless):
+            with pytest.raises(InvalidInputError):
+                await provider.attach(record)  # type: ignore[arg-type]
+            with pytest.raises(InvalidInputError):
+                await provider.destroy(record)  # type: ignore[arg-type]
+        assert await session.is_alive(), "a refused record destroys nothing"
+        assert (await session.run_code("'still here'")).value == "'still here'"

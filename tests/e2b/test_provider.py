@@ -246,8 +246,8 @@ async def test_install_packages_validates_before_sending_anything(
         assert result.exit_code not in (0, None)
         start = next(r for r in emulator.requests if r.route == "envd Start")
         assert start.body["process"]["args"][-1] == (
-            "pip install --progress-bar off --disable-pip-version-check "
-            "surely-not-a-real-package-xyz==1.0"
+            "PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --disable-pip-version-check "
+            "--no-input --progress-bar off -- surely-not-a-real-package-xyz==1.0"
         )
         # pip's output reached on_output while it ran, as it will be in the result.
         assert "".join(t for s, t in streamed if s == "stderr") == result.stderr

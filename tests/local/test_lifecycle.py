@@ -100,7 +100,8 @@ async def test_attach_and_records(provider: LocalProvider) -> None:
         json.dumps(record)
         assert record["provider"] == "local"
         assert await provider.attach(record) is session
-        assert await provider.attach({"provider": "local", "session_id": "0" * 32}) is None
+        gone = {"provider": "local", "session_id": "0" * 32, "sandbox_id": "0" * 32}
+        assert await provider.attach(gone) is None  # type: ignore[arg-type]
         assert not provider.capabilities.attach_across_processes
         assert session.directory not in json.dumps(record)
 
@@ -140,7 +141,7 @@ async def test_leftovers_of_a_dead_process_are_listed_and_destroyed(tmp_path: Pa
     assert _gone(*leftover_cgroups.directories.values())
     assert await provider.destroy(records[0]) is False
     with pytest.raises(InvalidInputError):
-        await provider.destroy({"provider": "local", "session_id": "../../etc"})
+        await provider.destroy({"provider": "local", "session_id": "../../etc", "sandbox_id": "x"})
 
 
 async def test_closing_during_a_call_ends_it_as_closed(provider: LocalProvider) -> None:

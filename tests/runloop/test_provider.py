@@ -335,9 +335,9 @@ async def test_install_packages_runs_pip_with_validated_names(
         op, argument = request.split()[-2:]
         assert op == "cmd"
         pip = json.loads(base64.b64decode(argument))["command"]
-        assert pip.endswith(
-            "pip install --disable-pip-version-check --no-input --progress-bar off -- "
-            "'requests[socks]>=2' numpy==1.26.4"
+        assert pip == (
+            "PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --disable-pip-version-check "
+            "--no-input --progress-bar off -- 'requests[socks]>=2' numpy==1.26.4"
         )
         # The emulated devbox has no network: pip's failure is a result, not an exception.
         assert result.exit_code != 0

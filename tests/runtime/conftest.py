@@ -67,13 +67,13 @@ class CountingSession(Session):
         if self.closed or self.dead:
             raise SandboxGoneError("the counting sandbox is gone")
 
-    async def run_code(
+    async def _run_code(
         self,
         code: str,
         *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        on_output: OutputCallback | None = None,
+        timeout: float,
+        env: dict[str, str],
+        on_output: OutputCallback | None,
     ) -> ExecutionResult:
         self._check()
         self.active += 1
@@ -97,14 +97,14 @@ class CountingSession(Session):
         finally:
             self.active -= 1
 
-    async def run_command(
+    async def _run_command(
         self,
         command: str,
         *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_output: OutputCallback | None = None,
+        timeout: float,
+        env: dict[str, str],
+        cwd: str,
+        on_output: OutputCallback | None,
     ) -> ExecutionResult:
         self._check()
         return ExecutionResult(kind="command", exit_code=127, stderr="no shell here")
@@ -136,12 +136,8 @@ class CountingSession(Session):
         for path in paths:
             self.files.pop(relative_path(path), None)
 
-    async def install_packages(
-        self,
-        requirements: Sequence[str],
-        *,
-        timeout: float | None = None,
-        on_output: OutputCallback | None = None,
+    async def _install_packages(
+        self, names: list[str], *, timeout: float, on_output: OutputCallback | None
     ) -> ExecutionResult:
         return ExecutionResult(kind="command", exit_code=1, stderr="no installs here")
 
@@ -190,13 +186,13 @@ class CountingProvider(Provider):
         self.sessions.append(session)
         return session
 
-    async def attach(self, record: SessionRecord) -> Session | None:
+    async def _attach(self, record: SessionRecord) -> Session | None:
         return None
 
     async def list_sessions(self, metadata: Mapping[str, str] | None = None) -> list[SessionRecord]:
         return [s.record for s in self.sessions if not s.closed]
 
-    async def destroy(self, record: SessionRecord) -> bool:
+    async def _destroy(self, record: SessionRecord) -> bool:
         return False
 
     @property

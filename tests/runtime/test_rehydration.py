@@ -262,7 +262,7 @@ class _AttachingProvider(CountingProvider):
         self.sessions.append(session)
         return session
 
-    async def attach(self, record: SessionRecord) -> Session | None:
+    async def _attach(self, record: SessionRecord) -> Session | None:
         return next((s for s in self.live if s.session_id == record.get("session_id")), None)
 
 

@@ -273,6 +273,7 @@ async def test_the_networked_step_reaches_the_index_and_nothing_else(
         result = await session.install_packages(["tinypkg==0.2"], timeout=300)
     assert not result.ok
     assert "403" in result.stderr or "Forbidden" in result.stderr, result.render()
+    assert any(attacker.removeprefix("http://") in notice for notice in result.notices)
     assert tcp_listener.connections == 0
 
 

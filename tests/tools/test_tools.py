@@ -444,7 +444,7 @@ def test_a_tool_closes_the_runtime_it_built_and_only_that() -> None:
 
     own = SandboxExecTool(provider="local")
     assert "1" in str(own.invoke({"code": "1"}))
-    built = own._owned_runtime
+    built = own._explicit_runtime()
     assert built is not None
     assert built.live_sessions()
     own.close()

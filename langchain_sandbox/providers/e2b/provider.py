@@ -31,10 +31,9 @@ import logging
 import math
 import os
 import re
-import shlex
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from langchain_sandbox.environment import validate_env
@@ -42,7 +41,6 @@ from langchain_sandbox.errors import (
     AuthenticationError,
     InvalidInputError,
     InvalidPathError,
-    MissingDependencyError,
     ProviderUnavailableError,
     QuotaExceededError,
     SandboxError,
@@ -56,26 +54,30 @@ from langchain_sandbox.providers.base import (
     FileInfo,
     Limits,
     OutputCallback,
-    Provider,
     Session,
     SessionRecord,
     SessionSpec,
     VariablesDump,
+    install_spec_packages,
 )
 from langchain_sandbox.providers.names import E2B as PROVIDER_NAME
-from langchain_sandbox.requirements import validate_requirements
+from langchain_sandbox.providers.remote import (
+    SESSION_KEY,
+    TAG_KEY,
+    RemoteProvider,
+    RemoteSession,
+    load_sdk,
+    read_tags,
+    tag_metadata,
+)
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult, OutputCapture
-from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE, retry_async
+from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE
 from langchain_sandbox.workspace import WORKSPACE_ROOT, relative_path, resolve_path
 
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
-TAG_KEY = "langchain_sandbox"
-"""Metadata key set to ``"1"`` on every sandbox this package creates (``gc`` filters on it)."""
-SESSION_KEY = "langchain_sandbox_session"
-"""Metadata key holding the session id, so a listed sandbox maps back to its session."""
 
 CAPABILITIES = Capabilities(
     stateful_python=True,
@@ -97,13 +99,12 @@ _KERNEL_STATE_SOURCE = inspect.getsource(kernel_state)
 
 
 def _load_sdk() -> Any:
-    try:
-        import e2b_code_interpreter
-    except ImportError as exc:
-        raise MissingDependencyError(
-            "e2b-code-interpreter", "e2b", purpose="The E2B provider"
-        ) from exc
-    return e2b_code_interpreter
+    return load_sdk(
+        "e2b_code_interpreter",
+        package="e2b-code-interpreter",
+        extra="e2b",
+        purpose="The E2B provider",
+    )
 
 
 def _status_of(exc: BaseException) -> int | None:
@@ -189,7 +190,7 @@ class _Streams:
         }
 
 
-class E2BSession(Session):
+class E2BSession(RemoteSession):
     """One E2B sandbox. Build it with :meth:`E2BProvider.create` or :meth:`E2BProvider.attach`."""
 
     provider_name = PROVIDER_NAME
@@ -250,8 +251,8 @@ class E2BSession(Session):
             raise SessionClosedError(f"E2B session {self.session_id} is closed.")
         if self._paused:
             await self._provider._retry(
-                lambda: self._sandbox.connect(timeout=self._provider.lease_seconds),
                 "resume the sandbox",
+                lambda: self._sandbox.connect(timeout=self._provider.lease_seconds),
             )
             self._paused = False
             self._lease_end = time.monotonic() + self._provider.lease_seconds
@@ -267,7 +268,7 @@ class E2BSession(Session):
             if self._lease_end - time.monotonic() >= want:
                 return
             seconds = max(provider.lease_seconds, math.ceil(want))
-            await provider._retry(lambda: self._sandbox.set_timeout(seconds), "extend the lease")
+            await provider._retry("extend the lease", lambda: self._sandbox.set_timeout(seconds))
             self._lease_end = time.monotonic() + seconds
 
     async def _failure(self, exc: BaseException, what: str) -> SandboxError:
@@ -284,40 +285,30 @@ class E2BSession(Session):
                 )
         return error
 
-    def _timeout(self, timeout: float | None) -> float:
-        limit = self.spec.limits.timeout if timeout is None else timeout
-        if limit <= 0:
-            raise InvalidInputError("timeout must be a positive number of seconds.")
-        return float(limit)
-
     # -- code and commands -------------------------------------------------------------------
 
-    async def run_code(
+    async def _run_code(
         self,
         code: str,
         *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        on_output: OutputCallback | None = None,
+        timeout: float,
+        env: dict[str, str],
+        on_output: OutputCallback | None,
     ) -> ExecutionResult:
         import httpx
 
-        if not isinstance(code, str):
-            raise InvalidInputError("code must be a string.")
-        variables = validate_env(env)
-        limit = self._timeout(timeout)
-        await self._ready(limit)
+        await self._ready(timeout)
         streams = _Streams(self.spec.limits.max_output_bytes, on_output)
         started = time.monotonic()
         execution: Any = None
         try:
-            async with asyncio.timeout(limit) as deadline:
+            async with asyncio.timeout(timeout) as deadline:
                 execution = await self._sandbox.run_code(
                     code,
-                    envs=variables or None,
+                    envs=env or None,
                     on_stdout=streams.sink("stdout"),
                     on_stderr=streams.sink("stderr"),
-                    timeout=limit + _BACKSTOP,
+                    timeout=timeout + _BACKSTOP,
                 )
         except Exception as exc:
             # Our deadline, or the SDK's own one (its ReadTimeout, when a busy stream kept the
@@ -335,34 +326,29 @@ class E2BSession(Session):
         }
         return ExecutionResult(kind="code", **fields)
 
-    async def run_command(
+    async def _run_command(
         self,
         command: str,
         *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_output: OutputCallback | None = None,
+        timeout: float,
+        env: dict[str, str],
+        cwd: str,
+        on_output: OutputCallback | None,
     ) -> ExecutionResult:
         import e2b
 
-        if not isinstance(command, str) or not command.strip():
-            raise InvalidInputError("command must be a non-empty string.")
-        variables = validate_env(env)
-        limit = self._timeout(timeout)
-        directory = resolve_path(cwd or ".")
-        await self._ready(limit)
+        await self._ready(timeout)
         streams = _Streams(self.spec.limits.max_output_bytes, on_output)
         started = time.monotonic()
         try:
             handle = await self._sandbox.commands.run(
                 command,
                 background=True,
-                envs=variables or None,
-                cwd=directory,
+                envs=env or None,
+                cwd=cwd,
                 on_stdout=streams.sink("stdout"),
                 on_stderr=streams.sink("stderr"),
-                timeout=limit + _BACKSTOP,
+                timeout=timeout + _BACKSTOP,
                 retain_output=False,
             )
         except Exception as exc:
@@ -370,7 +356,7 @@ class E2BSession(Session):
         exit_code: int | None
         timed_out = False
         try:
-            async with asyncio.timeout(limit) as deadline:
+            async with asyncio.timeout(timeout) as deadline:
                 exit_code = (await handle.wait()).exit_code
         except e2b.CommandExitException as exc:
             exit_code = exc.exit_code
@@ -397,23 +383,6 @@ class E2BSession(Session):
             logger.debug("E2B: killing a timed-out command failed: %s", type(exc).__name__)
         await handle.disconnect()
 
-    async def install_packages(
-        self,
-        requirements: Sequence[str],
-        *,
-        timeout: float | None = None,
-        on_output: OutputCallback | None = None,
-    ) -> ExecutionResult:
-        names = validate_requirements(requirements)
-        # Not --quiet: pip's progress lines are what on_output streams while it runs.
-        command = "pip install --progress-bar off --disable-pip-version-check " + shlex.join(names)
-        result = await self.run_command(
-            command, timeout=timeout or max(self.spec.limits.timeout, 300), on_output=on_output
-        )
-        if result.ok:
-            return result.with_notices(f"Installed: {', '.join(names)}.")
-        return result
-
     # -- files -----------------------------------------------------------------------------
 
     async def write_files(self, files: Mapping[str, bytes]) -> None:
@@ -421,7 +390,7 @@ class E2BSession(Session):
         if not entries:
             return
         await self._ready()
-        await self._provider._retry(lambda: self._sandbox.files.write_files(entries), "write files")
+        await self._provider._retry("write files", lambda: self._sandbox.files.write_files(entries))
 
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
         resolved = {p: resolve_path(p) for p in paths}
@@ -442,14 +411,14 @@ class E2BSession(Session):
                         )
             return bytes(data)
 
-        return await self._provider._retry(read, f"read {given!r}", path=given)
+        return await self._provider._retry(f"read {given!r}", read, path=given)
 
     async def list_files(self, path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
         absolute = resolve_path(path)
         await self._ready()
         entries = await self._provider._retry(
-            lambda: self._sandbox.files.list(absolute, depth=_LIST_DEPTH if recursive else 1),
             f"list {path!r}",
+            lambda: self._sandbox.files.list(absolute, depth=_LIST_DEPTH if recursive else 1),
             path=path,
         )
         return sorted((_file_info(e) for e in entries), key=lambda info: info.path)
@@ -469,7 +438,7 @@ class E2BSession(Session):
                 except e2b.FileNotFoundException:
                     return
 
-            await self._provider._retry(remove, f"remove {absolute!r}")
+            await self._provider._retry(f"remove {absolute!r}", remove)
 
     # -- variables ---------------------------------------------------------------------------
 
@@ -540,14 +509,14 @@ class E2BSession(Session):
             raise SessionClosedError(f"E2B session {self.session_id} is closed.")
         if self._paused:
             return
-        await self._provider._retry(self._sandbox.pause, "pause the sandbox")
+        await self._provider._retry("pause the sandbox", self._sandbox.pause)
         self._paused = True
 
     async def close(self) -> None:
         if self._closed:
             return
         with contextlib.suppress(SandboxGoneError):  # already gone is what close wants
-            await self._provider._retry(self._sandbox.kill, "kill the sandbox")
+            await self._provider._retry("kill the sandbox", self._sandbox.kill)
         self._closed = True
 
 
@@ -585,7 +554,7 @@ def _file_info(entry: Any) -> FileInfo:
     )
 
 
-class E2BProvider(Provider):
+class E2BProvider(RemoteProvider):
     """Sessions on E2B sandboxes.
 
     Args:
@@ -636,8 +605,7 @@ class E2BProvider(Provider):
         self.lease_refresh_below = float(lease_refresh_below)
         self.on_timeout = on_timeout
         self._api_url = api_url
-        self._retry_attempts = retry_attempts
-        self._retry_deadline = retry_deadline
+        super().__init__(retry_attempts=retry_attempts, retry_deadline=retry_deadline)
         params: dict[str, Any] = {
             "api_key": api_key,
             "domain": domain,
@@ -653,32 +621,18 @@ class E2BProvider(Provider):
     def __repr__(self) -> str:
         return f"E2BProvider(template={self.template!r}, api_url={self._api_url!r})"
 
-    async def _retry(
-        self, operation: Callable[[], Awaitable[T]], what: str, *, path: str | None = None
-    ) -> T:
-        """Run a safe-to-repeat operation, retrying retryable failures within the deadline."""
-
-        async def attempt() -> T:
-            try:
-                return await operation()
-            except Exception as exc:
-                raise _translate(exc, what, secret=self._api_key, path=path) from exc
-
-        return await retry_async(
-            attempt, attempts=self._retry_attempts, deadline=self._retry_deadline
-        )
+    def _translate(self, exc: BaseException, what: str, *, path: str | None) -> SandboxError:
+        return _translate(exc, what, secret=self._api_key, path=path)
 
     async def create(self, spec: SessionSpec | None = None) -> Session:
         spec = spec or SessionSpec()
-        for key, value in spec.metadata.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise InvalidInputError("Sandbox metadata must map strings to strings.")
-        env = validate_env(spec.env)
         session_id = uuid.uuid4().hex
-        metadata = {**spec.metadata, TAG_KEY: "1", SESSION_KEY: session_id}
+        metadata = tag_metadata(spec.metadata, session_id)
+        env = validate_env(spec.env)
         # Retries of a create reuse one idempotency key, so E2B never makes a second sandbox.
         idempotency_key = str(uuid.uuid4())
         sandbox = await self._retry(
+            "create a sandbox",
             lambda: self._sandbox_cls.create(
                 template=spec.template or self.template,
                 timeout=self.lease_seconds,
@@ -688,28 +642,18 @@ class E2BProvider(Provider):
                 lifecycle={"on_timeout": self.on_timeout},
                 idempotency_key=idempotency_key,
             ),
-            "create a sandbox",
         )
         logger.debug("E2B: created sandbox %s for session %s", sandbox.sandbox_id, session_id)
         session = E2BSession(self, sandbox, spec, session_id=session_id, created_at=time.time())
-        if spec.packages:
-            result = await session.install_packages(spec.packages)
-            if not result.ok:
-                await session.close()
-                raise SandboxError(
-                    f"E2B: installing {', '.join(spec.packages)} failed: {result.stderr[-2000:]}",
-                    provider=PROVIDER_NAME,
-                )
+        await install_spec_packages(session)
         return session
 
-    async def attach(self, record: SessionRecord) -> Session | None:
-        if record.get("provider", PROVIDER_NAME) != PROVIDER_NAME or not record.get("sandbox_id"):
-            raise InvalidInputError("This record does not name an E2B sandbox.")
+    async def _attach(self, record: SessionRecord) -> Session | None:
         sandbox_id = record["sandbox_id"]
         try:
             sandbox = await self._retry(
-                lambda: self._sandbox_cls.connect(sandbox_id, timeout=self.lease_seconds),
                 "connect to the sandbox",
+                lambda: self._sandbox_cls.connect(sandbox_id, timeout=self.lease_seconds),
             )
         except SandboxGoneError:
             return None
@@ -736,10 +680,8 @@ class E2BProvider(Provider):
         paginator = self._sandbox_cls.list(query=query)
         records: list[SessionRecord] = []
         while paginator.has_next:
-            for info in await self._retry(paginator.next_items, "list sandboxes"):
-                tags = dict(info.metadata or {})
-                session_id = tags.pop(SESSION_KEY, info.sandbox_id)
-                tags.pop(TAG_KEY, None)
+            for info in await self._retry("list sandboxes", paginator.next_items):
+                session_id, tags = read_tags(info.metadata, info.sandbox_id)
                 state = str(getattr(info.state, "value", info.state))
                 records.append(
                     SessionRecord(
@@ -753,11 +695,9 @@ class E2BProvider(Provider):
                 )
         return records
 
-    async def destroy(self, record: SessionRecord) -> bool:
-        sandbox_id = record.get("sandbox_id")
-        if not sandbox_id:
-            raise InvalidInputError("This record does not name a sandbox.")
-        killed = await self._retry(lambda: self._sandbox_cls.kill(sandbox_id), "kill the sandbox")
+    async def _destroy(self, record: SessionRecord) -> bool:
+        sandbox_id = record["sandbox_id"]
+        killed = await self._retry("kill the sandbox", lambda: self._sandbox_cls.kill(sandbox_id))
         return bool(killed)
 
 

@@ -57,6 +57,9 @@ class IndexProxy:
 
     Args:
         allowed: The ``(host, port)`` pairs that may be reached.
+
+    Attributes:
+        refused: The targets pip asked for and did not get (to tell the user why it failed).
     """
 
     def __init__(self, allowed: frozenset[tuple[str, int]]) -> None:

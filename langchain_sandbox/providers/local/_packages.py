@@ -196,7 +196,7 @@ async def install_packages(
     serving = proxy.serving() if proxy is not None else contextlib.nullcontext()
     proxy_fds = [proxy.sandbox_fd] if proxy is not None else []
     async with serving, entered_off_loop(lambda: launcher.spawnable(argv)) as (command, fds):
-        return await run_captured(
+        result = await run_captured(
             command,
             pass_fds=(*fds, *proxy_fds),
             timeout=timeout,
@@ -206,6 +206,12 @@ async def install_packages(
             cwd=launcher.process_cwd(),
             on_output=on_output,
         )
+    if proxy is not None and proxy.refused:
+        refused = ", ".join(sorted(set(proxy.refused)))
+        result = result.with_notices(
+            f"pip tried to reach {refused}, which the package index settings do not allow"
+        )
+    return result
 
 
 def _pip_command(

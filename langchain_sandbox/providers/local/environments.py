@@ -80,8 +80,6 @@ _UNREACHABLE = re.compile(
     r"ConnectTimeoutError|ProxyError|Could not fetch URL"
 )
 _CREDENTIALS = re.compile(r"://[^/@\s]+@")
-# The system's CA bundle (bound into sandboxes that have network): pip then trusts what the
-# machine trusts, a company's TLS-inspecting proxy included, not only its own certifi copy.
 
 
 @dataclass(frozen=True)
@@ -134,7 +132,8 @@ class EnvironmentStatus:
         key: Hash of its inputs; the name of its directory.
         path: Host directory it is (or will be) built in.
         built: Whether it is built.
-        size_bytes: Its size on disk (0 when not built).
+        size_bytes: Its size on disk (0 when not built; ``None`` when not measured: measuring
+            walks the whole tree, which a session's start does not need).
         inputs: What it is built from: requirements, interpreter, package index (credentials in
             URLs masked).
         built_now: Whether this call built it (``False``: it was there already).
@@ -145,7 +144,7 @@ class EnvironmentStatus:
     key: str
     path: Path
     built: bool
-    size_bytes: int
+    size_bytes: int | None
     inputs: dict[str, Any]
     built_now: bool = False
     build_seconds: float | None = None
@@ -200,8 +199,8 @@ class EnvironmentCache:
     def path(self, environment: SandboxEnvironment) -> Path:
         return self.root / self.key(environment)
 
-    def status(self, environment: SandboxEnvironment) -> EnvironmentStatus:
-        """Whether ``environment`` is built, and from what (no building)."""
+    def status(self, environment: SandboxEnvironment, *, measure: bool = True) -> EnvironmentStatus:
+        """Whether ``environment`` is built, and from what (no building); its size if ``measure``."""
         path = self.path(environment)
         built = path.is_dir()
         return EnvironmentStatus(
@@ -209,11 +208,13 @@ class EnvironmentCache:
             key=path.name,
             path=path,
             built=built,
-            size_bytes=_size(path) if built else 0,
+            size_bytes=(_size(path) if measure else None) if built else 0,
             inputs=_shown(self.inputs(environment)),
         )
 
-    def ensure(self, environment: SandboxEnvironment, progress: Progress) -> EnvironmentStatus:
+    def ensure(
+        self, environment: SandboxEnvironment, progress: Progress, *, measure: bool = True
+    ) -> EnvironmentStatus:
         """Build ``environment`` unless it is built; wait if another process is building it.
 
         Raises:
@@ -222,16 +223,18 @@ class EnvironmentCache:
         """
         path = self.path(environment)
         if path.is_dir():
-            return self.status(environment)
+            return self.status(environment, measure=measure)
         self.root.mkdir(parents=True, exist_ok=True)
         with _exclusive(self.root / f".{path.name}.lock", environment.name, progress):
             if path.is_dir():
-                return self.status(environment)
+                return self.status(environment, measure=measure)
             started = time.monotonic()
             self._build(environment, path, progress)
             elapsed = time.monotonic() - started
         progress(f"environment {environment.name!r} built in {elapsed:.0f} s: {path}")
-        return dataclasses.replace(self.status(environment), built_now=True, build_seconds=elapsed)
+        return dataclasses.replace(
+            self.status(environment, measure=measure), built_now=True, build_seconds=elapsed
+        )
 
     def _build(self, environment: SandboxEnvironment, target: Path, progress: Progress) -> None:
         index = self._index(environment)
@@ -262,6 +265,8 @@ class EnvironmentCache:
             )
             steps = [[launcher.python_executable, "-I", "-m", "venv", prefix]]
             if remote:
+                # pip then trusts what the machine trusts (a TLS-inspecting proxy included),
+                # not only its own copy of certifi.
                 bundle = system_ca_bundle()
                 options = [*options, "--cert", bundle] if bundle else options
             if environment.requirements:

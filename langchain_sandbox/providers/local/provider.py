@@ -23,10 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from langchain_sandbox.environment import validate_env
-from langchain_sandbox.errors import InvalidInputError, SandboxError
+from langchain_sandbox.errors import InvalidInputError
 from langchain_sandbox.paths import HOME_ENV, state_dir
 from langchain_sandbox.paths import environments_dir as default_environments_dir
-from langchain_sandbox.providers.base import Provider, SessionRecord, SessionSpec
+from langchain_sandbox.providers.base import (
+    Provider,
+    SessionRecord,
+    SessionSpec,
+    install_spec_packages,
+)
 from langchain_sandbox.providers.local._bubblewrap import (
     PythonInstall,
     describe_python,
@@ -232,14 +237,7 @@ class LocalProvider(Provider):
             await asyncio.to_thread(remove_directory, directory)
             raise
         self._sessions[session_id] = session
-        if spec.packages:
-            result = await session.install_packages(spec.packages)
-            if not result.ok:
-                await session.close()
-                raise SandboxError(
-                    "Installing the session's packages failed:\n" + result.render(max_chars=2000),
-                    provider=LOCAL,
-                )
+        await install_spec_packages(session)
         return session
 
     def _selected(self, template: str | None) -> SandboxEnvironment | None:
@@ -278,9 +276,8 @@ class LocalProvider(Provider):
         environment = self._selected(template)
         if environment is None:
             return None
-        status = await asyncio.to_thread(
-            self._cache(python, bwrap, seccomp).ensure, environment, self.progress
-        )
+        cache = self._cache(python, bwrap, seccomp)
+        status = await asyncio.to_thread(cache.ensure, environment, self.progress, measure=False)
         return str(status.path)
 
     async def prepare_environment(self, name: str = DEFAULT_ENVIRONMENT) -> EnvironmentStatus:
@@ -336,7 +333,7 @@ class LocalProvider(Provider):
     def _forget(self, session: LocalSession) -> None:
         self._sessions.pop(session.session_id, None)
 
-    async def attach(self, record: SessionRecord) -> LocalSession | None:
+    async def _attach(self, record: SessionRecord) -> LocalSession | None:
         session = self._sessions.get(str(record.get("session_id", "")))
         if session is None or not await session.is_alive():
             return None
@@ -379,7 +376,7 @@ class LocalProvider(Provider):
             )
         return records
 
-    async def destroy(self, record: SessionRecord) -> bool:
+    async def _destroy(self, record: SessionRecord) -> bool:
         session_id = str(record.get("session_id", ""))
         if not _SESSION_ID.match(session_id):
             raise InvalidInputError(f"{session_id!r} is not a local session id.")

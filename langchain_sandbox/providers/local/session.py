@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import (
     InvalidInputError,
     SandboxError,
@@ -50,15 +49,11 @@ from langchain_sandbox.providers.local._quota import WorkspaceQuota
 from langchain_sandbox.providers.local._streams import OutputStreams
 from langchain_sandbox.providers.local._worker_process import WorkerDied, WorkerProcess
 from langchain_sandbox.providers.names import LOCAL
-from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.workspace import resolve_path
 
 INTERRUPT_GRACE = 2.0
 """Seconds a timed-out call gets to stop after the interrupt before its worker is killed."""
-
-INSTALL_TIMEOUT = 600.0
-"""Default wall time of ``install_packages``."""
 
 WORKER_RESTARTED = "the Python worker was restarted; variables were lost"
 
@@ -276,40 +271,31 @@ class LocalSession(Session):
 
     # ------------------------------------------------------------------ code and commands
 
-    async def run_code(
+    async def _run_code(
         self,
         code: str,
         *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        on_output: OutputCallback | None = None,
+        timeout: float,
+        env: dict[str, str],
+        on_output: OutputCallback | None,
     ) -> ExecutionResult:
-        if not isinstance(code, str):
-            raise InvalidInputError("code must be a string.")
-        payload = {
-            "code": code,
-            "env": validate_env(env),
-            "limit": self.spec.limits.max_output_bytes,
-        }
+        payload = {"code": code, "env": env, "limit": self.spec.limits.max_output_bytes}
         return await self._execute("code", "exec", payload, timeout, on_output)
 
-    async def run_command(
+    async def _run_command(
         self,
         command: str,
         *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_output: OutputCallback | None = None,
+        timeout: float,
+        env: dict[str, str],
+        cwd: str,
+        on_output: OutputCallback | None,
     ) -> ExecutionResult:
-        if not isinstance(command, str) or not command.strip():
-            raise InvalidInputError("command must be a non-empty string.")
-        directory = resolve_path(cwd or ".")
-        await asyncio.to_thread(self._files.require_dir, directory)
+        await asyncio.to_thread(self._files.require_dir, cwd)
         payload = {
             "command": command,
-            "cwd": self.launcher.to_process_path(directory),
-            "env": validate_env(env),
+            "cwd": self.launcher.to_process_path(cwd),
+            "env": env,
             "limit": self.spec.limits.max_output_bytes,
             "shell": self.launcher.bash,
         }
@@ -320,10 +306,9 @@ class LocalSession(Session):
         kind: Literal["code", "command"],
         op: str,
         payload: dict[str, Any],
-        timeout: float | None,
+        timeout: float,
         on_output: OutputCallback | None,
     ) -> ExecutionResult:
-        limit = _checked_timeout(timeout, self.spec.limits.timeout)
         streams = OutputStreams(self.spec.limits.max_output_bytes, on_output)
         async with self._lock:
             worker = await self._ready_worker()
@@ -331,7 +316,7 @@ class LocalSession(Session):
             self._restart_notice = False
             async with self._quota.guard(worker.kill):
                 outcome = await self._request(
-                    worker, op, payload, timeout=limit, on_event=streams.on_event
+                    worker, op, payload, timeout=timeout, on_event=streams.on_event
                 )
             if outcome.lost is not None:
                 self._restart_notice = False  # this result tells it
@@ -420,22 +405,16 @@ class LocalSession(Session):
 
     # ------------------------------------------------------------------ packages
 
-    async def install_packages(
-        self,
-        requirements: Sequence[str],
-        *,
-        timeout: float | None = None,
-        on_output: OutputCallback | None = None,
+    async def _install_packages(
+        self, names: list[str], *, timeout: float, on_output: OutputCallback | None
     ) -> ExecutionResult:
-        names = validate_requirements(requirements)
-        limit = _checked_timeout(timeout, INSTALL_TIMEOUT)
         async with self._lock:
             self._check_open()
             result = await install_packages(
                 self.launcher,
                 self.package_index,
                 names,
-                timeout=limit,
+                timeout=timeout,
                 limit=self.spec.limits.max_output_bytes,
                 preexec_fn=self.cgroup.preexec(),
                 on_output=on_output,
@@ -446,7 +425,6 @@ class LocalSession(Session):
             result = result.with_notices(over_quota)
         if result.ok:
             await self._simple_request("invalidate_caches", {})
-            return result.with_notices(f"installed: {', '.join(names)}")
         return result
 
     # ------------------------------------------------------------------ variables
@@ -482,13 +460,6 @@ def _malformed_reply(exc: BaseException) -> SandboxError:
     return SandboxError(
         f"The sandbox sent a malformed reply ({type(exc).__name__}: {exc}).", provider=LOCAL
     )
-
-
-def _checked_timeout(timeout: float | None, default: float) -> float:
-    value = default if timeout is None else timeout
-    if not isinstance(value, (int, float)) or value <= 0:
-        raise InvalidInputError(f"timeout must be a positive number of seconds, not {timeout!r}.")
-    return float(value)
 
 
 __all__ = ["INTERRUPT_GRACE", "LOCAL_CAPABILITIES", "WORKER_RESTARTED", "LocalSession"]

@@ -5,10 +5,9 @@ See ``docs/providers/runloop.md``. The SDK is imported only when a provider is b
 
 from __future__ import annotations
 
+from langchain_sandbox.providers.remote import SESSION_KEY, TAG_KEY
 from langchain_sandbox.providers.runloop.provider import (
     CAPABILITIES,
-    SESSION_KEY,
-    TAG_KEY,
     WORKER_DIR,
     RunloopProvider,
     RunloopSession,

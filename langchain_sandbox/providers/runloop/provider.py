@@ -35,8 +35,7 @@ import posixpath
 import shlex
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from langchain_sandbox.environment import validate_env
@@ -44,7 +43,6 @@ from langchain_sandbox.errors import (
     AuthenticationError,
     InvalidInputError,
     InvalidPathError,
-    MissingDependencyError,
     ProviderUnavailableError,
     QuotaExceededError,
     SandboxError,
@@ -58,15 +56,22 @@ from langchain_sandbox.providers.base import (
     FileInfo,
     Limits,
     OutputCallback,
-    Provider,
-    Session,
     SessionRecord,
     SessionSpec,
     VariablesDump,
+    install_spec_packages,
 )
 from langchain_sandbox.providers.names import RUNLOOP as PROVIDER_NAME
+from langchain_sandbox.providers.remote import (
+    SESSION_KEY,
+    TAG_KEY,
+    RemoteProvider,
+    RemoteSession,
+    load_sdk,
+    read_tags,
+    tag_metadata,
+)
 from langchain_sandbox.providers.runloop import _worker as _runloop_worker
-from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import (
     DEFAULT_CAPTURE_BYTES,
     Artifact,
@@ -74,15 +79,11 @@ from langchain_sandbox.results import (
     ExecutionResult,
     OutputCapture,
 )
-from langchain_sandbox.retries import retry_async
+from langchain_sandbox.retries import DEFAULT_ATTEMPTS, retry_async
 from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
 
 T = TypeVar("T")
 
-TAG_KEY = "langchain_sandbox"
-"""Devbox metadata key marking devboxes this package made (``gc`` lists only those)."""
-SESSION_KEY = "langchain_sandbox_session"
-"""Devbox metadata key holding the session id, so a listing can give records back."""
 WORKER_DIR = "/tmp/langchain_sandbox"
 """Where the in-devbox worker lives; outside the workspace so snapshots and listings ignore it."""
 
@@ -124,13 +125,12 @@ CAPABILITIES = Capabilities(
 
 def _sdk() -> Any:
     """The ``runloop_api_client`` module, or a clear error naming the extra that brings it."""
-    try:
-        import runloop_api_client
-    except ImportError as exc:
-        raise MissingDependencyError(
-            "runloop-api-client", "runloop", purpose="The Runloop provider"
-        ) from exc
-    return runloop_api_client
+    return load_sdk(
+        "runloop_api_client",
+        package="runloop-api-client",
+        extra="runloop",
+        purpose="The Runloop provider",
+    )
 
 
 def _worker_script() -> str:
@@ -193,19 +193,6 @@ def _translate(exc: BaseException, *, what: str) -> SandboxError:
     return SandboxError(text, provider=PROVIDER_NAME, details=details)
 
 
-@asynccontextmanager
-async def _errors(what: str) -> AsyncIterator[None]:
-    try:
-        yield
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        translated = _translate(exc, what=what)
-        if translated is exc:
-            raise
-        raise translated from exc
-
-
 def _status_code(exc: BaseException) -> int | None:
     cause = exc.__cause__ if isinstance(exc, SandboxError) else exc
     status = getattr(getattr(cause, "response", None), "status_code", None)
@@ -226,7 +213,7 @@ def _parse_template(template: str | None) -> dict[str, str]:
     return {"blueprint_name": template}
 
 
-class RunloopProvider(Provider):
+class RunloopProvider(RemoteProvider):
     """Sessions on Runloop devboxes.
 
     Args:
@@ -236,7 +223,7 @@ class RunloopProvider(Provider):
             ``SessionSpec.template`` overrides them).
         launch_parameters: Runloop launch parameters (resource size, idle policy, keep-alive...).
         create_timeout: Seconds a devbox may take to reach ``running``.
-        retry_deadline: Seconds within which safe operations are retried.
+        retry_attempts, retry_deadline: Bounds of the retries of safe operations.
     """
 
     name = PROVIDER_NAME
@@ -252,8 +239,10 @@ class RunloopProvider(Provider):
         snapshot_id: str | None = None,
         launch_parameters: Mapping[str, Any] | None = None,
         create_timeout: float = 300.0,
+        retry_attempts: int = DEFAULT_ATTEMPTS,
         retry_deadline: float = 60.0,
     ) -> None:
+        super().__init__(retry_attempts=retry_attempts, retry_deadline=retry_deadline)
         _sdk()
         if not (api_key or os.environ.get("RUNLOOP_API_KEY")):
             raise AuthenticationError(
@@ -273,7 +262,6 @@ class RunloopProvider(Provider):
         }
         self._launch_parameters = dict(launch_parameters or {})
         self.create_timeout = create_timeout
-        self.retry_deadline = retry_deadline
         self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
         self.worker_script = _worker_script()
         digest = hashlib.sha256(self.worker_script.encode()).hexdigest()[:12]
@@ -319,12 +307,8 @@ class RunloopProvider(Provider):
         if client is not None:
             await client.aclose()
 
-    async def _retry(self, what: str, operation: Callable[[], Awaitable[T]]) -> T:
-        async def attempt() -> T:
-            async with _errors(what):
-                return await operation()
-
-        return await retry_async(attempt, deadline=self.retry_deadline)
+    def _translate(self, exc: BaseException, what: str, *, path: str | None) -> SandboxError:
+        return _translate(exc, what=what)
 
     # ---- the contract -------------------------------------------------------------------------
 
@@ -338,11 +322,8 @@ class RunloopProvider(Provider):
         return await self._create(spec or SessionSpec(), {"snapshot_id": snapshot_id})
 
     async def _create(self, spec: SessionSpec, image: dict[str, str]) -> RunloopSession:
-        for key, value in spec.metadata.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise InvalidInputError("Session metadata must map strings to strings.")
         session_id = uuid.uuid4().hex
-        metadata = {**spec.metadata, TAG_KEY: "1", SESSION_KEY: session_id}
+        metadata = tag_metadata(spec.metadata, session_id)
         params: dict[str, Any] = {
             "name": f"langchain-sandbox-{session_id[:12]}",
             "metadata": metadata,
@@ -362,7 +343,7 @@ class RunloopProvider(Provider):
 
         async def attempt() -> Any:
             try:
-                async with _errors("devbox creation"):
+                async with self._errors("devbox creation"):
                     return await self.sdk().api.devboxes.create_and_await_running(
                         **params, polling_config=polling
                     )
@@ -382,16 +363,10 @@ class RunloopProvider(Provider):
         )
         try:
             await session.install_worker()
-            if spec.packages:
-                installed = await session.install_packages(spec.packages)
-                if not installed.ok:
-                    raise SandboxError(
-                        f"Installing {', '.join(spec.packages)} failed:\n{installed.render()}",
-                        provider=PROVIDER_NAME,
-                    )
         except BaseException:
             await session.close()
             raise
+        await install_spec_packages(session)
         return session
 
     async def _shutdown_tagged(self, session_id: str) -> None:
@@ -419,9 +394,7 @@ class RunloopProvider(Provider):
             views += await self._retry("listing devboxes", functools.partial(listing, status))
         return views
 
-    async def attach(self, record: SessionRecord) -> RunloopSession | None:
-        if record.get("provider") != PROVIDER_NAME or not record.get("sandbox_id"):
-            return None
+    async def _attach(self, record: SessionRecord) -> RunloopSession | None:
         devbox_id = record["sandbox_id"]
         try:
             view = await self._retry(
@@ -456,22 +429,21 @@ class RunloopProvider(Provider):
                 continue
             if any(tags.get(key) != value for key, value in wanted.items()):
                 continue
+            session_id, metadata = read_tags(tags, view.id)
             records.append(
                 SessionRecord(
                     provider=PROVIDER_NAME,
-                    session_id=tags.get(SESSION_KEY, view.id),
+                    session_id=session_id,
                     sandbox_id=view.id,
                     created_at=view.create_time_ms / 1000,
-                    metadata={k: v for k, v in tags.items() if k not in (TAG_KEY, SESSION_KEY)},
+                    metadata=metadata,
                     state={"status": view.status},
                 )
             )
         return records
 
-    async def destroy(self, record: SessionRecord) -> bool:
-        devbox_id = record.get("sandbox_id")
-        if record.get("provider") != PROVIDER_NAME or not devbox_id:
-            return False
+    async def _destroy(self, record: SessionRecord) -> bool:
+        devbox_id = record["sandbox_id"]
         try:
             view = await self._retry(
                 "devbox lookup", lambda: self.sdk().api.devboxes.retrieve(devbox_id)
@@ -484,7 +456,7 @@ class RunloopProvider(Provider):
         return True
 
 
-class RunloopSession(Session):
+class RunloopSession(RemoteSession):
     """One Runloop devbox; see the module docstring."""
 
     provider_name = PROVIDER_NAME
@@ -547,7 +519,7 @@ class RunloopSession(Session):
         the worker's answer line.
         """
         try:
-            async with _errors("execute_async"):
+            async with self._provider._errors("execute_async"):
                 view = await self._api().devboxes.execute_async(self.devbox_id, command=command)
         except SandboxError as exc:
             raise await self._diagnose(exc) from exc
@@ -626,7 +598,7 @@ class RunloopSession(Session):
         if isinstance(exc, SandboxGoneError) or exc.retryable:
             return exc
         try:
-            async with _errors("devbox lookup"):
+            async with self._provider._errors("devbox lookup"):
                 view = await self._api().devboxes.retrieve(self.devbox_id)
         except SandboxGoneError as gone:
             return gone
@@ -644,7 +616,7 @@ class RunloopSession(Session):
 
     async def _kill(self, execution_id: str) -> None:
         try:
-            async with _errors("kill"):
+            async with self._provider._errors("kill"):
                 await self._api().devboxes.executions.kill(execution_id, devbox_id=self.devbox_id)
         except SandboxError:
             logger.warning("could not kill Runloop execution %s", execution_id, exc_info=True)
@@ -759,57 +731,55 @@ class RunloopSession(Session):
 
     # ---- the contract -------------------------------------------------------------------------
 
-    async def run_code(
+    async def _run_code(
         self,
         code: str,
         *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        on_output: OutputCallback | None = None,
+        timeout: float,
+        env: dict[str, str],
+        on_output: OutputCallback | None,
     ) -> ExecutionResult:
         await self._ready()
-        limit = self.spec.limits.timeout if timeout is None else timeout
         request = {
             "code": code,
-            "timeout": limit,
-            "env": validate_env(env),
+            "timeout": timeout,
+            "env": env,
             "max_output_bytes": self.spec.limits.max_output_bytes,
         }
         answer = await self.worker(
             "code",
             {**request, "stream": on_output is not None},
-            wait=limit + _runloop_worker.KILL_GRACE + _WORKER_SLACK,
+            wait=timeout + _runloop_worker.KILL_GRACE + _WORKER_SLACK,
             on_output=on_output,
         )
-        return _result("code", answer, limit)
+        return _result("code", answer, timeout)
 
-    async def run_command(
+    async def _run_command(
         self,
         command: str,
         *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_output: OutputCallback | None = None,
+        timeout: float,
+        env: dict[str, str],
+        cwd: str,
+        on_output: OutputCallback | None,
     ) -> ExecutionResult:
         await self._ready()
-        limit = self.spec.limits.timeout if timeout is None else timeout
         request = {
             "command": command,
-            "cwd": resolve_path(cwd or "."),
-            "env": validate_env(env),
-            "timeout": limit,
+            "cwd": cwd,
+            "env": env,
+            "timeout": timeout,
             "max_output_bytes": self.spec.limits.max_output_bytes,
         }
         answer = await self.worker(
             "cmd",
             {**request, "stream": on_output is not None},
-            wait=limit + 2 * _runloop_worker.KILL_GRACE + _WORKER_SLACK,
+            wait=timeout + 2 * _runloop_worker.KILL_GRACE + _WORKER_SLACK,
             on_output=on_output,
         )
         if "missing" in answer:
             raise InvalidPathError(f"The working directory {cwd} does not exist.")
-        return _result("command", answer, limit)
+        return _result("command", answer, timeout)
 
     async def _shell(self, command: str, what: str) -> None:
         view, timed_out = await self.execute(command, wait=120.0)
@@ -888,25 +858,6 @@ class RunloopSession(Session):
         await self._ready()
         await self._shell(f"rm -rf -- {shlex.join(resolved)}", "Removing files")
 
-    async def install_packages(
-        self,
-        requirements: Sequence[str],
-        *,
-        timeout: float | None = None,
-        on_output: OutputCallback | None = None,
-    ) -> ExecutionResult:
-        names = validate_requirements(requirements)
-        # Not -q: pip's progress lines are what on_output streams while it runs.
-        result = await self.run_command(
-            "PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --disable-pip-version-check "
-            f"--no-input --progress-bar off -- {shlex.join(names)}",
-            timeout=timeout if timeout is not None else max(self.spec.limits.timeout, 300.0),
-            on_output=on_output,
-        )
-        if result.ok:
-            return result.with_notices(f"Installed: {', '.join(names)}")
-        return result
-
     async def dump_variables(self) -> VariablesDump:
         await self._ready()
         answer = await self.worker("dump", {}, wait=120.0)
@@ -933,7 +884,7 @@ class RunloopSession(Session):
         if self._closed:
             return False
         try:
-            async with _errors("devbox lookup"):
+            async with self._provider._errors("devbox lookup"):
                 view = await self._api().devboxes.retrieve(self.devbox_id)
         except Exception:
             return False
