@@ -5,7 +5,9 @@
   one page per layer of the package, each name rendered by mkdocstrings from its docstring under
   the name users import. A name exported, moved or renamed in the code appears in the reference
   with no edit to the docs.
-* **No page is lost.** A page under ``docs/`` that the nav does not list is added under "More".
+* **No page is lost.** A page under ``docs/`` that the nav does not list is added to the nav:
+  under its section if :data:`_SECTION_OF` names one (pages written while the nav was not looking),
+  otherwise under "More".
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ _LAYERS = {
 }
 _OTHER = "Other"
 _REFERENCE = "API reference"
+# Pages that belong to a section of the nav, wherever they come from: page -> (section, title).
+_SECTION_OF = {"deepagents.md": ("Concepts", "Deep Agents")}
 
 
 def _reference_pages() -> dict[str, list[str]]:
@@ -85,8 +89,19 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
         for path in docs.rglob("*.md")
         if str(path.relative_to(docs)) not in listed
     )
-    if unlisted:
-        config.nav.append({"More": unlisted})
+    more = []
+    for page in unlisted:
+        section, title = _SECTION_OF.get(page, ("More", ""))
+        entry: Any = {title: page} if title else page
+        home = next(
+            (item for item in config.nav if isinstance(item, dict) and section in item), None
+        )
+        if home is None or section == "More":
+            more.append(entry)
+        else:
+            home[section].append(entry)
+    if more:
+        config.nav.append({"More": more})
     return config
 
 

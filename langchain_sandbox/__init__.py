@@ -99,6 +99,7 @@ if TYPE_CHECKING:
         SandboxShellTool,
         SandboxToolkit,
         SandboxWriteFileTool,
+        execution_result,
     )
 
 _LAZY: dict[str, str] = {
@@ -114,6 +115,7 @@ _LAZY: dict[str, str] = {
     "SandboxListFilesTool": "langchain_sandbox.tools",
     "SandboxInstallPackagesTool": "langchain_sandbox.tools",
     "SandboxToolkit": "langchain_sandbox.tools",
+    "execution_result": "langchain_sandbox.tools",
     "SandboxToolNode": "langchain_sandbox.graph",
     "SandboxMiddleware": "langchain_sandbox.graph",
     "SandboxGraphState": "langchain_sandbox.graph",
@@ -194,6 +196,7 @@ __all__ = [
     "StepCall",
     "UnsafeArchiveError",
     "VariablesDump",
+    "execution_result",
     "get_default_runtime",
     "get_provider",
     "image_placement",

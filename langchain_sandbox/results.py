@@ -8,6 +8,7 @@ says what was cut, plus images as image content blocks.
 from __future__ import annotations
 
 import base64
+import html
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -54,6 +55,13 @@ class Artifact(BaseModel):
     @property
     def is_image(self) -> bool:
         return self.mime_type.startswith("image/")
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """Jupyter shows an image artifact as the image itself (base64 is what it expects)."""
+        bundle: dict[str, Any] = {"text/plain": f"{self.name} ({self.mime_type})"}
+        if self.is_image:
+            bundle[self.mime_type] = self.data
+        return bundle
 
 
 class ExecutionResult(BaseModel):
@@ -130,6 +138,21 @@ class ExecutionResult(BaseModel):
         if not parts:
             parts.append("[no output]" if self.kind == "code" else "[exit code 0, no output]")
         return "\n".join(parts)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """Jupyter shows a result as the model reads it, with its images drawn (no decoding by
+        hand): HTML with the text and every image inline, and for front ends without HTML the
+        text and the first image of each type."""
+        text = self.render()
+        images = [a for a in self.artifacts if a.is_image]
+        inline = "".join(
+            f'<img src="data:{a.mime_type};base64,{a.data}" alt="{html.escape(a.name)}"/>'
+            for a in images
+        )
+        bundle: dict[str, Any] = {a.mime_type: a.data for a in reversed(images)}
+        bundle["text/plain"] = text
+        bundle["text/html"] = f"<pre>{html.escape(text)}</pre>{inline}"
+        return bundle
 
     def to_content_blocks(self, *, max_chars: int = DEFAULT_RENDER_CHARS) -> list[dict[str, Any]]:
         """The rendering as LangChain content blocks: one text block, then one block per image."""

@@ -119,7 +119,18 @@ def test_providers(tmp_path: Path, user_venv: Callable[..., Path]) -> None:
     assert "sandboxes left: {'e2b': [], 'runloop': []}" in text
 
 
-@pytest.mark.parametrize("name", ["quickstart", "durable_sessions", "providers"])
+@pytest.mark.timeout(1800)  # hang guard: its venv (Deep Agents and its model SDKs) installs first
+def test_deep_agents(tmp_path: Path, user_venv: Callable[..., Path]) -> None:
+    text, _ = execute("deep_agents", tmp_path, user_venv)
+    assert "first process killed: True" in text
+    # the new process restored the files and the shell's directory and variable of the dead one
+    assert "[notice] The sandbox was restored from the snapshot of revision 3." in text
+    assert "total: 358 kEUR, in /home/user/report" in text
+    assert "provider: e2b | live sandboxes: 1" in text
+    assert "on e2b: total: 358 kEUR, in /home/user/report" in text
+
+
+@pytest.mark.parametrize("name", ["quickstart", "durable_sessions", "providers", "deep_agents"])
 def test_committed_notebooks_keep_their_outputs(name: str) -> None:
     notebook = nbformat.read(COOKBOOK / f"{name}.ipynb", as_version=4)
     code_cells = [c for c in notebook.cells if c.cell_type == "code"]

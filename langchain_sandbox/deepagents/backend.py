@@ -135,6 +135,11 @@ class SandboxBackend(BaseSandbox):
         provider_options: Options for ``provider`` given by name.
         thread_id: The thread of calls made outside a graph run (default: one of this
             backend's own, shared with nothing else).
+        persistent_shell: ``execute`` keeps the working directory and exported variables of
+            earlier commands (``cd`` and ``export`` stick, across a resume too). ``False`` runs
+            each command in a fresh ``bash -c`` in ``/home/user``, as Deep Agents' own sandboxes
+            do: the shell's state is not saved, which makes a command a few process starts
+            cheaper.
     """
 
     def __init__(
@@ -144,6 +149,7 @@ class SandboxBackend(BaseSandbox):
         runtime: SandboxRuntime | None = None,
         provider_options: dict[str, Any] | None = None,
         thread_id: str | None = None,
+        persistent_shell: bool = True,
     ) -> None:
         if provider is not None and runtime is not None:
             raise ValueError("Pass provider or runtime, not both.")
@@ -155,6 +161,7 @@ class SandboxBackend(BaseSandbox):
         self._owned: SandboxRuntime | None = None
         self._build_lock = threading.Lock()
         self.default_thread_id = thread_id or private_thread_id()
+        self.persistent_shell = persistent_shell
 
     # -- where a call goes -------------------------------------------------------------------
 
@@ -256,7 +263,10 @@ class SandboxBackend(BaseSandbox):
                     call, lambda s: s.run_command(merged, timeout=seconds), mutates=False
                 )
             else:
-                outcome = await call.runtime.arun_shell(
+                run = (
+                    call.runtime.arun_shell if self.persistent_shell else call.runtime.arun_command
+                )
+                outcome = await run(
                     call.thread_id,
                     merged,
                     timeout=seconds,

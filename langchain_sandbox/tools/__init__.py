@@ -1,6 +1,6 @@
 """LangChain tools that run code, commands and file operations in a thread's sandbox."""
 
-from langchain_sandbox.tools.base import SandboxTool, SandboxToolArgs
+from langchain_sandbox.tools.base import SandboxTool, SandboxToolArgs, execution_result
 from langchain_sandbox.tools.exec import SandboxExecTool
 from langchain_sandbox.tools.files import (
     SandboxListFilesTool,
@@ -21,4 +21,5 @@ __all__ = [
     "SandboxToolArgs",
     "SandboxToolkit",
     "SandboxWriteFileTool",
+    "execution_result",
 ]

@@ -173,14 +173,43 @@ def step_call_of(tool_runtime: Any) -> StepCall | None:
 
 
 def execution_reply(outcome: Outcome[ExecutionResult], *, max_chars: int) -> ToolReply:
-    """The reply for a run of code or a command: compact text, images as image blocks."""
+    """The reply for a run of code or a command: compact text, images as image blocks.
+
+    Each image is stored once: in the content, where the model reads it. The JSON result in the
+    artifact names the image artifacts without their data; :func:`execution_result` puts them
+    back together.
+    """
     result = outcome.value
     content: Content
-    if any(a.is_image for a in result.artifacts):
+    images = [i for i, a in enumerate(result.artifacts) if a.is_image]
+    if images:
         content = list(result.to_content_blocks(max_chars=max_chars))
     else:
         content = result.render(max_chars=max_chars)
-    return ToolReply(content, result.model_dump(mode="json"), outcome.record)
+    as_json = result.model_dump(mode="json", exclude={"artifacts": {i: {"data"} for i in images}})
+    return ToolReply(content, as_json, outcome.record)
+
+
+def execution_result(message: Any) -> ExecutionResult:
+    """The full :class:`ExecutionResult` of a ``sandbox_exec`` / ``sandbox_shell`` tool message
+    (from a graph's state or a tool call): its JSON result, with the images taken back from the
+    content. In a notebook it displays with its charts drawn.
+
+    Raises:
+        ValueError: ``message`` is not the reply of a sandbox tool that runs code or commands.
+    """
+    artifact = getattr(message, "artifact", None)
+    result = artifact.get("result") if isinstance(artifact, Mapping) else None
+    if not isinstance(result, Mapping) or "artifacts" not in result:
+        raise ValueError("Not the reply of sandbox_exec or sandbox_shell (no result artifact).")
+    content = getattr(message, "content", None)
+    images = iter(
+        block["base64"]
+        for block in (content if isinstance(content, list) else [])
+        if isinstance(block, dict) and block.get("type") == "image" and "base64" in block
+    )
+    artifacts = [a if "data" in a else {**a, "data": next(images, "")} for a in result["artifacts"]]
+    return ExecutionResult.model_validate({**result, "artifacts": artifacts})
 
 
 def notice_lines(notices: list[str]) -> str:
@@ -338,6 +367,7 @@ __all__ = [
     "SandboxToolArgs",
     "ToolReply",
     "execution_reply",
+    "execution_result",
     "graph_record",
     "notice_lines",
     "private_thread_id",

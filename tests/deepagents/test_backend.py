@@ -147,3 +147,9 @@ def test_backends_outside_a_graph_do_not_share_a_sandbox(runtime: SandboxRuntime
     first.write("/home/user/mine.txt", "first's")
     assert second.read("/home/user/mine.txt").error is not None
     assert first.read("/home/user/mine.txt").error is None
+
+
+def test_without_the_persistent_shell_each_command_starts_fresh(runtime: SandboxRuntime) -> None:
+    backend = SandboxBackend(runtime=runtime, persistent_shell=False)
+    backend.execute("mkdir -p /home/user/project && cd /home/user/project && export STAGE=two")
+    assert backend.execute('pwd; echo "[$STAGE]"').output.split() == ["/home/user", "[]"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
@@ -65,3 +67,43 @@ def test_auto_picks_by_model_and_bad_policies_are_refused() -> None:
     assert messages_for_model(history, anthropic) == history
     with pytest.raises(ValueError, match="image_policy"):
         image_placement(openai, "inline")  # type: ignore[arg-type]
+
+
+def test_a_chart_is_stored_once_and_displays_in_notebooks(runtime: Any, thread: str) -> None:
+    """The chart's PNG is in the tool message once (in the content the model reads), not a
+    second time in the artifact; ``execution_result`` rebuilds the full result, which Jupyter
+    draws through ``_repr_mimebundle_``."""
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_sandbox import SandboxExecTool, SandboxMiddleware, execution_result
+    from langchain_sandbox.testing import ScriptedToolModel, call
+
+    chart = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\n'ok'"
+    saver = InMemorySaver()
+    agent = create_agent(
+        ScriptedToolModel(script=[call("sandbox_exec", code=chart), "done"]),
+        middleware=[SandboxMiddleware(runtime=runtime, tools=[SandboxExecTool()])],
+        checkpointer=saver,
+    )
+    config = {"configurable": {"thread_id": thread}}
+    state = agent.invoke({"messages": [HumanMessage("chart")]}, config)
+    message = next(m for m in state["messages"] if m.type == "tool")
+    (image,) = [b for b in message.content if isinstance(b, dict) and b["type"] == "image"]
+    checkpoint = saver.get_tuple(config).checkpoint  # type: ignore[union-attr]
+    _, stored = saver.serde.dumps_typed(checkpoint)
+    assert stored.count(image["base64"][64:128].encode()) == 1
+    assert "data" not in message.artifact["result"]["artifacts"][0]
+
+    result = execution_result(message)
+    figure = result.artifacts[0]
+    assert figure.to_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert figure.data == image["base64"]
+    assert result.value == "'ok'"
+    bundle = result._repr_mimebundle_()
+    assert bundle["text/plain"] == result.render()
+    assert f'<img src="data:image/png;base64,{image["base64"]}"' in bundle["text/html"]
+    assert bundle["image/png"] == image["base64"]
+    assert figure._repr_mimebundle_()["image/png"] == image["base64"]
+    with pytest.raises(ValueError, match="sandbox_exec"):
+        execution_result(HumanMessage("not a tool reply"))

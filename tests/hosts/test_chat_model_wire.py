@@ -130,7 +130,10 @@ class StandIn:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
-    def close(self) -> None:
+    def __enter__(self) -> StandIn:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
         self.server.shutdown()
         self.server.server_close()
 
@@ -169,11 +172,8 @@ def _openai(stand_in: StandIn) -> ChatOpenAI:
 def test_openai_gets_the_chart_as_a_user_image_after_the_tool_message(
     runtime: SandboxRuntime,
 ) -> None:
-    stand_in = StandIn("/v1/chat/completions", _openai_reply)
-    try:
+    with StandIn("/v1/chat/completions", _openai_reply) as stand_in:
         _run(_openai(stand_in), runtime)
-    finally:
-        stand_in.close()
     assert len(stand_in.bodies) == 2
     messages = stand_in.bodies[1]["messages"]
     roles = [m["role"] for m in messages]
@@ -211,11 +211,8 @@ def _tool_result(messages: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_anthropic_gets_the_chart_inside_the_tool_result(runtime: SandboxRuntime) -> None:
-    stand_in = StandIn("/v1/messages", _anthropic_reply)
-    try:
+    with StandIn("/v1/messages", _anthropic_reply) as stand_in:
         _run(_anthropic(stand_in), runtime)
-    finally:
-        stand_in.close()
     assert len(stand_in.bodies) == 2
     messages = stand_in.bodies[1]["messages"]
     result = _tool_result(messages)
@@ -232,21 +229,15 @@ def test_image_policy_overrides_the_choice(runtime: SandboxRuntime) -> None:
     """``image_policy="user_message"`` on Anthropic: the tool result keeps text, the chart
     follows in the user turn; ``"tool_result"`` on OpenAI sends what that API rejects, which is
     why ``"auto"`` does not."""
-    stand_in = StandIn("/v1/messages", _anthropic_reply)
-    try:
+    with StandIn("/v1/messages", _anthropic_reply) as stand_in:
         _run(_anthropic(stand_in), runtime, image_policy="user_message")
-    finally:
-        stand_in.close()
     messages = stand_in.bodies[1]["messages"]
     result = _tool_result(messages)
     assert all(b["type"] != "image" for b in result["content"])
     assert json.dumps(messages).count('"type": "image"') == 1
 
-    stand_in = StandIn("/v1/chat/completions", _openai_reply)
-    try:
+    with StandIn("/v1/chat/completions", _openai_reply) as stand_in:
         _run(_openai(stand_in), runtime, image_policy="tool_result")
-    finally:
-        stand_in.close()
     tool = stand_in.bodies[1]["messages"][-1]
     assert tool["role"] == "tool"
     assert "image_url" in json.dumps(tool["content"])

@@ -57,3 +57,40 @@ async def test_flooding_bubblewraps_stderr_neither_blocks_nor_hangs_kill_and_clo
     finally:
         await asyncio.wait_for(session.close(), _HANG)
     assert not await session.is_alive()
+
+
+_STEAL_EVERY_PIPE = """
+import os, signal, stat, threading
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt that does get through changes nothing
+def steal(fd):
+    while True:
+        try:
+            if not os.read(fd, 65536):
+                return
+        except OSError:
+            return
+for name in os.listdir("/proc/self/fd"):
+    try:
+        if not stat.S_ISFIFO(os.stat(f"/proc/self/fd/{name}").st_mode):
+            continue
+        fd = os.open(f"/proc/self/fd/{name}", os.O_RDONLY)
+    except OSError:
+        continue
+    threading.Thread(target=steal, args=(fd,), daemon=True).start()
+while True:
+    pass
+"""
+
+
+async def test_stealing_the_workers_pipes_cannot_stall_a_timeout(provider: LocalProvider) -> None:
+    session = await provider.create(SessionSpec(limits=Limits(timeout=20.0)))
+    try:
+        # Every pipe of the worker is read from inside, replies and interrupts included: the
+        # host hears nothing, so only its own deadline can end the call.
+        stolen = await asyncio.wait_for(session.run_code(_STEAL_EVERY_PIPE, timeout=1.0), _HANG)
+        assert stolen.timed_out
+        assert any("killed" in notice for notice in stolen.notices), stolen.notices
+        again = await asyncio.wait_for(session.run_code("'fresh'"), _HANG)
+        assert again.value == "'fresh'"
+    finally:
+        await asyncio.wait_for(session.close(), _HANG)
