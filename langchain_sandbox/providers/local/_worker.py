@@ -299,6 +299,8 @@ class Worker:
         self.stdout.detach()
         self.stderr.detach()
         reply["dropped"] = {"stdout": out.finish(), "stderr": err.finish()}
+        if os.getpid() == self.pid:
+            _end_strays()
         return reply
 
     # --------------------------------------------------------------- commands
