@@ -117,6 +117,7 @@ class E2BEmulator:
         self._lock = threading.Lock()
         self._sandboxes: dict[str, _Sandbox] = {}
         self._idempotency: dict[str, str] = {}
+        self._idempotency_locks: dict[str, threading.Lock] = {}
         self._requests: list[RecordedRequest] = []
         self._faults: list[Fault] = []
         self._pids = itertools.count(1000)
@@ -404,12 +405,21 @@ class E2BEmulator:
         return self._submit(Machine.create(self._machines, env, network=network)).result()
 
     def _create(self, body: dict[str, Any], idempotency_key: str | None) -> dict[str, Any]:
-        if idempotency_key:
+        if not idempotency_key:
+            return self._create_body(self._new_sandbox(body, None))
+        with self._lock:
+            key_lock = self._idempotency_locks.setdefault(idempotency_key, threading.Lock())
+        # One key, one sandbox: a retry that arrives while the first attempt is still being
+        # created waits for it, as the real API does, instead of racing it to a second sandbox.
+        with key_lock:
             with self._lock:
                 existing = self._idempotency.get(idempotency_key)
                 sandbox = self._sandboxes.get(existing) if existing else None
-            if sandbox is not None:
-                return self._create_body(sandbox)
+            if sandbox is None:
+                sandbox = self._new_sandbox(body, idempotency_key)
+        return self._create_body(sandbox)
+
+    def _new_sandbox(self, body: dict[str, Any], idempotency_key: str | None) -> _Sandbox:
         timeout = int(body.get("timeout") or DEFAULT_SANDBOX_TIMEOUT)
         allow = body.get("allow_internet_access")
         env = {str(k): str(v) for k, v in (body.get("envVars") or {}).items()}
@@ -428,7 +438,7 @@ class E2BEmulator:
             self._sandboxes[sandbox.sandbox_id] = sandbox
             if idempotency_key:
                 self._idempotency[idempotency_key] = sandbox.sandbox_id
-        return self._create_body(sandbox)
+        return sandbox
 
     def _list(self, query: dict[str, list[str]]) -> tuple[list[dict[str, Any]], str | None]:
         self._sweep()

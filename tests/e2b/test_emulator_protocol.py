@@ -131,6 +131,22 @@ async def test_list_filters_by_metadata_and_pages(sdk_env: E2BEmulator) -> None:
         await sandbox.kill()
 
 
+async def test_concurrent_creates_with_one_idempotency_key_make_one_sandbox(
+    sdk_env: E2BEmulator,
+) -> None:
+    # A client's retry can reach the server while its first attempt is still being created:
+    # both must get the same sandbox, never two (the provider relies on it to bound cost).
+    first, second = await asyncio.gather(
+        AsyncSandbox.create(idempotency_key="one-key"),
+        AsyncSandbox.create(idempotency_key="one-key"),
+    )
+    try:
+        assert first.sandbox_id == second.sandbox_id
+        assert sdk_env.sandbox_ids() == [first.sandbox_id]
+    finally:
+        await first.kill()
+
+
 async def test_sandboxes_are_routed_by_header_and_isolated(sdk_env: E2BEmulator) -> None:
     one, two = await asyncio.gather(AsyncSandbox.create(), AsyncSandbox.create())
     await asyncio.gather(one.run_code("who = 'one'"), two.run_code("who = 'two'"))
