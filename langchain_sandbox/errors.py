@@ -115,9 +115,12 @@ class IsolationUnavailableError(ConfigurationError):
     """The local provider cannot isolate code on this machine; the message says how to fix it."""
 
 
-class EnvironmentBuildError(SandboxError):
+class EnvironmentBuildError(ConfigurationError):
     """A local sandbox environment could not be built (no package index reachable, a requirement
-    that does not resolve). The message names the cause and pip's last lines."""
+    that does not resolve). The message names the cause and pip's last lines.
+
+    The application chooses environments, not the model, so this is a developer's error: it
+    propagates out of the agent's run like any other :class:`ConfigurationError`."""
 
 
 class MissingDependencyError(ConfigurationError, ImportError):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from langchain_sandbox import cli
+from langchain_sandbox import SandboxExecTool, SandboxRuntime, cli
 from langchain_sandbox.errors import EnvironmentBuildError, InvalidInputError
 from langchain_sandbox.providers.base import Limits, SessionSpec
 from langchain_sandbox.providers.local import LocalProvider, PackageIndex, SandboxEnvironment
@@ -200,6 +200,25 @@ async def test_unreachable_index_fails_clearly_and_leaves_nothing(tmp_path: Path
         assert not (tmp_path / "sandboxes" / "sessions").exists()  # no session was started
     finally:
         await provider.aclose()
+
+
+def test_a_failed_build_reaches_the_developer_not_the_model(tmp_path: Path) -> None:
+    unreachable = SandboxEnvironment(
+        "remote", ["tinypkg"], PackageIndex(index_url="http://127.0.0.1:9/simple")
+    )
+    provider = LocalProvider(
+        base_dir=tmp_path / "sandboxes",
+        environments=[unreachable],
+        environments_dir=tmp_path / "environments",
+        progress=lambda line: None,
+    )
+    runtime = SandboxRuntime(provider, spec=SessionSpec(template="remote"))
+    try:
+        # The model cannot fix the application's environment: no tool text, an exception.
+        with pytest.raises(EnvironmentBuildError, match="could not reach a package index"):
+            SandboxExecTool(runtime=runtime).invoke({"code": "1 + 1"})
+    finally:
+        runtime.close()
 
 
 async def test_unknown_or_reserved_names_are_refused(tmp_path: Path) -> None:
