@@ -22,10 +22,9 @@ import argparse
 import importlib.util
 import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
+from _timing import header, row, timings_ms
 from deepagents.backends import LocalShellBackend
 from deepagents.backends.protocol import ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from deepagents.backends.sandbox import BaseSandbox
@@ -34,26 +33,7 @@ from langchain_sandbox.deepagents import SandboxBackend
 from langchain_sandbox.runtime import PersistPolicy, SandboxRuntime
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 
-
-def _timings_ms(call: Callable[[], object], n: int, warmup: int = 5) -> list[float]:
-    for _ in range(warmup):
-        call()
-    out = []
-    for _ in range(n):
-        start = time.perf_counter()
-        call()
-        out.append((time.perf_counter() - start) * 1000)
-    return out
-
-
-def _row(name: str, samples: list[float]) -> str:
-    q = statistics.quantiles(samples, n=20)
-    return f"{name:<68} {statistics.median(samples):>9.2f} {q[0]:>9.2f} {q[18]:>9.2f}"
-
-
-def _header(title: str) -> None:
-    print(f"\n{title}")
-    print(f"{'':<68} {'median':>9} {'p5':>9} {'p95':>9}   (ms)")
+_WIDTH = 68
 
 
 class _ScriptPath(BaseSandbox):
@@ -89,7 +69,7 @@ def _runtime(base: Path, persist: PersistPolicy) -> SandboxRuntime:
 
 def bench_execute(base: Path, calls: int) -> dict[str, float]:
     medians: dict[str, float] = {}
-    _header('1. execute("echo hi"), warm')
+    header('1. execute("echo hi"), warm', _WIDTH)
     for persist, shell in (
         ("every_call", True),
         ("never", True),
@@ -98,30 +78,30 @@ def bench_execute(base: Path, calls: int) -> dict[str, float]:
     ):
         with _runtime(base, persist) as runtime:
             backend = SandboxBackend(runtime=runtime, persistent_shell=shell)
-            samples = _timings_ms(lambda b=backend: b.execute("echo hi"), calls)  # type: ignore[misc]
+            samples = timings_ms(lambda b=backend: b.execute("echo hi"), calls)  # type: ignore[misc]
         name = f"SandboxBackend, local (persist={persist}, persistent_shell={shell})"
         medians[name] = statistics.median(samples)
-        print(_row(name, samples))
+        print(row(name, samples, _WIDTH))
     if importlib.util.find_spec("deepagents_sandbox") is not None:
         from deepagents_sandbox import Sandbox
 
         other = Sandbox()
         try:
-            samples = _timings_ms(lambda: other.execute("echo hi"), calls)
+            samples = timings_ms(lambda: other.execute("echo hi"), calls)
         finally:
             other.close()
         name = "deepagents-sandbox Sandbox (bubblewrap per command)"
         medians[name] = statistics.median(samples)
-        print(_row(name, samples))
+        print(row(name, samples, _WIDTH))
     else:
         print("deepagents-sandbox is not installed: see benchmarks/README.md")
     shell_root = base / "local-shell"
     shell_root.mkdir()
     host = LocalShellBackend(root_dir=shell_root, virtual_mode=True)
-    samples = _timings_ms(lambda: host.execute("echo hi"), calls)
+    samples = timings_ms(lambda: host.execute("echo hi"), calls)
     name = "LocalShellBackend (host shell, NO isolation)"
     medians[name] = statistics.median(samples)
-    print(_row(name, samples))
+    print(row(name, samples, _WIDTH))
     fastest = min(v for k, v in medians.items() if k.startswith("SandboxBackend"))
     for other_name, value in medians.items():
         if not other_name.startswith("SandboxBackend"):
@@ -132,7 +112,7 @@ def bench_execute(base: Path, calls: int) -> dict[str, float]:
 def bench_files(base: Path, calls: int) -> None:
     text = "".join(f"line {i:07d} " + "x" * 50 + "\n" for i in range(16_500))  # ~1 MB
     path = "/home/user/big.txt"
-    _header(f"2. write + read of a {len(text.encode()) / 1e6:.2f} MB text file, warm")
+    header(f"2. write + read of a {len(text.encode()) / 1e6:.2f} MB text file, warm", _WIDTH)
     with _runtime(base, "never") as runtime:
         native = SandboxBackend(runtime=runtime)
         scripts = _ScriptPath(native)
@@ -141,12 +121,12 @@ def bench_files(base: Path, calls: int) -> None:
             ("SandboxBackend (provider file API)", native),
             ("BaseSandbox scripts, same sandbox", scripts),
         ):
-            writes = _timings_ms(lambda b=backend: b.write(path, text), rounds)  # type: ignore[misc]
-            reads = _timings_ms(lambda b=backend: b.read(path, 0, 20_000), rounds)  # type: ignore[misc]
+            writes = timings_ms(lambda b=backend: b.write(path, text), rounds)  # type: ignore[misc]
+            reads = timings_ms(lambda b=backend: b.read(path, 0, 20_000), rounds)  # type: ignore[misc]
             check = backend.read(path, 0, 20_000)
             assert check.file_data is not None
-            print(_row(f"write  {name}", writes))
-            print(_row(f"read   {name}", reads))
+            print(row(f"write  {name}", writes, _WIDTH))
+            print(row(f"read   {name}", reads, _WIDTH))
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from _timing import header, row
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel
@@ -44,24 +45,7 @@ class _NoOpTool(BaseTool):
         return code
 
 
-def _timings_ms(call: Callable[[], object], n: int, warmup: int = 10) -> list[float]:
-    for _ in range(warmup):
-        call()
-    out = []
-    for _ in range(n):
-        start = time.perf_counter()
-        call()
-        out.append((time.perf_counter() - start) * 1000)
-    return out
-
-
-def _row(name: str, samples: list[float]) -> str:
-    q = statistics.quantiles(samples, n=20)
-    return f"{name:<56} {statistics.median(samples):>9.3f} {q[0]:>9.3f} {q[18]:>9.3f}"
-
-
-def _header(title: str) -> None:
-    print(f"\n{title}\n{'':<56} {'median ms':>9} {'p5':>9} {'p95':>9}")
+_WIDTH = 56
 
 
 def _runtime(root: Path, name: str, **kwargs: object) -> SandboxRuntime:
@@ -203,9 +187,9 @@ def bench_overhead(root: Path, n: int) -> None:
             final = tool.invoke({"code": "n"})
             assert "value:" in final, final
 
-    _header(f"1-2. Per-call cost of `n += 1` ({n} rounds, calls interleaved, after warm-up)")
+    header(f"1-2. Per-call cost of `n += 1` ({n} rounds, calls interleaved, after warm-up)", _WIDTH)
     for name, samples in rows:
-        print(_row(name, samples))
+        print(row(name, samples, _WIDTH, 3))
     print(
         f"\n  tool overhead over the provider call, median of per-call differences: "
         f"{summary['never tool over']:.3f} ms"
