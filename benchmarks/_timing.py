@@ -19,6 +19,23 @@ def timings_ms(call: Callable[[], object], n: int, warmup: int = 5) -> list[floa
     return out
 
 
+def interleaved_ms(
+    calls: dict[str, Callable[[], object]], n: int, warmup: int = 5
+) -> dict[str, list[float]]:
+    """``n`` timings in milliseconds of each call, taken in rounds (one call of each per round)
+    so that load on a shared machine drifts onto all of them alike and their ratios hold."""
+    for call in calls.values():
+        for _ in range(warmup):
+            call()
+    out: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(n):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            out[name].append((time.perf_counter() - start) * 1000)
+    return out
+
+
 def header(title: str, width: int, unit: str = "ms") -> None:
     """Print a table's title and column names; ``width`` is the name column's."""
     print(f"\n{title}")

@@ -8,7 +8,9 @@
      thread durable);
    * ``deepagents_sandbox.Sandbox`` (the ``deepagents-sandbox`` package: bubblewrap, one new
      sandbox process per command), if installed (see benchmarks/README.md);
-   * Deep Agents' own ``LocalShellBackend`` (a host subprocess, no isolation at all).
+   * Deep Agents' own ``LocalShellBackend`` (a host subprocess, no isolation at all);
+   one call of each per round, so load on the machine falls on all alike and the ratios printed
+   hold; for the durable rows, the time the snapshot capture took inside the call.
 2. ``write`` then ``read`` of a 1 MB text file: ``SandboxBackend`` (the provider's file API)
    vs Deep Agents' ``BaseSandbox`` scripts (a Python script through ``execute`` for ``read``, a
    preflight command plus an upload for ``write``) run on the very same sandbox.
@@ -19,21 +21,26 @@ Everything runs under a temporary directory; nothing touches the real home.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import statistics
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from _timing import header, row, timings_ms
+from _timing import header, interleaved_ms, row, timings_ms
 from deepagents.backends import LocalShellBackend
 from deepagents.backends.protocol import ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from deepagents.backends.sandbox import BaseSandbox
 
 from langchain_sandbox.deepagents import SandboxBackend
+from langchain_sandbox.providers.base import Session
 from langchain_sandbox.runtime import PersistPolicy, SandboxRuntime
-from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+from langchain_sandbox.snapshots import LocalDirectoryBlobStore, SnapshotInfo, Snapshotter
 
-_WIDTH = 68
+_WIDTH = 80
 
 
 class _ScriptPath(BaseSandbox):
@@ -57,55 +64,81 @@ class _ScriptPath(BaseSandbox):
         return self._backend.download_files(paths)
 
 
-def _runtime(base: Path, persist: PersistPolicy) -> SandboxRuntime:
-    snapshotter = Snapshotter(LocalDirectoryBlobStore(base / "blobs"))
+class _TimedSnapshotter(Snapshotter):
+    """A snapshotter that notes how long each capture takes: the share of a durable call that
+    is the snapshot."""
+
+    def __init__(self, store: LocalDirectoryBlobStore) -> None:
+        super().__init__(store)
+        self.capture_ms: list[float] = []
+
+    async def capture(self, session: Session, **kwargs: Any) -> SnapshotInfo:
+        start = time.perf_counter()
+        try:
+            return await super().capture(session, **kwargs)
+        finally:
+            self.capture_ms.append((time.perf_counter() - start) * 1000)
+
+
+def _runtime(base: Path, persist: PersistPolicy, *, fsync: bool = True) -> SandboxRuntime:
     return SandboxRuntime(
         "local",
         provider_options={"base_dir": base / "local"},
-        snapshotter=snapshotter,
+        snapshotter=_TimedSnapshotter(LocalDirectoryBlobStore(base / "blobs", durable=fsync)),
         persist=persist,
     )
 
 
 def bench_execute(base: Path, calls: int) -> dict[str, float]:
-    medians: dict[str, float] = {}
-    header('1. execute("echo hi"), warm', _WIDTH)
-    for persist, shell in (
-        ("every_call", True),
-        ("never", True),
-        ("every_call", False),
-        ("never", False),
-    ):
-        with _runtime(base, persist) as runtime:
+    header(f'1. execute("echo hi"), warm, {calls} rounds, calls interleaved', _WIDTH)
+    execute: dict[str, Callable[[], object]] = {}
+    snapshotters: dict[str, _TimedSnapshotter] = {}
+    with contextlib.ExitStack() as stack:
+        # The third row is the first without the store's fsync: what a durable call's snapshot
+        # costs apart from waiting for the disk.
+        for persist, shell, fsync in (
+            ("every_call", True, True),
+            ("never", True, True),
+            ("every_call", True, False),
+            ("every_call", False, True),
+            ("never", False, True),
+        ):
+            runtime = stack.enter_context(_runtime(base, persist, fsync=fsync))
             backend = SandboxBackend(runtime=runtime, persistent_shell=shell)
-            samples = timings_ms(lambda b=backend: b.execute("echo hi"), calls)  # type: ignore[misc]
-        name = f"SandboxBackend, local (persist={persist}, persistent_shell={shell})"
-        medians[name] = statistics.median(samples)
-        print(row(name, samples, _WIDTH))
-    if importlib.util.find_spec("deepagents_sandbox") is not None:
-        from deepagents_sandbox import Sandbox
+            name = f"SandboxBackend, local (persist={persist}, persistent_shell={shell})"
+            if not fsync:
+                name = name.replace(")", ", no fsync)")
+            execute[name] = lambda b=backend: b.execute("echo hi")  # type: ignore[misc]
+            if persist == "every_call":
+                snapshotters[name] = runtime.snapshotter  # type: ignore[assignment]
+        if importlib.util.find_spec("deepagents_sandbox") is not None:
+            from deepagents_sandbox import Sandbox
 
-        other = Sandbox()
-        try:
-            samples = timings_ms(lambda: other.execute("echo hi"), calls)
-        finally:
-            other.close()
-        name = "deepagents-sandbox Sandbox (bubblewrap per command)"
-        medians[name] = statistics.median(samples)
-        print(row(name, samples, _WIDTH))
-    else:
-        print("deepagents-sandbox is not installed: see benchmarks/README.md")
-    shell_root = base / "local-shell"
-    shell_root.mkdir()
-    host = LocalShellBackend(root_dir=shell_root, virtual_mode=True)
-    samples = timings_ms(lambda: host.execute("echo hi"), calls)
-    name = "LocalShellBackend (host shell, NO isolation)"
-    medians[name] = statistics.median(samples)
-    print(row(name, samples, _WIDTH))
-    fastest = min(v for k, v in medians.items() if k.startswith("SandboxBackend"))
-    for other_name, value in medians.items():
-        if not other_name.startswith("SandboxBackend"):
-            print(f"   {other_name}: {value / fastest:.1f}x the fastest SandboxBackend row")
+            other = Sandbox()
+            stack.callback(other.close)
+            execute["deepagents-sandbox Sandbox (bubblewrap per command)"] = lambda: other.execute(
+                "echo hi"
+            )
+        else:
+            print("deepagents-sandbox is not installed: see benchmarks/README.md")
+        shell_root = base / "local-shell"
+        shell_root.mkdir()
+        host = LocalShellBackend(root_dir=shell_root, virtual_mode=True)
+        execute["LocalShellBackend (host shell, NO isolation)"] = lambda: host.execute("echo hi")
+        for snapshotter in snapshotters.values():
+            snapshotter.capture_ms.clear()
+        samples = interleaved_ms(execute, calls)
+    for name, timings in samples.items():
+        print(row(name, timings, _WIDTH))
+        if name in snapshotters:
+            captures = snapshotters[name].capture_ms[-calls:]
+            print(row("   of which the snapshot capture", captures, _WIDTH))
+    medians = {name: statistics.median(timings) for name, timings in samples.items()}
+    ours = [name for name in medians if name.startswith("SandboxBackend")]
+    for other_name in (name for name in medians if name not in ours):
+        for name in ours:
+            ratio = medians[other_name] / medians[name]
+            print(f"   {other_name.split(' (')[0]} / {name.split(', ', 1)[1]}: {ratio:.2f}x")
     return medians
 
 

@@ -9,6 +9,11 @@ table, measured in this run:
   (``AsyncSandbox`` of ``e2b-code-interpreter``) against the same emulator and sandbox; the
   difference is the package's overhead (result shaping, output capping, lease bookkeeping).
 
+A second table is a changing call (``n += 1``) through the runtime in the configurations of
+``_tool_call_cases.py`` (outside a graph; in a checkpointed graph with the snapshot written behind,
+the default on E2B, or inline as before): requests before the call returns (its critical path),
+requests after it (the snapshot, while the model would think), and the call's median time.
+
 The emulator executes for real, so absolute times are mostly the emulated sandbox's; the
 overhead column is what this package adds. No assertions: the numbers are for people.
 """
@@ -21,6 +26,8 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from _tool_call_cases import TOOL_CALL_CASES, measure
 
 from langchain_sandbox.providers.e2b import E2BProvider, E2BSession
 from langchain_sandbox.testing.e2b_emulator import E2BEmulator
@@ -87,6 +94,19 @@ async def main(repeat: int) -> None:
             direct_ms = await _median_ms(direct, repeat)
             rows.append((name, requests, ours_ms, direct_ms))
         await session.close()
+        tool_rows = [
+            (
+                case.label,
+                *await measure(
+                    provider,
+                    case,
+                    repeat,
+                    clear_log=emulator.clear_requests,
+                    snapshot_start=lambda: [r.route == "envd ListDir" for r in emulator.requests],
+                ),
+            )
+            for case in TOOL_CALL_CASES
+        ]
 
     print(f"E2B provider vs the SDK directly, same emulator, median of {repeat} calls")
     print(f"{'call':<22}{'HTTP req/call':>14}{'package ms':>12}{'SDK ms':>10}{'overhead ms':>13}")
@@ -95,6 +115,10 @@ async def main(repeat: int) -> None:
             f"{name:<22}{requests:>14.2f}{ours_ms:>12.2f}{direct_ms:>10.2f}"
             f"{ours_ms - direct_ms:>13.2f}"
         )
+    print(f"\nA changing call (n += 1) through the runtime, {repeat} calls")
+    print(f"{'call':<52}{'req before return':>18}{'req after':>11}{'call ms':>10}")
+    for label, critical, behind, call_ms in tool_rows:
+        print(f"{label:<52}{critical:>18.2f}{behind:>11.2f}{call_ms:>10.2f}")
 
 
 if __name__ == "__main__":

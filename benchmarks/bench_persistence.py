@@ -19,8 +19,22 @@ previous checkpoint costs), with ratios against ``snapshots``. Targets from issu
 a one-file change in a 100 MB workspace under 50 ms; restore of that workspace into a fresh local
 sandbox under 1 s.
 
-    .venv/bin/python benchmarks/bench_persistence.py            # 10 MB and 100 MB workspaces
-    .venv/bin/python benchmarks/bench_persistence.py --sizes 10 --steps 3   # quicker
+A second table (issue #12) measures workspaces of many small files (1,000, 10,000 and 100,000
+files of 100 bytes, a hundred per directory), each row next to the behaviour it replaced where that
+can still be selected:
+
+* **first capture** of the whole workspace, against storing it one durable put per blob (two
+  ``fsync`` each: what ``LocalDirectoryBlobStore`` did before ``put_many`` synced once per batch);
+* **per-call capture** after one 100-byte change, against a snapshotter that does not know the
+  session (as every capture did before the session's stat cache: load the base manifest, look up
+  every reused blob in the store);
+* **rewind one step** of the live session (what a fork or time travel does now), against a new
+  sandbox and a full restore into it (what it did before);
+* the recursive **listing** of the workspace, the floor of any capture.
+
+    .venv/bin/python benchmarks/bench_persistence.py            # both tables
+    .venv/bin/python benchmarks/bench_persistence.py --sizes 10 --steps 3 --files 1000  # quicker
+    .venv/bin/python benchmarks/bench_persistence.py --sizes none   # only the many-files table
 """
 
 from __future__ import annotations
@@ -46,7 +60,12 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from langchain_sandbox.providers.base import Session
 from langchain_sandbox.providers.local import LocalProvider
-from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+from langchain_sandbox.snapshots import (
+    BlobStore,
+    LocalDirectoryBlobStore,
+    SnapshotLimits,
+    Snapshotter,
+)
 
 MB = 1024 * 1024
 FILE_BYTES = MB
@@ -275,18 +294,97 @@ async def _workload(
         )
 
 
-async def run(sizes: list[int], changes: list[int], steps: int) -> None:
+class _OneDurablePutPerBlob(LocalDirectoryBlobStore):
+    """The local store as it was: ``put_many`` as one durable ``put`` (two fsyncs) per blob."""
+
+    put_many = BlobStore.put_many
+
+
+_MANY_LIMITS = SnapshotLimits(max_files=200_000)  # 100,000 files and their 1,000 directories
+
+
+async def _many_files(provider: LocalProvider, root: Path, count: int, steps: int) -> None:
+    """One row per measure for a workspace of ``count`` files of 100 bytes."""
+    work = Path(tempfile.mkdtemp(dir=root))
+    session = await provider.create()
+    try:
+        paths = [f"d{i // 100:04d}/f{i:06d}.txt" for i in range(count)]
+        for start in range(0, count, 5000):
+            await session.write_files({p: os.urandom(100) for p in paths[start : start + 5000]})
+        await session.run_code("rows = list(range(1000))")
+        listing = statistics.median(
+            [await _timed_ms(session.list_files(".", recursive=True)) for _ in range(5)]
+        )
+
+        old_first = await _timed_ms(
+            Snapshotter(_OneDurablePutPerBlob(work / "old"), limits=_MANY_LIMITS).capture(session)
+        )
+        snapshotter = Snapshotter(LocalDirectoryBlobStore(work / "blobs"), limits=_MANY_LIMITS)
+        start = time.perf_counter()
+        refs = [(await snapshotter.capture(session, revision=0)).ref]
+        new_first = (time.perf_counter() - start) * 1000
+
+        new_step: list[float] = []
+        old_step: list[float] = []
+        for step in range(1, steps + 1):
+            target = paths[(step * 7919) % count]
+            await session.write_files({target: os.urandom(100)})
+            await asyncio.sleep(0.02)  # out of the racy window, as a model's think time would be
+            # Today's capture, then (on the same state) what a snapshotter that never saw the
+            # session pays; it writes nothing new, so both are measured on equal terms.
+            start = time.perf_counter()
+            info = await snapshotter.capture(session, base=refs[-1], revision=step)
+            new_step.append((time.perf_counter() - start) * 1000)
+            unaware = Snapshotter(snapshotter.store, limits=_MANY_LIMITS)
+            old_step.append(await _timed_ms(unaware.capture(session, base=refs[-1])))
+            refs.append(info.ref)
+
+        new_rewind = await _timed_ms(snapshotter.restore(session, refs[-2]))
+        start = time.perf_counter()
+        fresh = await provider.create()
+        try:
+            await snapshotter.restore(fresh, refs[-2])
+            old_rewind = (time.perf_counter() - start) * 1000
+        finally:
+            await fresh.close()
+    finally:
+        await session.close()
+    rows = [
+        ("first capture", new_first, old_first, "one durable put per blob"),
+        (
+            "capture, one 100 B change",
+            statistics.median(new_step),
+            statistics.median(old_step),
+            "no session cache",
+        ),
+        ("rewind one step", new_rewind, old_rewind, "new sandbox, full restore"),
+        ("listing", listing, listing, ""),
+    ]
+    for name, new, old, before in rows:
+        then, ratio = (f"{old:>10.1f}", f"{old / new:>7.1f}x") if before else ("", "")
+        print(f"{count:>8,} {name:<26} {new:>10.1f} {then:>10} {ratio:>8}  {before}")
+
+
+async def run(sizes: list[int], changes: list[int], steps: int, files: list[int]) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-persistence-") as root:
         provider = LocalProvider(base_dir=Path(root) / "sandboxes")
-        print(
-            f"{'workspace':>9} {'changed':>8}  {'approach':<12} {'persist ms':>10} "
-            f"{'stored/step':>12} {'restore ms':>10} {'rewind ms':>9}   "
-            "persist x   stored x  rewind x"
-        )
         try:
+            if sizes:
+                print(
+                    f"{'workspace':>9} {'changed':>8}  {'approach':<12} {'persist ms':>10} "
+                    f"{'stored/step':>12} {'restore ms':>10} {'rewind ms':>9}   "
+                    "persist x   stored x  rewind x"
+                )
             for size_mb in sizes:
                 for changed in changes:
                     await _workload(provider, Path(root), size_mb, changed, steps)
+            if files:
+                print(
+                    f"\n{'files':>8} {'measure (ms)':<26} {'now':>10} {'before':>10} "
+                    f"{'x':>8}  before ="
+                )
+            for count in files:
+                await _many_files(provider, Path(root), count, steps)
         finally:
             await provider.aclose()
 
@@ -301,17 +399,27 @@ def _size(count: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="10,100", help="workspace sizes in MB (1 MB files)")
+    parser.add_argument(
+        "--sizes", default="10,100", help="workspace sizes in MB (1 MB files), or none"
+    )
     parser.add_argument("--changes", default="4096,1048576,10485760", help="bytes changed per step")
     parser.add_argument("--steps", type=int, default=5, help="measured steps per workload")
+    parser.add_argument(
+        "--files", default="1000,10000,100000", help="file counts of the many-files table, or none"
+    )
     args = parser.parse_args()
     asyncio.run(
         run(
-            [int(s) for s in args.sizes.split(",")],
-            [int(c) for c in args.changes.split(",")],
+            _numbers(args.sizes),
+            _numbers(args.changes),
             args.steps,
+            _numbers(args.files),
         )
     )
+
+
+def _numbers(text: str) -> list[int]:
+    return [] if text == "none" else [int(item) for item in text.split(",")]
 
 
 if __name__ == "__main__":

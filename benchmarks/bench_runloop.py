@@ -4,19 +4,51 @@ Run: ``python benchmarks/bench_runloop.py [--calls N]``. Everything talks to a l
 emulator (devboxes are local bubblewrap sandboxes), so the figures measure this package and the
 SDK, not Runloop's network. Requests are counted from the emulator's request log. No asserts: the
 table is for reading.
+
+A second table is a changing call (``n += 1``) through the runtime in the configurations of
+``_tool_call_cases.py`` (outside a graph; in a checkpointed graph with the snapshot written behind,
+the default on Runloop, or inline as before): requests before the call returns, requests after it,
+and the call's median time.
+
+A third table is one capture in a devbox the snapshotter already knows, after a command changed
+some files: requests and median time with the changed files bundled into the listing's worker
+call (``Session.list_changes``, the default on Runloop) and with the old path (the listing, then
+one ``download_file`` per changed file), selected by giving the session the provider-neutral
+default of ``list_changes`` back.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import json
+import shlex
 import statistics
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
+from _tool_call_cases import TOOL_CALL_CASES, measure
 from runloop_api_client import AsyncRunloopSDK
 
-from langchain_sandbox.testing.runloop_emulator import RunloopEmulator
+from langchain_sandbox.providers.base import Session
+from langchain_sandbox.providers.runloop import RunloopProvider
+from langchain_sandbox.providers.runloop.provider import RunloopSession
+from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+from langchain_sandbox.testing.runloop_emulator import RecordedRequest, RunloopEmulator
+
+# (label, shell command changing the workspace between two captures)
+_CHANGE_CASES = (
+    ("1 small text file", "date +%s%N > small.txt"),
+    (
+        "1 small + 1 binary + 1 of 2 MB (over the cap)",
+        "date +%s%N > small.txt && head -c 4096 /dev/urandom > blob.bin"
+        " && head -c 2000000 /dev/urandom > large.bin",
+    ),
+    ("10 small files", "for i in $(seq 10); do date +%s%N > f$i.txt; done"),
+)
 
 
 async def _measure(
@@ -46,6 +78,46 @@ async def _measure(
             samples[int(0.9 * len(samples))],
         )
     return table
+
+
+def _worker_op(request: RecordedRequest) -> str | None:
+    """The worker operation an ``execute_async`` request runs (``code``, ``ls``...), if any."""
+    if not request.path.endswith("/execute_async"):
+        return None
+    words = shlex.split(request.json()["command"].rpartition("&& ")[2])
+    if len(words) < 5 or words[0] != "python3":
+        return None
+    json.loads(base64.b64decode(words[4]))  # a worker request, not some other command
+    return words[3]
+
+
+async def _capture_rows(
+    emulator: RunloopEmulator, provider: RunloopProvider, calls: int
+) -> list[tuple[str, float, float, float, float]]:
+    """Per change case: (label, requests and median ms bundled, requests and median ms old)."""
+    bundled_changes = RunloopSession.list_changes
+    rows = []
+    with tempfile.TemporaryDirectory() as blobs:
+        snapshotter = Snapshotter(LocalDirectoryBlobStore(Path(blobs)))
+        session = await provider.create()
+        await snapshotter.capture(session)
+        for label, command in _CHANGE_CASES:
+            figures: list[float] = []
+            for changes in (bundled_changes, Session.list_changes):
+                RunloopSession.list_changes = changes  # type: ignore[method-assign]
+                requests, samples = 0, []
+                for _ in range(calls):
+                    await session.run_command(command)
+                    emulator.clear_log()
+                    started = time.perf_counter()
+                    await snapshotter.capture(session)
+                    samples.append((time.perf_counter() - started) * 1000)
+                    requests += len(emulator.requests)
+                figures += [requests / calls, statistics.median(samples)]
+            RunloopSession.list_changes = bundled_changes  # type: ignore[method-assign]
+            rows.append((label, *figures))
+        await session.close()
+    return rows
 
 
 async def main(calls: int) -> None:
@@ -82,6 +154,22 @@ async def main(calls: int) -> None:
         )
         await sdk.aclose()
         await session.close()
+        tool_rows = [
+            (
+                case.label,
+                *await measure(
+                    provider,
+                    case,
+                    calls,
+                    clear_log=emulator.clear_log,
+                    snapshot_start=lambda: [
+                        _worker_op(r) in ("changes", "ls", "dump") for r in emulator.requests
+                    ],
+                ),
+            )
+            for case in TOOL_CALL_CASES
+        ]
+        capture_rows = await _capture_rows(emulator, provider, calls)
         await provider.aclose()
 
     print(f"Runloop provider on the local emulator, {calls} warm calls each\n")
@@ -94,6 +182,14 @@ async def main(calls: int) -> None:
     )
     print(f"\nrun_command over the bare SDK command (median): x{command:.2f}")
     print(f"run_code over a fresh `python3 -c` through the SDK (median): x{code:.2f}")
+    print(f"\nA changing call (n += 1) through the runtime, {calls} calls")
+    print(f"{'call':<52}{'req before return':>18}{'req after':>11}{'call ms':>10}")
+    for label, critical, behind, call_ms in tool_rows:
+        print(f"{label:<52}{critical:>18.2f}{behind:>11.2f}{call_ms:>10.1f}")
+    print(f"\nOne capture after a command changed files in a known devbox, {calls} captures")
+    print(f"{'files changed':<48}{'bundled req':>12}{'ms':>8}{'old req':>9}{'ms':>8}")
+    for label, new_requests, new_ms, old_requests, old_ms in capture_rows:
+        print(f"{label:<48}{new_requests:>12.2f}{new_ms:>8.1f}{old_requests:>9.2f}{old_ms:>8.1f}")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,13 @@
     .venv/bin/python benchmarks/bench_tools.py [--calls 300] [--threads 50]
 
 1. What ``SandboxExecTool.invoke`` adds on top of the provider call it wraps (``session.run_code``
-   awaited directly on one loop), next to a bare ``BaseTool.invoke`` of a no-op tool.
-2. A warm ``SandboxExecTool.invoke`` of ``n += 1`` under both persist policies
-   (``every_call`` also captures an incremental snapshot per call).
+   awaited directly on one loop), next to a bare ``BaseTool.invoke`` of a no-op tool; and, on the
+   runtime's loop, the provider call taken apart: the local session's own work, the worker's
+   exec request, and the bare pipe round trip to the worker (a request it refuses at once).
+2. A warm ``SandboxExecTool().invoke`` of ``n += 1`` outside any graph: the default policy
+   (``persist="resumable"``: nothing can resume, so no snapshot), the old default selected
+   explicitly (``persist="every_call"``: an incremental snapshot per call) and a fresh
+   ``python -c`` per call, interleaved in one run.
 3. Many threads at once on one runtime: every answer right, memory per idle session, nothing
    left running after ``close``.
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +36,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel
 
-from langchain_sandbox.runtime import SandboxRuntime
+from langchain_sandbox.runtime import SandboxRuntime, get_default_runtime
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 from langchain_sandbox.tools import SandboxExecTool
 from langchain_sandbox.tools.exec import SandboxExecArgs
@@ -126,82 +131,150 @@ def _caller_cpu_ms(call: Callable[[], object], n: int) -> list[float]:
 def bench_overhead(root: Path, n: int) -> None:
     noop, schema_noop = _NoOpTool(), _SchemaNoOpTool()
     med = statistics.median
-    rows: list[tuple[str, list[float]]] = []
-    summary: dict[str, float] = {}
-    for policy in ("never", "every_call"):
-        with _runtime(root, f"tool-{policy}", persist=policy) as runtime:
-            tool = SandboxExecTool(runtime=runtime, default_thread_id="bench")
-            tool.invoke({"code": "n = 0"})
-            clock = _ProviderClock(runtime, "bench")
-            calls: dict[str, Callable[[], object]] = {
-                "bare BaseTool.invoke (no-op)": lambda: noop.invoke({"code": "n += 1"}),
-                "BaseTool.invoke, our schema (no-op)": lambda: schema_noop.invoke(
-                    {"code": "n += 1"}
-                ),
-                "runtime.run_code": lambda rt=runtime: rt.run_code("bench", "n += 1"),
-                "SandboxExecTool.invoke": lambda t=tool: t.invoke({"code": "n += 1"}),
-            }
-            t = _round_robin(calls, n, clock)
-            tool_over = [
-                w - p
-                for w, p in zip(
-                    t["SandboxExecTool.invoke"], t["SandboxExecTool.invoke provider"], strict=True
-                )
-            ]
-            rt_over = [
-                w - p
-                for w, p in zip(t["runtime.run_code"], t["runtime.run_code provider"], strict=True)
-            ]
-            if policy == "never":
-                rows += [
-                    ("bare BaseTool.invoke (no-op tool)", t["bare BaseTool.invoke (no-op)"]),
-                    (
-                        "BaseTool.invoke, same schema + config (no-op)",
-                        t["BaseTool.invoke, our schema (no-op)"],
-                    ),
-                ]
-            rows += [
-                (
-                    f"[{policy}] provider session.run_code (inside the call)",
-                    t["SandboxExecTool.invoke provider"],
-                ),
-                (f"[{policy}] runtime.run_code, wall", t["runtime.run_code"]),
-                (f"[{policy}] SandboxExecTool.invoke, wall", t["SandboxExecTool.invoke"]),
-                (f"[{policy}] runtime overhead (wall - provider)", rt_over),
-                (f"[{policy}] tool overhead (wall - provider)", tool_over),
-                (
-                    f"[{policy}] tool.invoke, caller-thread CPU",
-                    _caller_cpu_ms(calls["SandboxExecTool.invoke"], n),
-                ),
-            ]
-            summary[f"{policy} wall"] = med(t["SandboxExecTool.invoke"])
-            summary[f"{policy} tool over"] = med(tool_over)
-            summary[f"{policy} runtime over"] = med(rt_over)
-            summary["langchain"] = med(t["BaseTool.invoke, our schema (no-op)"])
-            summary[f"{policy} tool - runtime"] = med(
-                [
-                    a - b
-                    for a, b in zip(t["SandboxExecTool.invoke"], t["runtime.run_code"], strict=True)
-                ]
+    with _runtime(root, "tool") as runtime:
+        tool = SandboxExecTool(runtime=runtime, default_thread_id="bench")
+        tool.invoke({"code": "n = 0"})
+        clock = _ProviderClock(runtime, "bench")
+        calls: dict[str, Callable[[], object]] = {
+            "bare BaseTool.invoke (no-op)": lambda: noop.invoke({"code": "n += 1"}),
+            "BaseTool.invoke, our schema (no-op)": lambda: schema_noop.invoke({"code": "n += 1"}),
+            "runtime.run_code": lambda: runtime.run_code("bench", "n += 1"),
+            "SandboxExecTool.invoke": lambda: tool.invoke({"code": "n += 1"}),
+        }
+        t = _round_robin(calls, n, clock)
+        tool_over = [
+            w - p
+            for w, p in zip(
+                t["SandboxExecTool.invoke"], t["SandboxExecTool.invoke provider"], strict=True
             )
-            final = tool.invoke({"code": "n"})
-            assert "value:" in final, final
+        ]
+        rt_over = [
+            w - p
+            for w, p in zip(t["runtime.run_code"], t["runtime.run_code provider"], strict=True)
+        ]
+        tool_minus_rt = [
+            a - b for a, b in zip(t["SandboxExecTool.invoke"], t["runtime.run_code"], strict=True)
+        ]
+        rows = [
+            ("bare BaseTool.invoke (no-op tool)", t["bare BaseTool.invoke (no-op)"]),
+            (
+                "BaseTool.invoke, same schema + config (no-op)",
+                t["BaseTool.invoke, our schema (no-op)"],
+            ),
+            ("provider session.run_code (inside the call)", t["SandboxExecTool.invoke provider"]),
+            ("runtime.run_code, wall", t["runtime.run_code"]),
+            ("SandboxExecTool.invoke, wall", t["SandboxExecTool.invoke"]),
+            ("runtime overhead (wall - provider)", rt_over),
+            ("tool overhead (wall - provider)", tool_over),
+            ("tool.invoke, caller-thread CPU", _caller_cpu_ms(calls["SandboxExecTool.invoke"], n)),
+        ]
+        final = tool.invoke({"code": "n"})
+        assert "value:" in final, final
+        rows += _provider_parts(runtime, "bench", n)
 
-    header(f"1-2. Per-call cost of `n += 1` ({n} rounds, calls interleaved, after warm-up)", _WIDTH)
+    header(f"1. Per-call cost of `n += 1` ({n} rounds, calls interleaved, after warm-up)", _WIDTH)
     for name, samples in rows:
         print(row(name, samples, _WIDTH, 3))
     print(
         f"\n  tool overhead over the provider call, median of per-call differences: "
-        f"{summary['never tool over']:.3f} ms"
-        f"\n    of which the runtime (loop hop, lock, record):   {summary['never runtime over']:.3f} ms"
-        f"\n    SandboxExecTool.invoke - runtime.run_code, same round: {summary['never tool - runtime']:.3f} ms"
-        f"\n    (LangChain's own BaseTool.invoke for a tool with this schema: {summary['langchain']:.3f} ms)"
+        f"{med(tool_over):.3f} ms"
+        f"\n    of which the runtime (loop hop, lock, record):   {med(rt_over):.3f} ms"
+        f"\n    SandboxExecTool.invoke - runtime.run_code, same round: {med(tool_minus_rt):.3f} ms"
+        f"\n    (LangChain's own BaseTool.invoke for a tool with this schema: "
+        f"{med(t['BaseTool.invoke, our schema (no-op)']):.3f} ms)"
     )
-    print(
-        f"  warm SandboxExecTool.invoke of n += 1, median: {summary['never wall']:.3f} ms with "
-        f"persist='never', {summary['every_call wall']:.3f} ms with 'every_call' "
-        "(an incremental snapshot per call)"
+
+
+def _blob_count(runtime: SandboxRuntime) -> int:
+    snapshotter = runtime.snapshotter
+    assert isinstance(snapshotter, Snapshotter)
+
+    async def _count() -> int:
+        return len([info async for info in snapshotter.store.iter_blobs()])
+
+    return runtime.run_sync(_count())
+
+
+def _provider_parts(
+    runtime: SandboxRuntime, thread_id: str, n: int
+) -> list[tuple[str, list[float]]]:
+    """The provider call of ``n += 1`` taken apart, timed on the runtime's loop (no thread hop):
+    ``session.run_code``, the worker's exec request alone, and a request the worker refuses at
+    once (the pipe round trip: the floor of any call)."""
+    thread = runtime._pool.thread(thread_id)  # benchmark-only peek at the live session
+    session: Any = thread.session if thread is not None else None
+    worker = session._worker
+
+    async def _session() -> None:
+        await session.run_code("n += 1")
+
+    async def _exec() -> None:
+        await worker.send("exec", {"code": "n += 1", "env": {}, "limit": 1_000_000})[1]
+
+    async def _floor() -> None:
+        await worker.send("refused", {})[1]
+
+    parts = {
+        "  provider: LocalSession.run_code, on its loop": _session,
+        "    worker exec request alone (pipes + cell)": _exec,
+        "    pipe round trip (a request refused at once)": _floor,
+    }
+
+    async def _timed() -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {name: [] for name in parts}
+        for _ in range(n):
+            for name, part in parts.items():
+                start = time.perf_counter()
+                await part()
+                out[name].append((time.perf_counter() - start) * 1000)
+        return out
+
+    return list(runtime.run_sync(_timed()).items())
+
+
+def _python_c() -> None:
+    subprocess.run([sys.executable, "-c", "n = 0; n += 1"], check=True)
+
+
+def bench_outside_a_graph(root: Path, n: int) -> None:
+    """Issue 12's first row: nothing can resume a call outside a graph, so by default it is a
+    round trip to the sandbox and no snapshot; the old default (a snapshot per call) is still
+    selectable and runs next to it, with a ``python -c`` per call as the stateless baseline."""
+    default = get_default_runtime()  # what SandboxExecTool() finds: the issue's exact call
+    with _runtime(root, "outside-every-call", persist="every_call") as every_call:
+        tools = {
+            "SandboxExecTool(), default persist='resumable'": SandboxExecTool(),
+            "persist='every_call' (the old default)": SandboxExecTool(runtime=every_call),
+        }
+        for tool in tools.values():
+            tool.invoke({"code": "n = 0"})
+            for _ in range(20):
+                tool.invoke({"code": "n += 1"})
+        samples: dict[str, list[float]] = {name: [] for name in tools}
+        samples["python -c per call"] = []
+        every = max(n // 60, 1)  # a process start costs tens of ms: about 60 of them
+        for i in range(n):
+            for name, tool in tools.items():
+                start = time.perf_counter()
+                tool.invoke({"code": "n += 1"})
+                samples[name].append((time.perf_counter() - start) * 1000)
+            if i % every == 0:
+                start = time.perf_counter()
+                _python_c()
+                samples["python -c per call"].append((time.perf_counter() - start) * 1000)
+        stored, kept = _blob_count(default), _blob_count(every_call)
+    default.close()
+    header(
+        f"2. Warm SandboxExecTool().invoke('n += 1') outside any graph ({n} rounds, interleaved)",
+        _WIDTH,
     )
+    for name, times in samples.items():
+        print(row(name, times, _WIDTH, 3))
+    med = statistics.median
+    python_c = med(samples["python -c per call"])
+    for name in tools:
+        print(f"  python -c / {name}: {python_c / med(samples[name]):.1f}x")
+    print(f"  blobs in the snapshot store afterwards: {stored} default, {kept} every_call")
 
 
 def _descendants() -> list[psutil.Process]:
@@ -242,7 +315,7 @@ def bench_threads(root: Path, threads: int) -> None:
         time.sleep(0.1)
     left = [p.pid for p in procs if p.is_running() and p.status() != "zombie"]
 
-    print(f"\n3. {threads} threads at once on one runtime (2 calls each, persist=every_call)")
+    print(f"\n3. {threads} threads at once on one runtime (2 calls each, default persist policy)")
     print(f"  correct answers:                 {correct}/{threads}")
     print(f"  wall time, creation included:    {elapsed:.2f} s")
     print(f"  live sessions before close:      {live}")
@@ -261,6 +334,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-tools-") as tmp:
         os.environ["LANGCHAIN_SANDBOX_HOME"] = str(Path(tmp) / "home")
         bench_overhead(Path(tmp), args.calls)
+        bench_outside_a_graph(Path(tmp), args.calls)
         bench_threads(Path(tmp), args.threads)
 
 

@@ -40,6 +40,7 @@ from langchain_sandbox.errors import (
 from langchain_sandbox.providers import get_provider
 from langchain_sandbox.providers.base import (
     Capabilities,
+    ChangeListing,
     FileInfo,
     Limits,
     OutputCallback,
@@ -141,6 +142,7 @@ __all__ = [
     "Artifact",
     "AuthenticationError",
     "Capabilities",
+    "ChangeListing",
     "CheckpointerUnavailableError",
     "ConfigurationError",
     "E2BProvider",

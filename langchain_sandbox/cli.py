@@ -143,11 +143,12 @@ async def _gc(args: argparse.Namespace) -> int:
     store = LocalDirectoryBlobStore(args.blobs) if args.blobs else None
     report = await collect_garbage(
         providers=args.providers or ["local"],
-        checkpointer_url=args.checkpointer,
+        checkpointer_url=args.checkpointers or (),
         snapshotter=Snapshotter(store),
         dry_run=not args.yes,
         grace_seconds=args.grace,
         allow_empty_checkpointer=args.allow_empty_checkpointer,
+        forget_checkpointers=args.forget_checkpointers or (),
     )
     print(json.dumps(report, indent=2) if args.json else "\n".join(report["summary"]))
     return 0
@@ -212,7 +213,19 @@ def _parser() -> argparse.ArgumentParser:
         help="provider whose sandboxes to look at (repeatable; default: local)",
     )
     gc.add_argument(
-        "--checkpointer", help="sqlite:///path or postgresql://... whose threads are live"
+        "--checkpointer",
+        dest="checkpointers",
+        action="append",
+        help="sqlite:///path or postgresql://... whose threads are live (repeatable: every "
+        "application whose snapshots are in the blob store)",
+    )
+    gc.add_argument(
+        "--forget-checkpointer",
+        dest="forget_checkpointers",
+        action="append",
+        metavar="NAME",
+        help="drop a checkpointer the blob store names from its list, because its application "
+        "and checkpoints are gone (repeatable)",
     )
     gc.add_argument(
         "--allow-empty-checkpointer",

@@ -102,7 +102,7 @@ def real_model() -> BaseChatModel | None:
     from langchain.chat_models import init_chat_model
 
     if os.environ.get("ANTHROPIC_API_KEY") and importlib.util.find_spec("langchain_anthropic"):
-        return init_chat_model("anthropic:claude-sonnet-4-5", temperature=0)
+        return init_chat_model("anthropic:claude-sonnet-5-5", temperature=0)
     if os.environ.get("OPENAI_API_KEY") and importlib.util.find_spec("langchain_openai"):
         return init_chat_model("openai:gpt-4o-mini", temperature=0)
     return None

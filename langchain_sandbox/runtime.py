@@ -73,9 +73,18 @@ class SandboxRuntime:
         provider_options: Keyword arguments for the provider when it is given by name.
         snapshotter: Snapshot engine used to persist and restore; defaults to
             :class:`langchain_sandbox.snapshots.Snapshotter` on its default local store.
-        persist: ``"every_call"`` captures an incremental snapshot after every call that can change
-            the sandbox, so a record always names its state; ``"never"`` keeps state only as long
-            as the live session (resume in another process, forks and idle eviction lose it).
+        persist: When an incremental snapshot is captured after a call that can change the
+            sandbox. ``"resumable"`` (default): only for calls something can resume from, which
+            the caller says with ``resumable=True`` (the tools do in a graph with a
+            checkpointer); elsewhere the live session is the only copy of the state. ``"every_call"``:
+            after every such call, so a record always names its state, and the runtime restores
+            it after idle eviction or a crashed sandbox even outside a graph. ``"never"``: no
+            snapshots (resume in another process, forks and idle eviction lose the state).
+        write_behind: Capture each snapshot after its call has returned (while the model thinks)
+            instead of before. ``None`` (default): only where sandboxes outlive the process
+            (E2B, Runloop), where a resume whose snapshot never completed attaches to the live
+            sandbox instead; ``False``: every snapshot inline, as the local provider always does
+            by default. See ``docs/persistence.md``.
         idle_ttl: Seconds after which an idle session is closed (``None``: never). With
             persistence, the next call of the thread restores it.
         max_sessions: Live sessions kept at most; the least recently used idle one is closed to
@@ -98,7 +107,8 @@ class SandboxRuntime:
         spec: SessionSpec | None = None,
         provider_options: Mapping[str, Any] | None = None,
         snapshotter: SnapshotterLike | None = None,
-        persist: PersistPolicy = "every_call",
+        persist: PersistPolicy = "resumable",
+        write_behind: bool | None = None,
         idle_ttl: float | None = 900.0,
         max_sessions: int | None = 64,
     ) -> None:
@@ -113,6 +123,11 @@ class SandboxRuntime:
             self._pool,
             snapshotter=snapshotter if snapshotter is not None else _default_snapshotter(),
             persist=persist,
+            write_behind=(
+                self._pool.capabilities.attach_across_processes
+                if write_behind is None
+                else write_behind
+            ),
         )
         self._closed = False
         self._close_lock = threading.Lock()
@@ -143,6 +158,36 @@ class SandboxRuntime:
     @property
     def persist(self) -> PersistPolicy:
         return self._engine.persist
+
+    def persists(self, resumable: bool) -> bool:
+        """Whether a changing call is captured under this runtime's policy, given whether its
+        caller can resume from the record (``resumable``)."""
+        return self._engine.captures(resumable)
+
+    @property
+    def write_behind(self) -> bool:
+        """Whether snapshots are captured after their call has returned."""
+        return self._engine.write_behind
+
+    def pending_snapshots(self) -> dict[str, int]:
+        """``{thread_id: revision}`` of the snapshots being written behind right now."""
+        return {
+            thread.thread_id: thread.behind.revision
+            for thread in self._pool.threads()
+            if thread.behind is not None and not thread.behind.task.done()
+        }
+
+    async def aflush(self) -> None:
+        """Wait until every snapshot being written behind is complete (each thread's next call,
+        and closing it, wait for its own anyway)."""
+        await self._loop.run_async(self._flush())
+
+    def flush(self) -> None:
+        """Blocking twin of :meth:`aflush`."""
+        self._loop.run_sync(self._flush())
+
+    async def _flush(self) -> None:
+        await asyncio.gather(*(thread.settle() for thread in self._pool.threads()))
 
     @property
     def idle_ttl(self) -> float | None:
@@ -181,6 +226,7 @@ class SandboxRuntime:
         mutates: bool = True,
         repeatable: bool = False,
         step_call: StepCall | None = None,
+        resumable: bool = False,
     ) -> Outcome[T]:
         """Run ``operation`` on the thread's session, rehydrating before and persisting after.
 
@@ -196,12 +242,14 @@ class SandboxRuntime:
             step_call: Which tool call this is and which calls of the same model message run
                 alongside it: parallel calls of one step all carry the same stale record and
                 must share the session, while a replay of a call (a fork) must not.
+            resumable: Something can resume from the returned record (the call runs in a graph
+                with a checkpointer): under ``persist="resumable"`` the call is captured.
 
         Raises:
             SandboxError: infrastructure failures that retries could not fix.
         """
         return await self._loop.run_async(
-            self._execute(thread_id, operation, record, mutates, repeatable, step_call)
+            self._execute(thread_id, operation, record, mutates, repeatable, step_call, resumable)
         )
 
     def execute(
@@ -213,10 +261,11 @@ class SandboxRuntime:
         mutates: bool = True,
         repeatable: bool = False,
         step_call: StepCall | None = None,
+        resumable: bool = False,
     ) -> Outcome[T]:
         """Blocking twin of :meth:`aexecute` (for sync code and ToolNode worker threads)."""
         return self._loop.run_sync(
-            self._execute(thread_id, operation, record, mutates, repeatable, step_call)
+            self._execute(thread_id, operation, record, mutates, repeatable, step_call, resumable)
         )
 
     def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -231,6 +280,7 @@ class SandboxRuntime:
         mutates: bool,
         repeatable: bool,
         step_call: StepCall | None,
+        resumable: bool,
     ) -> Outcome[T]:
         async with self._pool.use(thread_id) as thread:
             return await self._engine.run(
@@ -240,6 +290,7 @@ class SandboxRuntime:
                 mutates=mutates,
                 repeatable=repeatable,
                 step_call=step_call,
+                resumable=resumable,
             )
 
     # -- public operations -------------------------------------------------------------------
@@ -251,6 +302,7 @@ class SandboxRuntime:
         run: Callable[[Session, float | None], Awaitable[ExecutionResult]],
         record: SandboxState | None,
         step_call: StepCall | None,
+        resumable: bool,
     ) -> Outcome[ExecutionResult]:
         """Run code or a command (``run(session, timeout)``) with ``timeout`` capped to the
         session's limit; the result says if it was cut."""
@@ -260,7 +312,9 @@ class SandboxRuntime:
             return (await run(session, capped)).with_notices(*notices)
 
         return _as_execution(
-            await self.aexecute(thread_id, _run, record=record, step_call=step_call)
+            await self.aexecute(
+                thread_id, _run, record=record, step_call=step_call, resumable=resumable
+            )
         )
 
     async def arun_code(
@@ -272,6 +326,7 @@ class SandboxRuntime:
         record: SandboxState | None = None,
         on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
+        resumable: bool = False,
     ) -> Outcome[ExecutionResult]:
         """Run Python in the thread's stateful interpreter.
 
@@ -284,6 +339,7 @@ class SandboxRuntime:
             lambda session, capped: session.run_code(code, timeout=capped, on_output=on_output),
             record,
             step_call,
+            resumable,
         )
 
     def run_code(
@@ -295,6 +351,7 @@ class SandboxRuntime:
         record: SandboxState | None = None,
         on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
+        resumable: bool = False,
     ) -> Outcome[ExecutionResult]:
         """Blocking twin of :meth:`arun_code`."""
         return self._loop.run_sync(
@@ -305,6 +362,7 @@ class SandboxRuntime:
                 record=record,
                 on_output=on_output,
                 step_call=step_call,
+                resumable=resumable,
             )
         )
 
@@ -318,6 +376,7 @@ class SandboxRuntime:
         record: SandboxState | None = None,
         on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
+        resumable: bool = False,
     ) -> Outcome[ExecutionResult]:
         """Run a shell command in the thread's sandbox (``cwd`` defaults to the workspace).
 
@@ -331,6 +390,7 @@ class SandboxRuntime:
             ),
             record,
             step_call,
+            resumable,
         )
 
     def run_command(
@@ -343,6 +403,7 @@ class SandboxRuntime:
         record: SandboxState | None = None,
         on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
+        resumable: bool = False,
     ) -> Outcome[ExecutionResult]:
         """Blocking twin of :meth:`arun_command`."""
         return self._loop.run_sync(
@@ -354,6 +415,7 @@ class SandboxRuntime:
                 record=record,
                 on_output=on_output,
                 step_call=step_call,
+                resumable=resumable,
             )
         )
 
@@ -367,6 +429,7 @@ class SandboxRuntime:
         record: SandboxState | None = None,
         on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
+        resumable: bool = False,
     ) -> Outcome[ExecutionResult]:
         """Run a command in the thread's persistent shell: ``cd`` and ``export`` carry over to
         its next commands, and across a resume or fork (they travel with the workspace's
@@ -383,6 +446,7 @@ class SandboxRuntime:
             ),
             record,
             step_call,
+            resumable,
         )
 
     def run_shell(
@@ -395,6 +459,7 @@ class SandboxRuntime:
         record: SandboxState | None = None,
         on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
+        resumable: bool = False,
     ) -> Outcome[ExecutionResult]:
         """Blocking twin of :meth:`arun_shell`."""
         return self._loop.run_sync(
@@ -406,6 +471,7 @@ class SandboxRuntime:
                 record=record,
                 on_output=on_output,
                 step_call=step_call,
+                resumable=resumable,
             )
         )
 
@@ -416,6 +482,7 @@ class SandboxRuntime:
         *,
         record: SandboxState | None = None,
         step_call: StepCall | None = None,
+        resumable: bool = False,
     ) -> Outcome[None]:
         """Write files into the thread's workspace (parents are created)."""
 
@@ -423,7 +490,12 @@ class SandboxRuntime:
             await session.write_files(files)
 
         return await self.aexecute(
-            thread_id, _write, record=record, repeatable=True, step_call=step_call
+            thread_id,
+            _write,
+            record=record,
+            repeatable=True,
+            step_call=step_call,
+            resumable=resumable,
         )
 
     def write_files(
@@ -433,10 +505,13 @@ class SandboxRuntime:
         *,
         record: SandboxState | None = None,
         step_call: StepCall | None = None,
+        resumable: bool = False,
     ) -> Outcome[None]:
         """Blocking twin of :meth:`awrite_files`."""
         return self._loop.run_sync(
-            self.awrite_files(thread_id, files, record=record, step_call=step_call)
+            self.awrite_files(
+                thread_id, files, record=record, step_call=step_call, resumable=resumable
+            )
         )
 
     async def aread_files(
@@ -512,6 +587,7 @@ class SandboxRuntime:
         record: SandboxState | None = None,
         on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
+        resumable: bool = False,
     ) -> Outcome[ExecutionResult]:
         """Install packages into the thread's sandbox (validated before any sandbox is touched);
         the installer's output goes to ``on_output`` while it runs."""
@@ -524,7 +600,12 @@ class SandboxRuntime:
 
         return _as_execution(
             await self.aexecute(
-                thread_id, _install, record=record, repeatable=True, step_call=step_call
+                thread_id,
+                _install,
+                record=record,
+                repeatable=True,
+                step_call=step_call,
+                resumable=resumable,
             )
         )
 
@@ -537,6 +618,7 @@ class SandboxRuntime:
         record: SandboxState | None = None,
         on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
+        resumable: bool = False,
     ) -> Outcome[ExecutionResult]:
         """Blocking twin of :meth:`ainstall_packages`."""
         return self._loop.run_sync(
@@ -547,6 +629,7 @@ class SandboxRuntime:
                 record=record,
                 on_output=on_output,
                 step_call=step_call,
+                resumable=resumable,
             )
         )
 

@@ -109,6 +109,10 @@ class SessionPool:
         slot = self._slots.get(thread_id)
         return slot.thread if slot is not None else None
 
+    def threads(self) -> list[ThreadSandbox]:
+        """Every thread the pool knows, with or without a live session."""
+        return [slot.thread for slot in list(self._slots.values())]
+
     # -- the engine's SessionHost --------------------------------------------------------------
 
     async def provider(self) -> Provider:
@@ -184,9 +188,15 @@ class SessionPool:
         if self.closed:
             raise SessionClosedError("This SandboxRuntime is closed.")
 
-    async def _discard(self, slot: _Slot) -> None:
+    async def _discard(self, slot: _Slot, why: str | None = None) -> None:
+        """Close the slot's session; ``why`` (the pool closed it on its own) is told to the
+        thread's next call, so a notice that earlier state is gone also says what happened."""
+        # A snapshot still being written behind needs the session; it finishes first.
+        await slot.thread.settle()
         session = slot.thread.take_session()
         if session is not None:
+            if why is not None:
+                slot.thread.late_notices.append(f"The thread's previous sandbox was closed {why}.")
             await self.close(session)
 
     async def _make_room(self, keep: int) -> None:
@@ -197,7 +207,9 @@ class SessionPool:
             return
         idle = sorted((s for s in live if s.users == 0), key=lambda s: s.last_used)
         for slot in idle[:excess]:
-            await self._discard(slot)
+            await self._discard(
+                slot, f"to stay within the runtime's max_sessions={self.max_sessions}"
+            )
 
     # -- the idle reaper and shutdown ----------------------------------------------------------
 
@@ -216,7 +228,7 @@ class SessionPool:
         deadline = time.monotonic() - ttl
         for slot in list(self._slots.values()):
             if slot.thread.session is not None and slot.users == 0 and slot.last_used < deadline:
-                await self._discard(slot)
+                await self._discard(slot, f"after {ttl:g} s idle (the runtime's idle_ttl)")
 
     async def shutdown(self) -> None:
         """Stop the reaper, close every session and the provider's clients."""
@@ -226,6 +238,7 @@ class SessionPool:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
         await asyncio.gather(*self._closing, return_exceptions=True)
+        await asyncio.gather(*(slot.thread.settle() for slot in self._slots.values()))
         sessions = [s for s in (slot.thread.take_session() for slot in self._slots.values()) if s]
         self._slots.clear()
         await asyncio.gather(*(self.close(s) for s in sessions))

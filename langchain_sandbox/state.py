@@ -11,9 +11,12 @@ as its reducer.
 
 from __future__ import annotations
 
+import logging
 from typing import TypedDict
 
 from langchain_sandbox.providers.base import SessionRecord
+
+logger = logging.getLogger(__name__)
 
 
 class SandboxState(TypedDict, total=False):
@@ -50,10 +53,28 @@ def merge_sandbox_state(left: SandboxState | None, right: SandboxState | None) -
     if not right:
         return dict(left)  # type: ignore[return-value]
     merged: SandboxState = dict(left)  # type: ignore[assignment]
+    if _diverged(left, right):
+        # Two sandbox states claim one revision: two workers ran the thread at once, or calls
+        # of one step did not see each other. The later update wins; the other's work is not in
+        # the merged record, and that must not go unnoticed.
+        logger.warning(
+            "two sandbox records claim revision %s with different heads (%s, %s); the record "
+            "keeps the second and the first one's sandbox changes are not in it",
+            right.get("revision", 0), left.get("head"), right.get("head"),
+        )  # fmt: skip
     if right.get("revision", 0) >= left.get("revision", 0):
         merged.update({k: v for k, v in right.items() if k != "exec_count"})  # type: ignore[typeddict-item]
     merged["exec_count"] = left.get("exec_count", 0) + right.get("exec_count", 0)
     return merged
+
+
+def _diverged(left: SandboxState, right: SandboxState) -> bool:
+    heads = left.get("head"), right.get("head")
+    return (
+        left.get("revision", 0) == right.get("revision", 0)
+        and None not in heads
+        and heads[0] != heads[1]
+    )
 
 
 __all__ = ["SandboxState", "merge_sandbox_state"]

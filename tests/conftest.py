@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import shutil
@@ -10,12 +11,16 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from langchain_sandbox.paths import ENVIRONMENTS_ENV, environments_dir
+from langchain_sandbox.providers.base import Provider
+from langchain_sandbox.runtime import SandboxRuntime
+from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 
 _HOME = tempfile.mkdtemp(prefix="lcsbx-tests-")
 
@@ -92,3 +97,30 @@ def _build_wheel(directory: Path, name: str, version: str, source: str) -> Path:
         for path, data in files.items():
             archive.writestr(path, data)
     return wheel
+
+
+@pytest.fixture
+def blob_snapshotter(tmp_path: Path) -> Snapshotter:
+    """A snapshotter on a blob directory of the test's own."""
+    return Snapshotter(LocalDirectoryBlobStore(tmp_path / "blobs"))
+
+
+@pytest.fixture
+def warm_runtime(
+    provider: Provider, blob_snapshotter: Snapshotter
+) -> Callable[..., contextlib.AbstractAsyncContextManager[SandboxRuntime]]:
+    """Runtimes on the directory's ``provider``: ``async with warm_runtime(**options)`` gives one
+    whose thread ``"t"`` made one call a checkpoint could resume from (``n = 0``), its snapshot
+    complete, and closes it afterwards."""
+
+    @contextlib.asynccontextmanager
+    async def make(**options: Any) -> AsyncIterator[SandboxRuntime]:
+        runtime = SandboxRuntime(provider, snapshotter=blob_snapshotter, **options)
+        try:
+            await runtime.arun_code("t", "n = 0", resumable=True)
+            await runtime.aflush()
+            yield runtime
+        finally:
+            await runtime.aclose()
+
+    return make

@@ -5,7 +5,7 @@ Run it:
     cd examples/langgraph_app && langgraph dev
 
 The server brings its own checkpointer, so every thread keeps its sandbox (files and variables)
-from one run to the next. Set ``SANDBOX_AGENT_MODEL`` (e.g. ``anthropic:claude-sonnet-4-5`` or
+from one run to the next. Set ``SANDBOX_AGENT_MODEL`` (e.g. ``anthropic:claude-sonnet-5-5`` or
 ``openai:gpt-4.1``, with that provider's API key and package installed) to talk to a real model;
 without it the agent runs the Python each user message contains, which needs no model and no
 network (handy to try the server, and what the test suite does).

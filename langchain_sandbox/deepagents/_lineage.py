@@ -9,26 +9,28 @@ the AI messages and tool calls of its own branch.
 
 So each call that changes the sandbox files its record (the snapshot of the sandbox after the
 call) under the key ``(thread, last human message id, AI message id, tool call id)`` in the
-snapshot store, next to the snapshot it names. The human message's id is there because a fork
-usually starts with a new human message, while a deterministic model (a test's scripted one)
-may reuse AI message and tool call ids on the new branch. A later call reads the conversation (``messages``, through the same LangGraph
-read hook Deep Agents' own ``StateBackend`` uses) and continues from the newest record filed by a
-tool call of an earlier AI message: the record its checkpoint implies, in this process or another.
+snapshot store, next to the snapshot it names (the key scheme is
+:mod:`langchain_sandbox.filed_records`, which ``gc`` reads too). The human message's id is there
+because a fork usually starts with a new human message, while a deterministic model (a test's
+scripted one) may reuse AI message and tool call ids on the new branch. A later call reads the
+conversation (``messages``, through the same LangGraph read hook Deep Agents' own
+``StateBackend`` uses) and continues from the newest record filed by a tool call of an earlier AI
+message: the record its checkpoint implies, in this process or another.
 Keys are written once and never change.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
 from langchain_sandbox.errors import SnapshotNotFoundError
+from langchain_sandbox.filed_records import conversation_turns, record_key
 from langchain_sandbox.runtime import SandboxRuntime, StepCall
 from langchain_sandbox.snapshots import BlobStore, Snapshotter
 from langchain_sandbox.state import SandboxState
@@ -71,13 +73,7 @@ def position_of(config: RunnableConfig | None) -> Position | None:
     except (KeyError, TypeError):
         return None
     answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    turns: list[tuple[tuple[str, str], AIMessage]] = []
-    human = ""
-    for message in messages:
-        if isinstance(message, HumanMessage):
-            human = str(message.id or "")
-        elif isinstance(message, AIMessage) and message.tool_calls and message.id:
-            turns.append(((human, str(message.id)), message))
+    turns = conversation_turns(messages)
     if not turns:
         return None
     turn, current = turns[-1]
@@ -103,29 +99,25 @@ class RecordBook:
         self.store = store
 
     @classmethod
-    def of(cls, runtime: SandboxRuntime) -> RecordBook | None:
-        """The book of a runtime that persists snapshots to a store; ``None`` otherwise (its
-        records could name no snapshot a new process could restore)."""
+    def of(cls, runtime: SandboxRuntime, resumable: bool) -> RecordBook | None:
+        """The book of a runtime that persists this call's snapshots (``resumable``: a checkpoint
+        can resume from it) to a store; ``None`` otherwise (its records could name no snapshot a
+        new process could restore)."""
         snapshotter = runtime.snapshotter
-        if runtime.persist == "never" or not isinstance(snapshotter, Snapshotter):
+        if not runtime.persists(resumable) or not isinstance(snapshotter, Snapshotter):
             return None
         return cls(snapshotter.store)
-
-    @staticmethod
-    def key(thread_id: str, turn: tuple[str, str], call_id: str) -> str:
-        name = json.dumps(["langchain-sandbox/deepagents-record", thread_id, *turn, call_id])
-        return hashlib.sha256(name.encode()).hexdigest()
 
     async def file(self, thread_id: str, position: Position, record: SandboxState) -> None:
         """File the record a tool call left the sandbox in."""
         data = json.dumps(dict(record), sort_keys=True).encode()
-        await self.store.put(self.key(thread_id, position.turn, position.step_call.call_id), data)
+        await self.store.put(record_key(thread_id, position.turn, position.step_call.call_id), data)
 
     async def latest(self, thread_id: str, position: Position) -> SandboxState | None:
         """The record the conversation before ``position`` left the sandbox in (``None``: no
         earlier call changed it)."""
         for turn, call_ids in position.earlier:
-            keys = {self.key(thread_id, turn, c) for c in call_ids}
+            keys = {record_key(thread_id, turn, c) for c in call_ids}
             present = keys - await self.store.missing(keys)
             found = await self.store.get_many(present) if present else {}
             records = [_parse(data) for data in found.values()]

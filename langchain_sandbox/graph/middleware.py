@@ -39,6 +39,7 @@ from langgraph.types import Command
 from langchain_sandbox.errors import ConfigurationError, SandboxError
 from langchain_sandbox.graph.channel import SandboxChannel
 from langchain_sandbox.graph.images import ImagePolicy, check_image_policy, messages_for_model
+from langchain_sandbox.graph.step_record import arequire_record_home, require_record_home
 from langchain_sandbox.graph.tool_calls import SandboxToolCallWrapper, ToolResult, is_sandbox_tool
 from langchain_sandbox.providers.base import Session
 from langchain_sandbox.runtime import SandboxRuntime
@@ -155,7 +156,13 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
     def before_agent(
         self, state: SandboxAgentState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """Create the thread's sandbox, or bring it to the checkpoint's record."""
+        """Create the thread's sandbox, or bring it to the checkpoint's record.
+
+        Raises:
+            ConfigurationError: the agent is a subgraph whose parent would drop the record.
+        """
+        if not state.get("sandbox"):
+            require_record_home(get_config())
         sandbox, thread_id = self._target(runtime)
         try:
             outcome = sandbox.execute(
@@ -169,6 +176,8 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         self, state: SandboxAgentState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Async twin of :meth:`before_agent`."""
+        if not state.get("sandbox"):
+            await arequire_record_home(get_config())
         sandbox, thread_id = self._target(runtime)
         try:
             outcome = await sandbox.aexecute(

@@ -36,6 +36,7 @@ from langgraph.func import task
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from langchain_sandbox.graph.step_record import acontinue_from_step, continue_from_step
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.tools.base import SandboxTool
 
@@ -260,21 +261,34 @@ class SandboxToolCallWrapper:
         )
 
     def wrap(self, request: ToolCallRequest, handler: SyncHandler) -> ToolResult:
-        """Sync wrapper: run the call (once) and return the channel update."""
+        """Sync wrapper: run the call (once) from the record it continues from
+        (:mod:`~langchain_sandbox.graph.step_record`) and return the channel update."""
         request = self._bind(request)
+
+        def execute() -> ToolResult:
+            if is_sandbox_tool(request.tool):
+                return handler(continue_from_step(request))
+            return handler(request)
+
         if not self._as_task(request):
-            return to_graph_update(handler(request), messages_key=self.messages_key)
+            return to_graph_update(execute(), messages_key=self.messages_key)
         with self._orders.turn(request):
-            future = _sync_task(lambda: handler(request))
+            future = _sync_task(execute)
         return to_graph_update(future.result(), messages_key=self.messages_key)
 
     async def awrap(self, request: ToolCallRequest, handler: AsyncHandler) -> ToolResult:
         """Async wrapper. ``ToolNode`` starts the calls of a message in order and the task is
         started before the first ``await``, so the order is already fixed here."""
         request = self._bind(request)
+
+        async def execute() -> ToolResult:
+            if is_sandbox_tool(request.tool):
+                return await handler(await acontinue_from_step(request))
+            return await handler(request)
+
         if not self._as_task(request):
-            return to_graph_update(await handler(request), messages_key=self.messages_key)
-        result = await _async_task(lambda: handler(request))
+            return to_graph_update(await execute(), messages_key=self.messages_key)
+        result = await _async_task(execute)
         return to_graph_update(result, messages_key=self.messages_key)
 
 

@@ -7,11 +7,14 @@ graph.add_node("tools", SandboxToolNode(SandboxToolkit().get_tools()))
 
 It is a plain ``ToolNode`` (any tool may sit next to the sandbox tools; errors, injection and
 ``Send`` inputs work as usual) with :class:`~langchain_sandbox.graph.tool_calls.SandboxToolCallWrapper`
-as its ``wrap_tool_call`` / ``awrap_tool_call``, and nothing else: it relies on ToolNode's public
-hooks only (``wrap_tool_call``, ``awrap_tool_call``, ``ToolCallRequest.override``, and the
-request's ``state``, ``tool_call`` and ``runtime.config``), pinned by
+as its ``wrap_tool_call`` / ``awrap_tool_call``, and a default ``handle_tool_errors`` that lets
+misconfiguration reach the developer. Of ToolNode it uses the public hooks only
+(``wrap_tool_call``, ``awrap_tool_call``, ``ToolCallRequest.override``, and the request's
+``state``, ``tool_call`` and ``runtime.config``); of the task config, the few keys
+:mod:`~langchain_sandbox.graph.step_record` reads. Both are pinned by
 ``tests/graph/test_tool_node_hooks.py``: each sandbox tool's record lands in the state's
-``sandbox`` key, and each sandbox call runs once even if the node is re-run after an interrupt.
+``sandbox`` key, each sandbox call runs once even if the node is re-run after an interrupt, and
+each starts from the record of its step (``Send`` fan-out, calls re-run after a crash).
 """
 
 from __future__ import annotations
@@ -21,13 +24,24 @@ from typing import Any
 
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import TOOL_CALL_ERROR_TEMPLATE
 
+from langchain_sandbox.errors import ConfigurationError
 from langchain_sandbox.graph.tool_calls import (
     SandboxToolCallWrapper,
     bind_runtime,
     is_sandbox_tool,
 )
 from langchain_sandbox.runtime import SandboxRuntime
+
+
+def _errors_for_the_model(error: Exception) -> str:
+    """``SandboxToolNode``'s ``handle_tool_errors=True``: a tool's failure becomes a message the
+    model reads, except misconfiguration (a graph that cannot keep the sandbox's record, a
+    missing extra...), which no model can fix and which reaches the developer."""
+    if isinstance(error, ConfigurationError):
+        raise error
+    return TOOL_CALL_ERROR_TEMPLATE.format(error=repr(error))
 
 
 class SandboxToolNode(ToolNode):
@@ -68,7 +82,9 @@ class SandboxToolNode(ToolNode):
             [bind_runtime(t, runtime) if isinstance(t, BaseTool) else t for t in tools],
             name=name,
             tags=tags,
-            handle_tool_errors=handle_tool_errors,
+            handle_tool_errors=(
+                _errors_for_the_model if handle_tool_errors is True else handle_tool_errors
+            ),
             messages_key=messages_key,
             wrap_tool_call=wrapper.wrap,
             awrap_tool_call=wrapper.awrap,

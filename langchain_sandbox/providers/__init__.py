@@ -13,6 +13,7 @@ from typing import Any
 from langchain_sandbox.errors import InvalidInputError
 from langchain_sandbox.providers.base import (
     Capabilities,
+    ChangeListing,
     FileInfo,
     Limits,
     OutputCallback,
@@ -57,6 +58,7 @@ def provider_class(name: str) -> type[Provider]:
 __all__ = [
     "PROVIDER_NAMES",
     "Capabilities",
+    "ChangeListing",
     "FileInfo",
     "Limits",
     "OutputCallback",

@@ -194,19 +194,49 @@ class FileInfo:
 
 
 @dataclass(frozen=True)
+class ChangeListing:
+    """A recursive listing of the workspace with the contents of the files that changed, as
+    :meth:`Session.list_changes` returns it.
+
+    Attributes:
+        files: Every entry, as :meth:`Session.list_files` lists them (``recursive=True``); a
+            file with contents is listed with its stat after its contents were read.
+        contents: path -> bytes of some of the regular files not in ``known`` with that size and
+            mtime (a file over the provider's bundling cap, one that changed while it was read,
+            or one that is not a regular file has none: read those with :meth:`Session.read_files`).
+    """
+
+    files: tuple[FileInfo, ...]
+    contents: Mapping[str, bytes]
+
+
+@dataclass(frozen=True)
 class VariablesDump:
-    """The picklable part of a session's Python globals.
+    """A session's Python globals, pickled inside the sandbox as one object graph.
 
     Attributes:
         data: Opaque bytes for :meth:`Session.load_variables` (produced by
-            :mod:`langchain_sandbox.providers.kernel_state`).
+            :mod:`langchain_sandbox.providers.kernel_state`; the host never unpickles them).
         saved: Names captured.
-        skipped: Names that could not be captured (unpicklable values); a restore tells the model.
+        skipped: Names that were not captured; a restore tells the model.
+        reasons: Why each skipped name was left out (its value cannot be pickled, or the dump
+            would have been larger than allowed with it), said when the dump is made.
     """
 
     data: bytes
     saved: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+    def notice(self) -> str | None:
+        """The message for the model naming what was not captured and why, or ``None``."""
+        if not self.skipped:
+            return None
+        described = "; ".join(
+            f"{name} ({self.reasons[name]})" if name in self.reasons else name
+            for name in self.skipped
+        )
+        return f"Python variables not saved with this snapshot: {described}."
 
 
 class Session(ABC):
@@ -339,6 +369,22 @@ class Session(ABC):
             shell_script(command, cwd), timeout=timeout, on_output=on_output
         )
 
+    def carry_head(self, name: str, value: str) -> bool:
+        """Set the interpreter's global ``name`` to ``value`` with the session's next request to
+        its interpreter, so marking the sandbox's head (see
+        :mod:`~langchain_sandbox.rehydration`) costs no round trip of its own.
+
+        Returns whether the session can; :attr:`carried_head` then says when it did. The default
+        cannot (a provider's own kernel API takes only the user's code): the caller sets the
+        global with a call of its own.
+        """
+        return False
+
+    @property
+    def carried_head(self) -> str | None:
+        """The last value :meth:`carry_head` delivered to the interpreter, if any."""
+        return None
+
     @abstractmethod
     async def write_files(self, files: Mapping[str, bytes]) -> None:
         """Write files (creating parent directories). Paths resolve inside the workspace."""
@@ -351,18 +397,51 @@ class Session(ABC):
     async def list_files(self, path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
         """List a directory of the workspace (every descendant when ``recursive``)."""
 
+    async def list_changes(
+        self, known: Mapping[str, tuple[int, int]], *, max_bytes: int
+    ) -> ChangeListing | None:
+        """List the whole workspace and read, in the same request where the provider allows it,
+        the regular files whose ``(size, mtime_ns)`` differ from ``known`` (up to ``max_bytes`` of
+        contents in all), so a snapshot of a changed workspace costs one round trip.
+
+        The default returns ``None``: the provider has no cheaper way than :meth:`list_files`
+        then :meth:`read_files`, which the caller uses instead.
+        """
+        return None
+
     @abstractmethod
     async def remove_files(self, paths: Sequence[str]) -> None:
         """Remove files or directories (recursively). Missing paths are ignored."""
 
-    @abstractmethod
-    async def dump_variables(self) -> VariablesDump:
-        """Capture the picklable globals of the Python interpreter."""
+    async def dump_variables(self, *, max_bytes: int | None = None) -> VariablesDump:
+        """Capture the globals of the Python interpreter as one object graph
+        (:mod:`~langchain_sandbox.providers.kernel_state` says exactly what survives).
+
+        ``max_bytes`` (default: ``spec.limits.max_file_bytes``) bounds the dump: past it, the
+        largest variables are left out until the rest fits, and named in ``skipped`` with the
+        reason, like the values that cannot be pickled. The live variables are never touched.
+        """
+        limit = self.spec.limits.max_file_bytes if max_bytes is None else max_bytes
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+            raise InvalidInputError(f"max_bytes must be a positive integer, not {max_bytes!r}.")
+        return await self._dump_variables(limit)
+
+    async def load_variables(self, data: bytes) -> dict[str, str]:
+        """Make the user globals those captured by :meth:`dump_variables` (globals the dump does
+        not have are removed, so a live interpreter ends as a fresh one would); returns the names
+        that could not be restored, each with the reason (a package this sandbox lacks)."""
+        if not isinstance(data, bytes):
+            raise InvalidInputError("Variables must be the bytes of a VariablesDump.")
+        return await self._load_variables(data)
 
     @abstractmethod
-    async def load_variables(self, data: bytes) -> list[str]:
-        """Restore globals captured by :meth:`dump_variables`; returns the names that could not be
-        restored."""
+    async def _dump_variables(self, max_bytes: int) -> VariablesDump:
+        """:meth:`dump_variables` with a checked limit, transferred whole (never as one line
+        of a protocol that bounds its lines)."""
+
+    @abstractmethod
+    async def _load_variables(self, data: bytes) -> dict[str, str]:
+        """:meth:`load_variables` with checked bytes."""
 
     @abstractmethod
     async def is_alive(self) -> bool:
@@ -466,6 +545,7 @@ __all__ = [
     "WORKSPACE_ROOT",
     "Artifact",
     "Capabilities",
+    "ChangeListing",
     "ExecutionError",
     "ExecutionResult",
     "FileInfo",

@@ -39,42 +39,73 @@ STATE_PATH = f"{WORKSPACE_ROOT}/.langchain_sandbox/shell_state.sh"
 
 _STATE_RELATIVE = relative_path(STATE_PATH)
 
-_ESCAPES = {
-    "\\": "\\\\",
-    "'": "\\'",
-    **{chr(n): f"\\x{n:02x}" for n in (*range(1, 32), 127)},
-}
+_ESCAPES = str.maketrans(
+    {
+        "\\": "\\\\",
+        "'": "\\'",
+        **{chr(n): f"\\x{n:02x}" for n in (*range(1, 32), 127)},
+    }
+)
 """How :func:`_one_line` writes the characters a ``$'...'`` word cannot hold as they are."""
 
 # Every name the wrapper uses starts with __lcs_ and none is exported, so none is saved.
+#
+# Each process the wrapper starts costs a fork (and an exec), a large share of a command as small
+# as ``echo hi`` (more in a sandbox under load), so a command that leaves the state as it was
+# starts none of the wrapper's:
+# - __lcs_list_exported lists the exported variables through a file in /tmp (outside the
+#   workspace: snapshots never see it), as $(compgen -e) would fork. The list ends with the
+#   shell's pid, so a shell that reads another's list (two commands at once) notices and forks;
+# - the state is built with ``printf -v`` and compared with the file as it is when the command
+#   ends (the command may have changed or removed it), read with ``read``; only a change costs a
+#   ``mv``, from a temporary name that noclobber (``set -C``) makes as safe as a mktemp one.
+# Comparisons use ``[ = ]``, which a command's ``shopt -s nocasematch`` cannot make case-blind;
+# ``local -`` with ``set +eu`` keeps a command's ``set -e``/``-u`` out of the save, and the save
+# starts with xtrace off (silently) so a command's ``set -x`` does not trace it.
 _PROLOGUE = r"""
 __lcs_root=$PWD
 __lcs_state="$__lcs_root/%(state)s"
+__lcs_names=/tmp/.langchain_sandbox_exported
+__lcs_list_exported() {
+  { compgen -e && printf '%%s\n' "$$"; } 2>/dev/null >|"$__lcs_names" \
+    && mapfile -t __lcs_exported <"$__lcs_names" \
+    && (( ${#__lcs_exported[@]} )) && [ "${__lcs_exported[-1]}" = "$$" ] \
+    && unset -v '__lcs_exported[-1]' && return 0
+  mapfile -t __lcs_exported < <(compgen -e)
+}
 declare -A __lcs_start=()
-for __lcs_name in $(compgen -e); do __lcs_start[$__lcs_name]=${!__lcs_name}; done
+__lcs_list_exported
+for __lcs_name in "${__lcs_exported[@]}"; do __lcs_start[$__lcs_name]=${!__lcs_name}; done
 __lcs_save() {
   [[ -z ${__lcs_saved-} ]] || return 0
   __lcs_saved=1
-  local dir=${__lcs_state%%/*} tmp name
+  local - dir=${__lcs_state%%/*} new line old= tmp name
+  set +eu -C
   declare -A now=()
-  mkdir -p -- "$dir" 2>/dev/null && tmp=$(mktemp "$dir/.shell_state.XXXXXX" 2>/dev/null) || return 0
-  {
-    case $PWD in
-      "$__lcs_root") printf '__lcs_cwd=.\n' ;;
-      "$__lcs_root"/*) printf '__lcs_cwd=%%q\n' "${PWD#"$__lcs_root"/}" ;;
-      *) printf '__lcs_cwd=%%q\n' "$PWD" ;;
-    esac
-    for name in $(compgen -e); do
-      now[$name]=1
-      case $name in PWD|OLDPWD|SHLVL|_) continue ;; esac
-      if [[ ! -v "__lcs_start[$name]" || "${__lcs_start[$name]}" != "${!name}" ]]; then
-        printf 'export %%s=%%q\n' "$name" "${!name}"
-      fi
-    done
-    for name in "${!__lcs_start[@]}"; do
-      [[ -v "now[$name]" ]] || printf 'unset -v %%s\n' "$name"
-    done
-  } >"$tmp" && mv -f -- "$tmp" "$__lcs_state" || rm -f -- "$tmp"
+  if [ "$PWD" = "$__lcs_root" ]; then
+    new=$'__lcs_cwd=.\n'
+  elif [ "${PWD#"$__lcs_root"/}" != "$PWD" ]; then
+    printf -v new '__lcs_cwd=%%q\n' "${PWD#"$__lcs_root"/}"
+  else
+    printf -v new '__lcs_cwd=%%q\n' "$PWD"
+  fi
+  __lcs_list_exported
+  for name in "${__lcs_exported[@]}"; do
+    now[$name]=1
+    case $name in PWD|OLDPWD|SHLVL|_) continue ;; esac
+    if [[ ! -v "__lcs_start[$name]" ]] || [ "${__lcs_start[$name]}" != "${!name}" ]; then
+      printf -v line 'export %%s=%%q\n' "$name" "${!name}"
+      new+=$line
+    fi
+  done
+  for name in "${!__lcs_start[@]}"; do
+    [[ -v "now[$name]" ]] || new+="unset -v $name"$'\n'
+  done
+  [[ -f $__lcs_state ]] && IFS= read -r -d '' old <"$__lcs_state"
+  [ "$new" = "$old" ] && return 0
+  [[ -d $dir ]] || mkdir -p -- "$dir" 2>/dev/null || return 0
+  tmp=$dir/.shell_state.$$.$RANDOM
+  { printf '%%s' "$new" >"$tmp"; } 2>/dev/null && mv -f -- "$tmp" "$__lcs_state" || rm -f -- "$tmp"
 }
 if [[ -f $__lcs_state ]]; then
   . "$__lcs_state"
@@ -84,7 +115,7 @@ if [[ -f $__lcs_state ]]; then
       "$__lcs_dir" "$__lcs_root" >&2
   fi
 fi
-trap __lcs_save EXIT
+trap '{ set +x; } 2>/dev/null; __lcs_save' EXIT
 trap '__lcs_saved=1; exit 129' HUP
 trap '__lcs_saved=1; exit 130' INT
 trap '__lcs_saved=1; exit 143' TERM
@@ -103,7 +134,6 @@ def shell_script(command: str, cwd: str | None = None) -> str:
         raise InvalidInputError("command must be a non-empty string.")
     if "\x00" in command:
         raise InvalidInputError("command contains a NUL byte, which no shell command can hold.")
-    prologue = _PROLOGUE % {"state": _STATE_RELATIVE}
     change = ""
     if cwd is not None:
         where = relative_path(resolve_path(cwd))
@@ -112,15 +142,19 @@ def shell_script(command: str, cwd: str | None = None) -> str:
     # messages about the command as it would for a plain ``bash -c command``. The save after
     # eval covers a command that replaced the EXIT trap with its own.
     return (
-        f'__lcs_prologue={_one_line(prologue)}; eval "$__lcs_prologue"; {change}'
+        f'__lcs_prologue={_PROLOGUE_WORD}; eval "$__lcs_prologue"; {change}'
         f'__lcs_command={_one_line(command)}; eval "$__lcs_command"; '
-        "__lcs_status=$?; __lcs_save; exit $__lcs_status"
+        "{ __lcs_status=$?; set +x; } 2>/dev/null; __lcs_save; exit $__lcs_status"
     )
 
 
 def _one_line(text: str) -> str:
     """``text`` as one bash ``$'...'`` word with no raw newline (control characters escaped)."""
-    return "$'" + "".join(_ESCAPES.get(c, c) for c in text) + "'"
+    return "$'" + text.translate(_ESCAPES) + "'"
+
+
+_PROLOGUE_WORD = _one_line(_PROLOGUE % {"state": _STATE_RELATIVE})
+"""The prologue as the ``$'...'`` word every script starts with (built once: it never changes)."""
 
 
 __all__ = ["STATE_PATH", "shell_script"]

@@ -10,7 +10,9 @@ async methods (the synchronous ``SqliteStore``) is driven through its ``batch`` 
 
 * ``(*namespace, "data")`` / key -> ``{"b64": <base64 of the bytes>}``, fetched only to restore;
 * ``(*namespace, "index")`` / key -> ``{"size": n}``, small, used to answer ``missing`` and to list
-  blobs for ``gc`` without moving their contents.
+  blobs for ``gc`` without moving their contents;
+* ``(*namespace, "checkpointers")`` / sha256 of a name -> ``{"name": ...}``: the checkpointers
+  whose checkpoints reference the blobs (:mod:`langchain_sandbox.checkpointer_names`).
 
 The data item is written before the index item, in separate batches, so an index entry always
 names a blob whose data is there. Vector indexing is disabled for both (``index=False``).
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import hashlib
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -64,6 +67,7 @@ class LangGraphStoreBlobStore(BlobStore):
         self.namespace = tuple(namespace)
         self._data_ns = (*self.namespace, "data")
         self._index_ns = (*self.namespace, "index")
+        self._checkpointers_ns = (*self.namespace, "checkpointers")
 
     def __repr__(self) -> str:
         return f"LangGraphStoreBlobStore({type(self.store).__name__}, namespace={self.namespace!r})"
@@ -115,6 +119,10 @@ class LangGraphStoreBlobStore(BlobStore):
     async def put(self, key: str, data: bytes) -> None:
         await self.put_many({key: data})
 
+    async def replace(self, key: str, data: bytes) -> None:
+        # A put overwrites the item in place: no moment without the blob.
+        await self.put_many({key: data})
+
     async def put_many(self, blobs: Mapping[str, bytes]) -> None:
         checked = {check_key(key): data for key, data in blobs.items()}
         if not checked:
@@ -149,27 +157,47 @@ class LangGraphStoreBlobStore(BlobStore):
         await self._batch([PutOp(self._index_ns, key, None) for key in unique])
         await self._batch([PutOp(self._data_ns, key, None) for key in unique])
 
-    async def iter_blobs(self) -> AsyncIterator[BlobInfo]:
+    async def note_checkpointer(self, name: str) -> None:
+        await self._batch(
+            [PutOp(self._checkpointers_ns, _name_key(name), {"name": name}, index=False)]
+        )
+
+    async def checkpointers(self) -> set[str]:
+        names: set[str] = set()
+        async for item in self._search(self._checkpointers_ns):
+            name = item.value.get("name")
+            if isinstance(name, str):
+                names.add(name)
+        return names
+
+    async def forget_checkpointer(self, name: str) -> None:
+        await self._batch([PutOp(self._checkpointers_ns, _name_key(name), None)])
+
+    async def _search(self, namespace: tuple[str, ...]) -> AsyncIterator[Item]:
+        """Every item directly in ``namespace``, a page at a time."""
         offset = 0
         while True:
             [page] = await self._batch(
-                [SearchOp(self._index_ns, limit=_PAGE, offset=offset, refresh_ttl=False)]
+                [SearchOp(namespace, limit=_PAGE, offset=offset, refresh_ttl=False)]
             )
             if not isinstance(page, list):
                 return
             for item in page:
-                if not isinstance(item, Item):
-                    continue
-                size = item.value.get("size")
-                if (
-                    item.namespace == self._index_ns
-                    and is_digest(item.key)
-                    and isinstance(size, int)
-                ):
-                    yield BlobInfo(key=item.key, size=size, modified_at=item.updated_at.timestamp())
+                if isinstance(item, Item) and item.namespace == namespace:
+                    yield item
             if len(page) < _PAGE:
                 return
             offset += len(page)
+
+    async def iter_blobs(self) -> AsyncIterator[BlobInfo]:
+        async for item in self._search(self._index_ns):
+            size = item.value.get("size")
+            if is_digest(item.key) and isinstance(size, int):
+                yield BlobInfo(key=item.key, size=size, modified_at=item.updated_at.timestamp())
+
+
+def _name_key(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()
 
 
 __all__ = ["DEFAULT_NAMESPACE", "LangGraphStoreBlobStore"]

@@ -5,7 +5,9 @@ thousand entries. The root is created with mode 0700 and blobs with 0600 (snapsh
 user's files and variables). Writes go to a temporary file in the same directory and are moved
 into place with ``os.replace``, so a reader (or a crash) never sees half a blob; with
 ``durable=True`` (the default) the file and its directory are fsynced first, so a checkpoint that
-names a snapshot never outlives the snapshot's blobs after a power cut.
+names a snapshot never outlives the snapshot's blobs after a power cut. :meth:`put_many` writes a
+whole batch of temporary files, makes them durable with one ``syncfs`` (not two ``fsync`` per
+blob: 10,000 small files took seconds), renames them all and syncs once more.
 
 Default root: ``$LANGCHAIN_SANDBOX_HOME/blobs`` if that variable is set, else
 ``$XDG_DATA_HOME/langchain-sandbox/blobs`` (``~/.local/share/langchain-sandbox/blobs``).
@@ -15,15 +17,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import functools
+import hashlib
+import json
 import os
 import tempfile
-from collections.abc import AsyncIterator, Iterable
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 from langchain_sandbox.errors import SandboxError, SnapshotNotFoundError
 from langchain_sandbox.paths import HOME_ENV, data_dir
 from langchain_sandbox.snapshots.manifest import is_digest
 from langchain_sandbox.snapshots.store import BlobInfo, BlobStore, check_key
+
+ABANDONED_WRITE_SECONDS = 3600.0
+"""Age of a put's temporary file (``.tmp-*``) after which ``gc`` removes it, whatever its grace
+period: a put (or a batch of them) writes its files in one go and renames them as soon as they
+are synced, so one untouched for an hour belongs to a writer that was killed."""
+
+_TEMP_PREFIX = ".tmp-"
+_CHECKPOINTERS = "checkpointers"
+"""Subdirectory of the names of the checkpointers the store serves, one small JSON file each (its
+name is not two characters long, so it is never taken for a fan-out directory of blobs)."""
+
+T = TypeVar("T")
 
 
 def default_blob_dir() -> Path:
@@ -65,21 +85,77 @@ class LocalDirectoryBlobStore(BlobStore):
             raise _store_error("read", exc) from exc
 
     async def put(self, key: str, data: bytes) -> None:
+        await self._store(key, data, replace=False)
+
+    async def replace(self, key: str, data: bytes) -> None:
+        # os.replace swaps the file atomically: a reader sees the corrupt copy or the good one.
+        await self._store(key, data, replace=True)
+
+    async def _store(self, key: str, data: bytes, *, replace: bool) -> None:
         path = self._path(key)
         try:
-            await asyncio.to_thread(self._write, path, data)
+            await asyncio.to_thread(self._write, path, data, replace=replace)
         except OSError as exc:
             raise _store_error("write", exc) from exc
 
-    def _write(self, path: Path, data: bytes) -> None:
-        if path.exists():
+    async def put_many(self, blobs: Mapping[str, bytes]) -> None:
+        if not blobs:
             return
+        keys = [check_key(key) for key in blobs]
+        try:
+            await asyncio.to_thread(self._write_many, {key: blobs[key] for key in keys})
+        except OSError as exc:
+            raise _store_error("write", exc) from exc
+
+    def _write_many(self, blobs: Mapping[str, bytes]) -> None:
+        """Write a batch: temporary files first, one sync, renames, one sync (see the module
+        docs). A crash leaves at most temporary files, never a blob with half its bytes."""
+        sync = _syncfs() if self.durable else None
+        if sync is None and self.durable:
+            for key, data in blobs.items():
+                self._write(self._path(key), data)
+            return
+        root = os.fspath(self.root)
+        batch = os.urandom(8).hex()  # unique per call: another batch may write the same key now
+        fanouts: set[str] = set()
+        staged: list[tuple[str, str]] = []
+        try:
+            for key, data in blobs.items():
+                final = os.path.join(root, key[:2], key[2:])
+                if os.path.exists(final):
+                    continue
+                if key[:2] not in fanouts:
+                    self._prepare(self.root / key[:2] / key[2:])
+                    fanouts.add(key[:2])
+                tmp = os.path.join(root, key[:2], f"{_TEMP_PREFIX}{batch}-{len(staged)}")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+                staged.append((tmp, final))
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+            if sync is not None and staged:
+                sync(self.root)
+            for tmp, final in staged:
+                os.replace(tmp, final)
+            renamed, staged = bool(staged), []
+        finally:
+            for tmp, _ in staged:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        if sync is not None and renamed:
+            sync(self.root)
+
+    def _prepare(self, path: Path) -> None:
         if not self._root_ready:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.chmod(self.root, 0o700)
             self._root_ready = True
         path.parent.mkdir(mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+
+    def _write(self, path: Path, data: bytes, *, replace: bool = False) -> None:
+        if not replace and path.exists():
+            return
+        self._prepare(path)
+        fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
@@ -99,9 +175,12 @@ class LocalDirectoryBlobStore(BlobStore):
                 os.close(dir_fd)
 
     async def missing(self, keys: Iterable[str]) -> set[str]:
-        paths = {key: self._path(key) for key in keys}
+        # Plain strings, not Path objects: a restore looks up every blob of a snapshot (100,000
+        # files), and building Paths cost more than the stat calls.
+        root = os.fspath(self.root)
+        paths = {key: os.path.join(root, key[:2], key[2:]) for key in map(check_key, keys)}
         return await asyncio.to_thread(
-            lambda: {key for key, path in paths.items() if not path.exists()}
+            lambda: {key for key, path in paths.items() if not os.path.exists(path)}
         )
 
     async def delete(self, keys: Iterable[str]) -> None:
@@ -113,6 +192,79 @@ class LocalDirectoryBlobStore(BlobStore):
         for path in paths:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+    async def note_checkpointer(self, name: str) -> None:
+        await self._checkpointer_io("write", self._note, name)
+
+    async def checkpointers(self) -> set[str]:
+        return await self._checkpointer_io("read", self._read_checkpointers)
+
+    async def forget_checkpointer(self, name: str) -> None:
+        await self._checkpointer_io("write", self._forget, name)
+
+    async def _checkpointer_io(self, action: str, work: Callable[..., T], *args: Any) -> T:
+        try:
+            return await asyncio.to_thread(work, *args)
+        except OSError as exc:
+            raise _store_error(action, exc, "a checkpointer's name") from exc
+
+    def _checkpointer_file(self, name: str) -> Path:
+        return self.root / _CHECKPOINTERS / f"{hashlib.sha256(name.encode()).hexdigest()}.json"
+
+    def _note(self, name: str) -> None:
+        self._write(self._checkpointer_file(name), json.dumps({"name": name}).encode())
+
+    def _read_checkpointers(self) -> set[str]:
+        try:
+            entries = list(os.scandir(self.root / _CHECKPOINTERS))
+        except FileNotFoundError:
+            return set()
+        names: set[str] = set()
+        for entry in entries:
+            if entry.name.startswith(_TEMP_PREFIX):
+                continue
+            try:
+                with open(entry.path, encoding="utf-8") as handle:
+                    names.add(str(json.load(handle)["name"]))
+            except FileNotFoundError:  # forgotten meanwhile
+                continue
+            except (ValueError, KeyError, TypeError):
+                raise SandboxError(
+                    f"The local snapshot store's entry {_CHECKPOINTERS}/{entry.name} (a "
+                    "checkpointer's name) is unreadable; delete that file inside the store."
+                ) from None
+        return names
+
+    def _forget(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._checkpointer_file(name).unlink()
+
+    async def remove_abandoned_writes(self, *, dry_run: bool = False) -> tuple[int, int]:
+        """Remove the temporary files of puts whose writer died (untouched for
+        :data:`ABANDONED_WRITE_SECONDS`); a live put's file is younger and is left alone."""
+        return await asyncio.to_thread(self._remove_abandoned, dry_run)
+
+    def _remove_abandoned(self, dry_run: bool) -> tuple[int, int]:
+        cutoff = time.time() - ABANDONED_WRITE_SECONDS
+        count = size = 0
+        for fanout in self._fanouts():
+            try:
+                entries = list(os.scandir(self.root / fanout))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                if not entry.name.startswith(_TEMP_PREFIX):
+                    continue
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                    if stat.st_mtime > cutoff:
+                        continue
+                    if not dry_run:
+                        os.unlink(entry.path)
+                except FileNotFoundError:  # renamed or removed meanwhile
+                    continue
+                count, size = count + 1, size + stat.st_size
+        return count, size
 
     async def iter_blobs(self) -> AsyncIterator[BlobInfo]:
         for fanout in sorted(await asyncio.to_thread(self._fanouts)):
@@ -146,12 +298,32 @@ class LocalDirectoryBlobStore(BlobStore):
         return infos
 
 
-def _store_error(action: str, exc: OSError) -> SandboxError:
+@functools.cache
+def _syncfs() -> Callable[[Path], None] | None:
+    """``syncfs(2)`` (flush one filesystem), or ``None`` where the C library lacks it."""
+    try:
+        libc_syncfs = ctypes.CDLL(None, use_errno=True).syncfs
+    except (AttributeError, OSError):
+        return None
+
+    def sync(path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            if libc_syncfs(fd) != 0:
+                error = ctypes.get_errno()
+                raise OSError(error, os.strerror(error))
+        finally:
+            os.close(fd)
+
+    return sync
+
+
+def _store_error(action: str, exc: OSError, what: str = "a blob") -> SandboxError:
     # The message reaches the model (as a notice) and logs: it names the failure, never the
     # store's host path, which may contain the user's home directory.
     return SandboxError(
-        f"The local snapshot store could not {action} a blob: {exc.strerror or type(exc).__name__}."
+        f"The local snapshot store could not {action} {what}: {exc.strerror or type(exc).__name__}."
     )
 
 
-__all__ = ["HOME_ENV", "LocalDirectoryBlobStore", "default_blob_dir"]
+__all__ = ["ABANDONED_WRITE_SECONDS", "HOME_ENV", "LocalDirectoryBlobStore", "default_blob_dir"]

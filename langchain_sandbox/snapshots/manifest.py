@@ -3,13 +3,23 @@
 A manifest is canonical JSON (sorted keys, no spaces), so the same workspace gives the same bytes,
 and it is stored as a blob like any file: the sha256 of those bytes is the snapshot's *ref*.
 
+Format 2 (written today) splits the file list into *parts*, each a blob of its own, so a step that
+changes one file of 100,000 rewrites one part of a few hundred entries and a small root, not the
+whole list. Part boundaries depend only on the paths (:func:`split_paths`), so an unchanged stretch
+of the workspace keeps its part, and its blob, from one revision to the next:
+
 ```json
-{"format": 1, "revision": 7, "created_at": 1764460000.5, "parent": "<ref> | null",
- "files": {"data/a.csv": {"sha256": "...", "size": 120, "mode": 420, "mtime_ns": 1764...}},
+{"format": 2, "revision": 7, "created_at": 1764460000.5, "parent": "<ref> | null",
+ "parts": [{"sha256": "...", "size": 31022, "files": 240}, ...],
  "dirs": ["empty/dir"],
  "omitted": {"link": "symlink (not captured)"},
  "variables": {"sha256": "...", "size": 812, "saved": ["df", "x"], "skipped": ["conn"]} | null}
 ```
+
+A part is ``{"files": {"data/a.csv": {"sha256": "...", "size": 120, "mode": 420, "mtime_ns": ...}},
+"format": 2}``, its paths sorted, every path of a part after every path of the part before it.
+Format 1 (one blob, the ``files`` object in place of ``parts``) is still read, and
+:meth:`Manifest.encode` still writes it.
 
 A manifest read back from a store is untrusted input: :func:`parse_manifest` refuses anything a
 restore could not apply safely (the path and size rules below) with
@@ -20,15 +30,25 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_sandbox.errors import UnsafeArchiveError
 from langchain_sandbox.workspace import MAX_PATH_DEPTH
 
-FORMAT = 1
-"""Version of the manifest format this module writes and reads."""
+FORMAT = 2
+"""Version of the manifest format captures write (split into parts); format 1 is still read."""
+
+_READABLE_FORMATS = (1, 2)
+
+PART_TARGET_FILES = 128
+"""Average number of files per manifest part: a boundary follows a path whose CRC-32 is a
+multiple of this, so boundaries move only where paths are added or removed."""
+
+PART_MAX_FILES = 512
+"""A part is cut here whatever the paths say (bounds one part's size)."""
 
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 _WINDOWS_DRIVE = re.compile(r"[A-Za-z]:")
@@ -82,6 +102,21 @@ class VariablesEntry:
 
 
 @dataclass(frozen=True)
+class ManifestPart:
+    """One part of a split (format 2) manifest, as its root lists it.
+
+    Attributes:
+        sha256: The part blob's key.
+        size: Its length in bytes.
+        files: How many file entries it holds.
+    """
+
+    sha256: str
+    size: int
+    files: int
+
+
+@dataclass(frozen=True)
 class Manifest:
     """One revision of a workspace. Build it, :meth:`encode` it, store the bytes; the hash is the ref.
 
@@ -94,6 +129,8 @@ class Manifest:
         dirs: Directories that hold no file (other directories follow from the file paths).
         omitted: Paths that exist in the workspace but were not captured, with the reason.
         variables: The variables blob, or ``None`` when the provider has no variables.
+        parts: The part blobs the file list was read from (a format 2 manifest loaded from a
+            store); empty for format 1 and for a manifest built in memory. Not compared.
     """
 
     revision: int = 0
@@ -103,6 +140,7 @@ class Manifest:
     dirs: tuple[str, ...] = ()
     omitted: Mapping[str, str] = field(default_factory=dict)
     variables: VariablesEntry | None = None
+    parts: tuple[ManifestPart, ...] = field(default=(), compare=False)
 
     @property
     def total_bytes(self) -> int:
@@ -110,28 +148,40 @@ class Manifest:
         return sum(entry.size for entry in self.files.values())
 
     def blob_keys(self) -> set[str]:
-        """Every blob this snapshot needs besides the manifest itself (file contents, variables)."""
+        """Every blob this snapshot needs besides its root: file contents, variables and the
+        manifest parts it was read from. Garbage collection keeps exactly these (plus the ref)."""
         keys = {entry.sha256 for entry in self.files.values()}
+        keys.update(part.sha256 for part in self.parts)
         if self.variables is not None:
             keys.add(self.variables.sha256)
         return keys
 
     def encode(self) -> bytes:
-        """The canonical JSON bytes of this manifest (equal manifests give equal bytes)."""
-        document: dict[str, Any] = {
-            "format": FORMAT,
+        """The canonical JSON bytes of this manifest in format 1, one blob holding every file
+        entry (equal manifests give equal bytes). Captures write :meth:`encode_root` instead."""
+        return _canonical(
+            {**self._header(1), "files": {path: _entry_doc(e) for path, e in self.files.items()}}
+        )
+
+    def encode_root(self, parts: Sequence[ManifestPart]) -> bytes:
+        """The canonical JSON bytes of this manifest's format 2 root, naming ``parts`` (the blobs
+        of :func:`encode_part` over :func:`split_paths` of the files, in order)."""
+        return _canonical(
+            {
+                **self._header(FORMAT),
+                "parts": [
+                    {"sha256": part.sha256, "size": part.size, "files": part.files}
+                    for part in parts
+                ],
+            }
+        )
+
+    def _header(self, format_version: int) -> dict[str, Any]:
+        return {
+            "format": format_version,
             "revision": self.revision,
             "created_at": self.created_at,
             "parent": self.parent,
-            "files": {
-                path: {
-                    "sha256": entry.sha256,
-                    "size": entry.size,
-                    "mode": entry.mode,
-                    "mtime_ns": entry.mtime_ns,
-                }
-                for path, entry in self.files.items()
-            },
             "dirs": sorted(self.dirs),
             "omitted": dict(self.omitted),
             "variables": None
@@ -143,9 +193,46 @@ class Manifest:
                 "skipped": list(self.variables.skipped),
             },
         }
-        return json.dumps(
-            document, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-        ).encode("ascii")
+
+
+def split_paths(paths: Sequence[str]) -> list[Sequence[str]]:
+    """Sorted ``paths`` cut into the runs that make the parts of a format 2 manifest.
+
+    A run ends after a path whose CRC-32 is a multiple of :data:`PART_TARGET_FILES` (or after
+    :data:`PART_MAX_FILES` paths): a boundary depends on one path only, so adding or removing a
+    file changes its own part and leaves every other part, and its blob, as it was.
+    """
+    runs: list[Sequence[str]] = []
+    start = 0
+    for index, path in enumerate(paths):
+        length = index + 1 - start
+        boundary = zlib.crc32(path.encode("utf-8", "surrogateescape")) % PART_TARGET_FILES == 0
+        if boundary or length >= PART_MAX_FILES:
+            runs.append(paths[start : index + 1])
+            start = index + 1
+    if start < len(paths):
+        runs.append(paths[start:])
+    return runs
+
+
+def encode_part(entries: Iterable[tuple[str, FileEntry]]) -> bytes:
+    """The canonical bytes of one manifest part holding ``entries`` (path order)."""
+    return _canonical({"format": FORMAT, "files": {path: _entry_doc(e) for path, e in entries}})
+
+
+def _entry_doc(entry: FileEntry) -> dict[str, int | str]:
+    return {
+        "sha256": entry.sha256,
+        "size": entry.size,
+        "mode": entry.mode,
+        "mtime_ns": entry.mtime_ns,
+    }
+
+
+def _canonical(document: dict[str, Any]) -> bytes:
+    return json.dumps(
+        document, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    ).encode("ascii")
 
 
 def check_relative_path(path: object, *, what: str = "path") -> str:
@@ -187,11 +274,87 @@ def check_relative_path(path: object, *, what: str = "path") -> str:
 
 
 def parse_manifest(data: bytes, limits: SnapshotLimits | None = None) -> Manifest:
-    """Decode and validate manifest bytes read from a store.
+    """Decode and validate a one-blob (format 1) manifest read from a store.
 
     Everything a restore relies on is checked here, so a manifest that parses can be applied:
     known format, exact fields and types, path rules (:func:`check_relative_path`), no duplicate
-    path (JSON keys included), no path below a file, counts and sizes within ``limits``.
+    path (JSON keys included), no path below a file, counts and sizes within ``limits``. A split
+    (format 2) manifest needs its parts: read it with :func:`parse_root` and
+    :meth:`ManifestRoot.assemble` (:meth:`Snapshotter.load_manifest` does both).
+
+    Raises:
+        UnsafeArchiveError: the bytes are not a valid manifest; the message says why.
+    """
+    root = parse_root(data, limits)
+    if root.parts:
+        raise UnsafeArchiveError(
+            "Snapshot manifest is split into parts; load it with Snapshotter.load_manifest."
+        )
+    return root.manifest
+
+
+@dataclass(frozen=True)
+class ManifestRoot:
+    """A stored manifest as first read: complete for format 1; for format 2 everything but the
+    file entries, which are in :attr:`parts` (see :meth:`assemble`).
+
+    Attributes:
+        manifest: The manifest (without its files when ``parts`` is not empty).
+        parts: The part blobs to fetch, in order.
+    """
+
+    manifest: Manifest
+    parts: tuple[ManifestPart, ...] = ()
+
+    def assemble(
+        self, part_data: Mapping[str, bytes], limits: SnapshotLimits | None = None
+    ) -> Manifest:
+        """The whole manifest, from the bytes of every part (the caller has checked each against
+        its key). Each part is validated like a format 1 file list, and across parts: paths in
+        strictly increasing order (so none twice), counts as the root says, totals within
+        ``limits``, no path below a file.
+
+        Raises:
+            UnsafeArchiveError: a part is malformed or does not match the root.
+        """
+        if not self.parts:
+            return self.manifest
+        limits = limits or SnapshotLimits()
+        files: dict[str, FileEntry] = {}
+        total = 0
+        previous = ""
+        for part in self.parts:
+            data = part_data[part.sha256]
+            if len(data) != part.size or len(data) > limits.max_manifest_bytes:
+                raise UnsafeArchiveError(
+                    f"Snapshot manifest part {part.sha256} has the wrong size."
+                )
+            document = _load_json(data, "manifest part")
+            doc = _exact_object(document, "part", required={"format", "files"}, optional=set())
+            if doc["format"] != FORMAT or isinstance(doc["format"], bool):
+                raise UnsafeArchiveError(
+                    f"Snapshot manifest part {part.sha256} has a wrong format."
+                )
+            files_doc = _exact_object(doc["files"], "part files", required=set(), optional=None)
+            if len(files_doc) != part.files or not files_doc:
+                raise UnsafeArchiveError(
+                    f"Snapshot manifest part {part.sha256} does not hold the files its root says."
+                )
+            for path in files_doc:
+                if not isinstance(path, str) or path <= previous:
+                    raise UnsafeArchiveError(
+                        f"Snapshot manifest part {part.sha256} lists {path!r} out of order."
+                    )
+                previous = path
+            total = _add_files(files, files_doc, total, limits)
+        _check_tree(files, self.manifest.dirs)
+        return replace(self.manifest, files=files, parts=self.parts)
+
+
+def parse_root(data: bytes, limits: SnapshotLimits | None = None) -> ManifestRoot:
+    """Decode and validate the manifest blob a ref names, in either format (see
+    :func:`parse_manifest` for what is checked; a format 2 root's files are checked by
+    :meth:`ManifestRoot.assemble`).
 
     Raises:
         UnsafeArchiveError: the bytes are not a valid manifest; the message says why.
@@ -202,22 +365,31 @@ def parse_manifest(data: bytes, limits: SnapshotLimits | None = None) -> Manifes
             f"Snapshot manifest is {len(data)} bytes, over the limit of "
             f"{limits.max_manifest_bytes} (SnapshotLimits.max_manifest_bytes)."
         )
-    try:
-        document = json.loads(data, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_nan)
-    except (ValueError, RecursionError) as exc:
-        raise UnsafeArchiveError(f"Snapshot manifest is not valid JSON: {exc}") from None
-    doc = _exact_object(document, "manifest", required={"format"}, optional=_TOP_LEVEL_KEYS)
-    if doc["format"] != FORMAT or isinstance(doc["format"], bool):
+    document = _load_json(data, "manifest")
+    doc = _exact_object(
+        document, "manifest", required={"format"}, optional=_ONE_BLOB_KEYS | _SPLIT_KEYS
+    )
+    version = doc["format"]
+    if version not in _READABLE_FORMATS or isinstance(version, bool):
         raise UnsafeArchiveError(
-            f"Snapshot manifest has format {doc['format']!r}; this version reads format {FORMAT}."
+            f"Snapshot manifest has format {version!r}; this version reads formats "
+            f"{', '.join(str(v) for v in _READABLE_FORMATS)}."
         )
-    _exact_object(doc, "manifest", required=_TOP_LEVEL_KEYS, optional=set())
-    files_doc = _exact_object(doc["files"], "files", required=set(), optional=None)
+    keys = _ONE_BLOB_KEYS if version == 1 else _SPLIT_KEYS
+    _exact_object(doc, "manifest", required=keys, optional=set())
+    files_doc = {}
+    parts: tuple[ManifestPart, ...] = ()
+    if version == 1:
+        files_doc = _exact_object(doc["files"], "files", required=set(), optional=None)
+        file_count = len(files_doc)
+    else:
+        parts = _parts(doc["parts"], limits)
+        file_count = sum(part.files for part in parts)
     dirs_doc = doc["dirs"]
     omitted_doc = _exact_object(doc["omitted"], "omitted", required=set(), optional=None)
     if not isinstance(dirs_doc, list):
         raise UnsafeArchiveError("Snapshot manifest field 'dirs' is not a list.")
-    count = len(files_doc) + len(dirs_doc)
+    count = file_count + len(dirs_doc)
     if count > limits.max_files or len(omitted_doc) > limits.max_files:
         raise UnsafeArchiveError(
             f"Snapshot lists {count} files and directories, over the limit of "
@@ -225,33 +397,15 @@ def parse_manifest(data: bytes, limits: SnapshotLimits | None = None) -> Manifes
         )
 
     files: dict[str, FileEntry] = {}
-    total = 0
-    for path, entry_doc in files_doc.items():
-        check_relative_path(path)
-        entry = _file_entry(path, entry_doc, limits)
-        total += entry.size
-        if total > limits.max_total_bytes:
-            raise UnsafeArchiveError(
-                f"Snapshot holds more than {limits.max_total_bytes} bytes of files "
-                "(SnapshotLimits.max_total_bytes)."
-            )
-        files[path] = entry
+    _add_files(files, files_doc, 0, limits)
     dirs: list[str] = []
     for path in dirs_doc:
         check_relative_path(path, what="directory")
-        if path in files:
-            raise UnsafeArchiveError(f"Snapshot path {path!r} is listed as a file and a directory.")
         dirs.append(path)
     if len(set(dirs)) != len(dirs):
         raise UnsafeArchiveError("Snapshot lists a directory twice.")
-    for path in [*files, *dirs]:
-        parent = path.rpartition("/")[0]
-        while parent:
-            if parent in files:
-                raise UnsafeArchiveError(
-                    f"Snapshot path {path!r} lies below the file {parent!r}; refusing to restore it."
-                )
-            parent = parent.rpartition("/")[0]
+    if not parts:
+        _check_tree(files, dirs)
     omitted: dict[str, str] = {}
     for path, note in omitted_doc.items():
         check_relative_path(path)
@@ -259,7 +413,7 @@ def parse_manifest(data: bytes, limits: SnapshotLimits | None = None) -> Manifes
             raise UnsafeArchiveError(f"Snapshot note for {path!r} is not a short string.")
         omitted[path] = note
 
-    return Manifest(
+    manifest = Manifest(
         revision=_integer(doc["revision"], "revision", minimum=0),
         created_at=_number(doc["created_at"], "created_at"),
         parent=None if doc["parent"] is None else _digest(doc["parent"], "parent"),
@@ -268,6 +422,70 @@ def parse_manifest(data: bytes, limits: SnapshotLimits | None = None) -> Manifes
         omitted=omitted,
         variables=_variables_entry(doc["variables"], limits),
     )
+    return ManifestRoot(manifest, parts)
+
+
+def _load_json(data: bytes, what: str) -> Any:
+    try:
+        return json.loads(data, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_nan)
+    except (ValueError, RecursionError) as exc:
+        raise UnsafeArchiveError(f"Snapshot {what} is not valid JSON: {exc}") from None
+
+
+def _parts(value: object, limits: SnapshotLimits) -> tuple[ManifestPart, ...]:
+    if not isinstance(value, list) or len(value) > limits.max_files:
+        raise UnsafeArchiveError("Snapshot manifest field 'parts' is not a list of parts.")
+    parts: list[ManifestPart] = []
+    for index, part_doc in enumerate(value):
+        doc = _exact_object(
+            part_doc, f"part {index}", required={"sha256", "size", "files"}, optional=set()
+        )
+        parts.append(
+            ManifestPart(
+                sha256=_digest(doc["sha256"], f"parts[{index}].sha256"),
+                size=_integer(doc["size"], f"parts[{index}].size", minimum=0),
+                files=_integer(doc["files"], f"parts[{index}].files", minimum=1),
+            )
+        )
+    return tuple(parts)
+
+
+def _add_files(
+    files: dict[str, FileEntry], files_doc: Mapping[str, Any], total: int, limits: SnapshotLimits
+) -> int:
+    """Validate ``files_doc`` into ``files``; return the running total of file bytes."""
+    for path, entry_doc in files_doc.items():
+        check_relative_path(path)
+        if path in files:
+            raise UnsafeArchiveError(f"Snapshot lists the file {path!r} twice.")
+        entry = _file_entry(path, entry_doc, limits)
+        total += entry.size
+        if total > limits.max_total_bytes:
+            raise UnsafeArchiveError(
+                f"Snapshot holds more than {limits.max_total_bytes} bytes of files "
+                "(SnapshotLimits.max_total_bytes)."
+            )
+        if len(files) >= limits.max_files:
+            raise UnsafeArchiveError(
+                f"Snapshot lists more than {limits.max_files} files (SnapshotLimits.max_files)."
+            )
+        files[path] = entry
+    return total
+
+
+def _check_tree(files: Mapping[str, FileEntry], dirs: Sequence[str]) -> None:
+    """No path is both a file and a directory, and none lies below a file."""
+    for path in dirs:
+        if path in files:
+            raise UnsafeArchiveError(f"Snapshot path {path!r} is listed as a file and a directory.")
+    for path in [*files, *dirs]:
+        parent = path.rpartition("/")[0]
+        while parent:
+            if parent in files:
+                raise UnsafeArchiveError(
+                    f"Snapshot path {path!r} lies below the file {parent!r}; refusing to restore it."
+                )
+            parent = parent.rpartition("/")[0]
 
 
 def is_digest(value: object) -> bool:
@@ -275,16 +493,9 @@ def is_digest(value: object) -> bool:
     return isinstance(value, str) and _HEX_DIGEST.fullmatch(value) is not None
 
 
-_TOP_LEVEL_KEYS = {
-    "format",
-    "revision",
-    "created_at",
-    "parent",
-    "files",
-    "dirs",
-    "omitted",
-    "variables",
-}
+_COMMON_KEYS = {"format", "revision", "created_at", "parent", "dirs", "omitted", "variables"}
+_ONE_BLOB_KEYS = _COMMON_KEYS | {"files"}
+_SPLIT_KEYS = _COMMON_KEYS | {"parts"}
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -386,11 +597,18 @@ def _variables_entry(value: object, limits: SnapshotLimits) -> VariablesEntry | 
 
 __all__ = [
     "FORMAT",
+    "PART_MAX_FILES",
+    "PART_TARGET_FILES",
     "FileEntry",
     "Manifest",
+    "ManifestPart",
+    "ManifestRoot",
     "SnapshotLimits",
     "VariablesEntry",
     "check_relative_path",
+    "encode_part",
     "is_digest",
     "parse_manifest",
+    "parse_root",
+    "split_paths",
 ]

@@ -1,9 +1,9 @@
 """Capture, restore and garbage-collect workspace snapshots, on any provider.
 
 The :class:`Snapshotter` talks to a session only through the provider contract
-(``list_files``, ``read_files``, ``write_files``, ``remove_files``, ``dump_variables``,
-``load_variables``; ``run_command`` only to restore file modes), so one implementation serves the
-local, E2B and Runloop providers alike.
+(``list_files``, ``list_changes``, ``read_files``, ``write_files``, ``remove_files``,
+``dump_variables``, ``load_variables``; ``run_command`` only to restore file modes), so one
+implementation serves the local, E2B and Runloop providers alike.
 
 API (stable; the runtime calls these):
 
@@ -11,6 +11,14 @@ API (stable; the runtime calls these):
     Snapshot the workspace and the picklable variables. Files whose ``(size, mtime_ns)`` match the
     ``base`` snapshot (or what this snapshotter last saw in the same session) are not read again;
     only blobs the store lacks are written. Returns the ref to keep in the graph record.
+
+    The cost follows what changed: the snapshotter keeps, per live session, the entries and
+    manifest parts of the snapshot it last captured or restored there, so a file unchanged since
+    costs no read, no hash and no store lookup, and only the manifest parts holding a changed entry
+    are encoded and written (see ``manifest.py``). That knowledge of the store is re-checked, with
+    one batched ``missing`` over every reused blob, when it is older than
+    :data:`STORE_RECHECK_SECONDS`, when ``base`` is another snapshot, after a blob failed
+    verification and after this snapshotter collected garbage.
 ``restore(session, ref) -> RestoreReport``
     Validate the snapshot (manifest and every blob it needs) *before* touching the session, then
     make the workspace equal to it (write what differs, remove what is not in it, restore modes)
@@ -35,11 +43,12 @@ share its verification and the store's access paths; the format itself is in ``m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -53,11 +62,14 @@ from langchain_sandbox.snapshots.local_store import LocalDirectoryBlobStore
 from langchain_sandbox.snapshots.manifest import (
     FileEntry,
     Manifest,
+    ManifestPart,
     SnapshotLimits,
     VariablesEntry,
     check_relative_path,
+    encode_part,
     is_digest,
-    parse_manifest,
+    parse_root,
+    split_paths,
 )
 from langchain_sandbox.snapshots.store import BlobStore, digest
 from langchain_sandbox.workspace import MAX_PATH_DEPTH
@@ -65,9 +77,19 @@ from langchain_sandbox.workspace import MAX_PATH_DEPTH
 RACY_WINDOW_NS = 10_000_000
 """Longest filesystem timestamp tick guarded against (a jiffy at HZ=100); see the module docs."""
 
+STORE_RECHECK_SECONDS = 300.0
+"""How long a capture trusts, without asking the store, that the blobs of the snapshot last
+captured or restored in the same session are still there (``gc`` keeps the blobs of every
+snapshot a checkpoint names, and keeps everything younger than its grace period, an hour by
+default; this bounds what a ``gc`` run with a shorter grace, in another process, could remove
+under a live session)."""
+
 _DIR_PLACEHOLDER = ".langchain-sandbox-keep"
 _HASH_IN_THREAD_BYTES = 1024 * 1024
 _FETCH_CHUNK_BYTES = 4 * 1024 * 1024
+# Files per read during a capture: many small files are read in batches this size, so reading
+# the next batch overlaps hashing and storing this one.
+_READ_BATCH_FILES = 1000
 _MAX_COMMAND_CHARS = 64 * 1024
 _MAX_NAMES_IN_NOTICE = 10
 
@@ -80,7 +102,9 @@ class SnapshotInfo:
 
     Attributes:
         ref: The snapshot's reference (sha256 of its manifest); store it in the graph record.
-        revision: The revision recorded in the manifest.
+            Equal to ``parent`` when nothing changed since that base was captured by this
+            snapshotter in this session: then nothing was written.
+        revision: The revision recorded in the manifest (the base's, when ``ref`` is the base).
         parent: The ``base`` the capture was made against, if any.
         files: Files in the snapshot.
         bytes_total: Sum of their sizes.
@@ -120,6 +144,8 @@ class RestoreReport:
         paths_removed: Workspace paths removed because the snapshot does not have them.
         variables_restored: Names of the variables loaded back.
         variables_lost: Names that could not be restored (skipped at capture or failed to load).
+        files_lost: Files of the snapshot that could not be restored because their blob is
+            missing from the store or does not match its hash (everything else was restored).
         notices: Messages for the model ("restored the workspace to revision N; ...").
     """
 
@@ -131,6 +157,7 @@ class RestoreReport:
     paths_removed: int
     variables_restored: tuple[str, ...] = ()
     variables_lost: tuple[str, ...] = ()
+    files_lost: tuple[str, ...] = ()
     notices: tuple[str, ...] = ()
 
 
@@ -148,6 +175,9 @@ class GcReport:
             period or needed by a snapshot that is.
         deleted_blobs: Blobs deleted (or to delete).
         deleted_bytes: Their total size.
+        abandoned_writes: Leftovers of puts whose writer died (a local store's ``.tmp-*``
+            files), removed (or to remove).
+        abandoned_bytes: Their total size.
     """
 
     dry_run: bool
@@ -157,6 +187,8 @@ class GcReport:
     kept_recent: int
     deleted_blobs: int
     deleted_bytes: int
+    abandoned_writes: int = 0
+    abandoned_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -169,15 +201,24 @@ class _Seen:
             restore wrote them before it and listed them after it (for a manifest: ``created_at``).
         window_ns: How much older than the horizon an mtime must be for its hash to be trusted:
             :data:`RACY_WINDOW_NS`, or the provider's timestamp resolution if that is coarser.
+        early: Paths observed before ``horizon_ns``, with the time they were (files whose
+            contents came with the listing: read during its request, after it was sent).
     """
 
     files: Mapping[str, tuple[int, int, str]]
     horizon_ns: int
     window_ns: int
+    early: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
-    def observe(cls, files: Mapping[str, tuple[int, int, str]], horizon_ns: int) -> _Seen:
-        return cls(files, horizon_ns, _racy_window(mtime for _, mtime, _ in files.values()))
+    def observe(
+        cls,
+        files: Mapping[str, tuple[int, int, str]],
+        horizon_ns: int,
+        early: Mapping[str, int] | None = None,
+    ) -> _Seen:
+        window = _racy_window(mtime for _, mtime, _ in files.values())
+        return cls(files, horizon_ns, window, early or {})
 
     @classmethod
     def of_manifest(cls, manifest: Manifest) -> _Seen:
@@ -193,9 +234,98 @@ class _Seen:
             return None
         # Too close to the observation: a same-size rewrite within one timestamp tick would
         # keep the mtime, so the hash cannot be trusted.
-        if info.mtime_ns + self.window_ns > self.horizon_ns:
+        if info.mtime_ns + self.window_ns > self.early.get(info.path, self.horizon_ns):
             return None
         return seen[2]
+
+    def trusted_stats(self, corrupt: set[str]) -> dict[str, tuple[int, int]]:
+        """path -> (size, mtime_ns) of every file whose hash :meth:`hash_of` would trust while
+        its stat stays so (and whose blob is not known to be corrupt): what need not be read."""
+        return {
+            path: (size, mtime)
+            for path, (size, mtime, sha) in self.files.items()
+            if mtime + self.window_ns <= self.early.get(path, self.horizon_ns)
+            and sha not in corrupt
+        }
+
+
+_PartIndex = Mapping[str, tuple[tuple[tuple[str, FileEntry], ...], ManifestPart]]
+"""First path of a manifest part -> (its entries, the part): what a capture may reuse."""
+
+
+@dataclass(frozen=True)
+class _Captured:
+    """The revision of a captured snapshot and its contents besides the files."""
+
+    revision: int
+    dirs: tuple[str, ...]
+    omitted: Mapping[str, str]
+    variables: VariablesEntry | None
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What a snapshotter knows of one live session's workspace: the snapshot it last captured
+    or restored there.
+
+    Attributes:
+        ref: That snapshot.
+        seen: The files as observed then (size, mtime, hash).
+        entries: The snapshot's file entries (reused as they are when nothing about a file moved).
+        parts: Its manifest parts, by first path.
+        confirmed_ns: Host time at which the store was last seen to hold every blob named here.
+        captured: For a snapshot this snapshotter captured (not restored): its revision and
+            what it holds besides the files (empty dirs, omitted paths, variables), so a
+            capture that finds all of it unchanged can return ``ref`` instead of writing a copy.
+    """
+
+    ref: str
+    seen: _Seen
+    entries: Mapping[str, FileEntry]
+    parts: _PartIndex
+    confirmed_ns: int
+    captured: _Captured | None = None
+
+    def trusted(self, base: str | None) -> bool:
+        """Whether a capture against ``base`` may reuse these blobs without asking the store."""
+        fresh = time.time_ns() - self.confirmed_ns < STORE_RECHECK_SECONDS * 1e9
+        return fresh and base in (None, self.ref)
+
+
+def _unchanged_since(
+    known: _Known | None,
+    trusted: bool,
+    base: str | None,
+    files: Mapping[str, FileEntry],
+    captured: _Captured,
+) -> _Captured | None:
+    """What ``base`` holds, if ``known`` describes it as this snapshotter captured it, the store
+    is trusted to still hold it, and ``files`` and everything else ``captured`` holds equal it."""
+    if known is None or known.captured is None or not trusted or base != known.ref:
+        return None
+    before = known.captured
+    same = (
+        files == known.entries
+        and captured.dirs == before.dirs
+        and captured.omitted == before.omitted
+        and captured.variables == before.variables
+    )
+    return before if same else None
+
+
+def _part_index(
+    manifest: Manifest,
+) -> dict[str, tuple[tuple[tuple[str, FileEntry], ...], ManifestPart]]:
+    """The parts of a loaded format 2 manifest with the entries each holds (files are in part
+    order: :meth:`ManifestRoot.assemble` reads them so)."""
+    items = list(manifest.files.items())
+    index: dict[str, tuple[tuple[tuple[str, FileEntry], ...], ManifestPart]] = {}
+    start = 0
+    for part in manifest.parts:
+        chunk = tuple(items[start : start + part.files])
+        index[chunk[0][0]] = (chunk, part)
+        start += part.files
+    return index
 
 
 def _racy_window(mtimes: Iterable[int]) -> int:
@@ -228,21 +358,66 @@ class Snapshotter:
     ) -> None:
         self.store: BlobStore = store if store is not None else LocalDirectoryBlobStore()
         self.limits = limits or SnapshotLimits()
-        self._seen: weakref.WeakKeyDictionary[Session, _Seen] = weakref.WeakKeyDictionary()
+        self._known: weakref.WeakKeyDictionary[Session, _Known] = weakref.WeakKeyDictionary()
+        # Blobs found corrupt: never reused; the next capture that has their content rewrites them.
+        self._corrupt: set[str] = set()
 
     async def load_manifest(self, ref: str) -> Manifest:
-        """Fetch, verify and parse the manifest of ``ref``.
+        """Fetch, verify and parse the manifest of ``ref`` (its parts too, for format 2).
 
         Raises:
             InvalidInputError: ``ref`` is not a sha256 hex digest.
-            SnapshotNotFoundError: the store has no such snapshot.
-            UnsafeArchiveError: the manifest does not match its hash or is malformed.
+            SnapshotNotFoundError: the store has no such snapshot (or one of its parts).
+            UnsafeArchiveError: the manifest or a part does not match its hash or is malformed.
         """
         if not is_digest(ref):
             raise InvalidInputError(f"Snapshot ref {ref!r} is not a sha256 hex digest.")
         data = await self.store.get(ref)
         _verify(ref, data, None)
-        return parse_manifest(data, self.limits)
+        root = parse_root(data, self.limits)
+        if not root.parts:
+            return root.manifest
+        parts = await self._fetch_verified({part.sha256: part.size for part in root.parts})
+        return root.assemble(parts, self.limits)
+
+    async def referenced_blobs(self, ref: str) -> set[str]:
+        """Every blob snapshot ``ref`` needs: its manifest (root and parts), the file contents
+        and the variables. What garbage collection must keep for a live ref.
+
+        Raises:
+            SnapshotNotFoundError, UnsafeArchiveError: as :meth:`load_manifest`.
+        """
+        return {ref} | (await self.load_manifest(ref)).blob_keys()
+
+    async def name_head(self, head: str, ref: str) -> None:
+        """Record that snapshot ``ref`` captures the sandbox state named ``head``.
+
+        A snapshot written behind a call (see :mod:`~langchain_sandbox.rehydration`) completes
+        after the checkpoint that needs it was written; that checkpoint's record names the head,
+        so a resume finds the snapshot through :meth:`find_head`. The name is one small blob under
+        a key derived from the head (never a digest of its contents; ``gc`` treats it as any
+        unreferenced blob once its grace period is over).
+        """
+        if not is_digest(ref):
+            raise InvalidInputError(f"Snapshot ref {ref!r} is not a sha256 hex digest.")
+        await self.store.put(_head_key(head), ref.encode())
+
+    @staticmethod
+    def head_key(head: str) -> str:
+        """The store key of the blob :meth:`name_head` writes for ``head`` (``gc`` keeps it while
+        a checkpoint needs it)."""
+        return _head_key(head)
+
+    async def find_head(self, head: str) -> str | None:
+        """The ref :meth:`name_head` recorded for ``head``, if its manifest is in the store."""
+        try:
+            ref = (await self.store.get(_head_key(head))).decode("ascii", "replace")
+            if not is_digest(ref):
+                return None
+            await self.load_manifest(ref)
+        except (SnapshotNotFoundError, UnsafeArchiveError):
+            return None
+        return ref
 
     # ------------------------------------------------------------------ capture
 
@@ -255,7 +430,7 @@ class Snapshotter:
             session: The live session.
             base: Ref of an earlier snapshot of this workspace, normally the one in the graph
                 record; files unchanged since it are not read again. A base missing from the
-                store only makes the capture slower.
+                store, or corrupt, only makes the capture slower (and is not named as parent).
             revision: The sandbox revision this snapshot captures.
 
         Raises:
@@ -263,24 +438,56 @@ class Snapshotter:
         """
         if base is not None and not is_digest(base):
             raise InvalidInputError(f"Snapshot ref {base!r} is not a sha256 hex digest.")
-        listed_at_ns = time.time_ns()
-        listing = await session.list_files(".", recursive=True)
         max_file = min(self.limits.max_file_bytes, session.spec.limits.max_file_bytes)
-        selected, dirs, omitted = _select(listing, max_file)
-        self._check_capacity(selected, dirs, omitted)
-        _check_quota(selected, session.spec.limits.workspace_bytes)
-        hashes, to_read = await self._known_hashes(session, base, selected)
-
-        # The variables are dumped by the sandbox's interpreter while the host reads the files,
-        # and blobs are stored while the next batch is read (one batch in flight bounds memory).
+        # The variables are dumped by the sandbox's interpreter while the host lists and reads
+        # the files, and blobs are stored while the next batch is read (one batch in flight
+        # bounds memory).
         variables_task = asyncio.ensure_future(self._capture_variables(session, max_file))
         puts: list[asyncio.Future[tuple[int, int]]] = []
         try:
-            horizon_ns = await _wait_out_racy_window(to_read, listed_at_ns)
+            listed_at_ns = time.time_ns()
+            known = self._known.get(session)
+            # In a session it knows, the provider may send the changed files with the listing
+            # (one round trip instead of one per file); what it leaves out is read as below.
+            bundle = (
+                await session.list_changes(
+                    known.seen.trusted_stats(self._corrupt), max_bytes=self.limits.batch_bytes
+                )
+                if known is not None
+                else None
+            )
+            listing = (
+                bundle.files
+                if bundle is not None
+                else await session.list_files(".", recursive=True)
+            )
+            selected, dirs, omitted = _select(listing, max_file, known.entries if known else {})
+            self._check_capacity(selected, dirs, omitted)
+            _check_quota(selected, session.spec.limits.workspace_bytes)
+            trusted = known is not None and known.trusted(base)
+            # A base that cannot be read (gone, or corrupt) is dropped: this capture then reads
+            # what it does not know and does not name it as its parent, so one bad snapshot
+            # cannot poison the next ones.
+            base_manifest = None
+            if base is not None and (known is None or base != known.ref):
+                base_manifest = await self._readable(base)
+                if base_manifest is None:
+                    base = None
+            hashes, to_read = await self._known_hashes(known, trusted, base_manifest, selected)
+            bundled = {
+                info.path: bundle.contents[info.path]
+                for info in to_read
+                if bundle is not None and info.path in bundle.contents
+            }
+            # Bundled contents were read during the listing's request: their horizon is when it
+            # was sent, and nothing waits for them (a racy one is simply sent again next time).
+            rest = [info for info in to_read if info.path not in bundled]
+            horizon_ns = await _wait_out_racy_window(rest, listed_at_ns)
             sizes = {info.path: info.size for info in selected}
             bytes_read = 0
-            for batch in _batches(to_read, lambda info: info.size, self.limits.batch_bytes):
-                contents = await _read_batch(session, [info.path for info in batch], omitted)
+            async for contents in _contents(
+                session, bundled, rest, self.limits.batch_bytes, omitted
+            ):
                 bytes_read += sum(len(data) for data in contents.values())
                 for path, data in contents.items():
                     if len(data) > max_file:
@@ -292,37 +499,46 @@ class Snapshotter:
                 if puts:
                     await puts[-1]
                 puts.append(
-                    asyncio.ensure_future(self._put_new({digests[p]: contents[p] for p in digests}))
+                    asyncio.ensure_future(
+                        self._put_new(
+                            {digests[p]: contents[p] for p in digests}, verify_stored=True
+                        )
+                    )
                 )
 
             by_path = {info.path: info for info in selected}
-            files = {
-                path: FileEntry(
-                    sha256=hashes[path],
-                    size=sizes[path],
-                    mode=by_path[path].mode & 0o7777,
-                    mtime_ns=by_path[path].mtime_ns,
-                )
-                for path in sorted(hashes)
-                if path not in omitted
-            }
+            files = _entries(hashes, sizes, by_path, omitted, known.entries if known else {})
+            # Parts are reused only while the store is trusted to hold them (see _Known).
+            reusable = known.parts if known and trusted else {}
+            same_paths = known is not None and files.keys() == known.entries.keys()
+            parts, part_blobs = _encode_parts(files, reusable, same_paths)
             variables, variables_blob, notices = await variables_task
             manifest = Manifest(
                 revision=revision,
-                created_at=horizon_ns / 1e9,
+                created_at=(listed_at_ns if bundled else horizon_ns) / 1e9,
                 parent=base,
                 files=files,
                 dirs=tuple(sorted(_empty_dirs(dirs, files, omitted))),
                 omitted=dict(sorted(omitted.items())),
                 variables=variables,
             )
-            encoded = manifest.encode()
-            ref = digest(encoded)
-            final = {ref: encoded}
-            if variables is not None:
-                final[variables.sha256] = variables_blob
-            # The manifest may land before the file blobs: nothing names it until this returns.
-            puts.append(asyncio.ensure_future(self._put_new(final)))
+            captured = _Captured(revision, manifest.dirs, manifest.omitted, variables)
+            unchanged = _unchanged_since(known, trusted, base, files, captured)
+            if unchanged is not None and base is not None:
+                # Nothing changed since the base this snapshotter captured, and the store still
+                # holds it: the base is this state's snapshot. Writing a copy that differs only
+                # in revision, time and parent would cost a put (two fsyncs on a durable local
+                # store) per call that changes nothing.
+                ref, captured = base, unchanged
+            else:
+                encoded = manifest.encode_root([part for _, part in parts])
+                ref = digest(encoded)
+                final = {**part_blobs, ref: encoded}
+                if variables is not None:
+                    final[variables.sha256] = variables_blob
+                # The manifest may land before the file blobs: nothing names it until this
+                # returns.
+                puts.append(asyncio.ensure_future(self._put_new(final, verify_stored=False)))
             written = await asyncio.gather(*puts)
         except BaseException:
             pending: list[asyncio.Future[Any]] = [variables_task, *puts]
@@ -332,9 +548,17 @@ class Snapshotter:
             raise
         bytes_written = sum(count for count, _ in written)
         blobs_written = sum(blobs for _, blobs in written)
-        self._seen[session] = _Seen.observe(
-            {p: (by_path[p].size, by_path[p].mtime_ns, e.sha256) for p, e in files.items()},
-            horizon_ns,
+        self._known[session] = _Known(
+            ref=ref,
+            seen=_Seen.observe(
+                {p: (by_path[p].size, by_path[p].mtime_ns, e.sha256) for p, e in files.items()},
+                horizon_ns,
+                dict.fromkeys(bundled, listed_at_ns),
+            ),
+            entries=files,
+            parts={chunk[0][0]: (chunk, part) for chunk, part in parts},
+            confirmed_ns=known.confirmed_ns if known is not None and trusted else listed_at_ns,
+            captured=captured,
         )
         if omitted:
             notices.append(
@@ -342,7 +566,7 @@ class Snapshotter:
             )
         return SnapshotInfo(
             ref=ref,
-            revision=revision,
+            revision=captured.revision,
             parent=base,
             files=len(files),
             bytes_total=manifest.total_bytes,
@@ -356,29 +580,45 @@ class Snapshotter:
         )
 
     async def _known_hashes(
-        self, session: Session, base: str | None, selected: Sequence[FileInfo]
+        self,
+        known: _Known | None,
+        trusted: bool,
+        base: Manifest | None,
+        selected: Sequence[FileInfo],
     ) -> tuple[dict[str, str], list[FileInfo]]:
         """Hashes of the files unchanged since this session's last capture or restore, or since
-        ``base``, whose blobs the store still holds; and the files that must be read."""
-        views = [view for view in [self._seen.get(session)] if view is not None]
+        ``base``, whose blobs the store still holds and are not known to be corrupt; and the
+        files that must be read.
+
+        When ``trusted``, the session's own knowledge is used without asking the store anything
+        (the caller does not even load ``base`` when it is the snapshot that knowledge
+        describes)."""
+        views = [known.seen] if known is not None else []
         if base is not None:
-            base_manifest = await self._load_optional(base)
-            if base_manifest is not None:
-                views.append(_Seen.of_manifest(base_manifest))
+            views.append(_Seen.of_manifest(base))
         hashes: dict[str, str] = {}
-        for info in selected:
-            known = next((h for view in views if (h := view.hash_of(info)) is not None), None)
-            if known is not None:
-                hashes[info.path] = known
-        # A blob gone from the store (gc'd with an old snapshot) is written again from the file.
-        absent = await self.store.missing(set(hashes.values()))
-        hashes = {path: sha for path, sha in hashes.items() if sha not in absent}
+        for view in views:
+            # One view at a time (the session's first): a file's known hash comes from the first
+            # view that has it. A blob found corrupt is never reused: the file is read and its
+            # blob rewritten.
+            for info in selected:
+                if (
+                    info.path not in hashes
+                    and (found := view.hash_of(info)) is not None
+                    and found not in self._corrupt
+                ):
+                    hashes[info.path] = found
+        if not trusted:
+            # A blob gone from the store (gc'd with an old snapshot) is written again from the file.
+            absent = await self.store.missing(set(hashes.values()))
+            hashes = {path: sha for path, sha in hashes.items() if sha not in absent}
         return hashes, [info for info in selected if info.path not in hashes]
 
-    async def _load_optional(self, ref: str) -> Manifest | None:
+    async def _readable(self, ref: str) -> Manifest | None:
+        """The manifest of ``ref``, or ``None`` if the store lacks it or it is corrupt."""
         try:
             return await self.load_manifest(ref)
-        except SnapshotNotFoundError:
+        except (SnapshotNotFoundError, UnsafeArchiveError):
             return None
 
     def _check_capacity(
@@ -403,7 +643,9 @@ class Snapshotter:
     ) -> tuple[VariablesEntry | None, bytes, list[str]]:
         if not session.capabilities.variables:
             return None, b"", []
-        dump = await session.dump_variables()
+        # The sandbox leaves out what cannot be pickled, and the largest variables when the dump
+        # would not fit a blob, and names them: the files are saved whatever the variables hold.
+        dump = await session.dump_variables(max_bytes=max_bytes)
         if len(dump.data) > max_bytes:
             return (
                 None,
@@ -419,17 +661,35 @@ class Snapshotter:
             saved=tuple(sorted(dump.saved)),
             skipped=tuple(sorted(dump.skipped)),
         )
-        return entry, dump.data, []
+        notice = dump.notice()
+        return entry, dump.data, [notice] if notice is not None else []
 
-    async def _put_new(self, blobs: Mapping[str, bytes]) -> tuple[int, int]:
-        """Store the blobs the store lacks; return (bytes, count) written."""
+    async def _put_new(self, blobs: Mapping[str, bytes], *, verify_stored: bool) -> tuple[int, int]:
+        """Store the blobs the store lacks, and replace those it holds corrupt; return
+        (bytes, count) written.
+
+        A blob already found corrupt is rewritten from the content in hand. With
+        ``verify_stored`` (file contents just read: a file rewritten with the same bytes), every
+        blob the store already has is fetched and checked against its hash first, which costs
+        one read of what was just read, so a blob damaged since it was written is rewritten
+        instead of being referred to again.
+        """
         if not blobs:
             return 0, 0
         absent = await self.store.missing(blobs)
         new = {key: blobs[key] for key in absent}
         if new:
             await self.store.put_many(new)
-        return sum(len(data) for data in new.values()), len(new)
+        stored = [key for key in blobs if key not in absent]
+        bad = {key for key in stored if key in self._corrupt}
+        if verify_stored:
+            unknown = {key: len(blobs[key]) for key in stored if key not in bad}
+            bad |= (await self._fetch_checked(unknown))[1]
+        for key in sorted(bad):
+            await self.store.replace(key, blobs[key])
+            self._corrupt.discard(key)
+        written = [*new.values(), *(blobs[key] for key in bad)]
+        return sum(len(data) for data in written), len(written)
 
     # ------------------------------------------------------------------ restore
 
@@ -441,19 +701,23 @@ class Snapshotter:
         verified against its hash). Paths go through the session's own ``write_files`` and
         ``remove_files``, which resolve them inside the workspace.
 
+        A file whose blob is missing or does not match its hash is not written (and not left
+        with other content): it is named in ``files_lost`` and in a notice, and everything else
+        is restored. A damaged variables blob costs the variables the same way.
+
         Raises:
             InvalidInputError: ``ref`` is not a sha256 hex digest.
-            SnapshotNotFoundError: the snapshot or one of its blobs is not in the store.
-            UnsafeArchiveError: the manifest is malformed, breaks a path rule or a limit, or a
-                blob does not match its hash. The session is left untouched (a blob found corrupt
-                only during the second pass of a restore larger than the memory budget is the one
-                exception, possible only if the store changes during the restore).
+            SnapshotNotFoundError: the snapshot (its manifest) is not in the store.
+            UnsafeArchiveError: the manifest is malformed or breaks a path rule or a limit; the
+                session is left untouched. Also a blob found corrupt only during the second pass
+                of a restore larger than the memory budget (possible only if the store changes
+                during the restore).
         """
         manifest = await self.load_manifest(ref)
         listing = await session.list_files(".", recursive=True)
         views = [_Seen.of_manifest(manifest)]
-        if (session_view := self._seen.get(session)) is not None:
-            views.insert(0, session_view)
+        if (known := self._known.get(session)) is not None:
+            views.insert(0, known.seen)
 
         def unchanged(info: FileInfo, entry: FileEntry) -> bool:
             return any(view.hash_of(info) == entry.sha256 for view in views)
@@ -466,19 +730,31 @@ class Snapshotter:
         needed = {manifest.files[path].sha256: manifest.files[path].size for path in writes}
         if manifest.variables is not None:
             needed[manifest.variables.sha256] = manifest.variables.size
-        absent = await self.store.missing(needed)
-        if absent:
-            raise SnapshotNotFoundError(
-                f"Snapshot {ref} cannot be restored: {len(absent)} of its blobs are missing from "
-                f"the store ({', '.join(sorted(absent)[:3])}...)."
-            )
+        # Every blob is looked up, not only those to write: a capture after this restore reuses
+        # the others without asking the store (see _Known).
+        checked_ns = time.time_ns()
+        gone = await self.store.missing(manifest.blob_keys())
+        # A blob that is missing or does not match its hash costs its own file (or the
+        # variables), never the rest of the workspace: everything else is restored, and the
+        # files that could not be are named.
         in_memory = sum(needed.values()) <= self.limits.restore_memory_bytes
         blobs: dict[str, bytes] = {}
+        bad = gone & needed.keys()
+        present = {key: size for key, size in needed.items() if key not in gone}
         if in_memory:
-            blobs = await self._fetch_verified(needed)
+            blobs, corrupt = await self._fetch_checked(present)
+            bad |= corrupt
         else:
-            for batch in _batches(list(needed.items()), _second, self.limits.batch_bytes):
-                await self._fetch_verified(dict(batch))
+            for batch in _batches(list(present.items()), _second, self.limits.batch_bytes):
+                bad |= (await self._fetch_checked(dict(batch)))[1]
+        lost_files = {path for path in writes if manifest.files[path].sha256 in bad}
+        writes = [path for path in writes if path not in lost_files]
+        # What the session holds at a lost path is not the snapshot's content: it goes too.
+        doomed = set(removals)
+        existing = {info.path for info in listing if info.kind == "file"}
+        removals += sorted(
+            path for path in lost_files if path in existing and not _has_ancestor_in(path, doomed)
+        )
 
         if removals:
             await session.remove_files(removals)
@@ -497,8 +773,12 @@ class Snapshotter:
             await session.write_files(dict.fromkeys(placeholders, b""))
             await session.remove_files(placeholders)
 
+        restored_files = [e for p, e in manifest.files.items() if p not in lost_files]
         notices = [
-            f"Restored the workspace to revision {manifest.revision} "
+            f"Restored the workspace to revision {manifest.revision} ({len(restored_files)} "
+            f"of {len(manifest.files)} files, {_human_bytes(sum(e.size for e in restored_files))})."
+            if lost_files
+            else f"Restored the workspace to revision {manifest.revision} "
             f"({len(manifest.files)} files, {_human_bytes(manifest.total_bytes)})."
         ]
         if writes or make_dirs:
@@ -507,14 +787,29 @@ class Snapshotter:
         horizon_ns = time.time_ns()
         after = {info.path: info for info in await session.list_files(".", recursive=True)}
         notices += await _restore_modes(session, manifest, after)
-        self._seen[session] = _Seen.observe(
-            {
-                path: (info.size, info.mtime_ns, entry.sha256)
-                for path, entry in manifest.files.items()
-                if (info := after.get(path)) is not None and info.size == entry.size
-            },
-            horizon_ns,
+        self._known[session] = _Known(
+            ref=ref,
+            seen=_Seen.observe(
+                {
+                    path: (info.size, info.mtime_ns, entry.sha256)
+                    for path, entry in manifest.files.items()
+                    if (info := after.get(path)) is not None
+                    and info.size == entry.size
+                    and entry.sha256 not in gone
+                    and entry.sha256 not in bad
+                },
+                horizon_ns,
+            ),
+            entries=manifest.files,
+            parts={} if gone or bad else _part_index(manifest),
+            confirmed_ns=checked_ns,
         )
+        if lost_files:
+            notices.append(
+                f"{len(lost_files)} file(s) could not be restored because their stored copy is "
+                f"missing or corrupt: {_describe_paths(sorted(lost_files))}. Everything else was "
+                "restored; re-create those files if you need them."
+            )
         if stuck:
             notices.append(
                 f"{len(stuck)} path(s) not in the snapshot were left in place: {_describe(stuck)}."
@@ -524,21 +819,37 @@ class Snapshotter:
                 f"{len(manifest.omitted)} path(s) were not part of the snapshot and are not "
                 f"restored: {_describe(manifest.omitted)}."
             )
-        restored, lost = await self._restore_variables(session, manifest, blobs, notices)
+        restored, lost = await self._restore_variables(session, manifest, blobs, bad, notices)
         return RestoreReport(
             ref=ref,
             revision=manifest.revision,
             files_written=len(writes),
             bytes_written=bytes_written,
-            files_unchanged=len(manifest.files) - len(writes),
+            files_unchanged=len(manifest.files) - len(writes) - len(lost_files),
             paths_removed=len(removals),
             variables_restored=restored,
             variables_lost=lost,
+            files_lost=tuple(sorted(lost_files)),
             notices=tuple(notices),
         )
 
     async def _fetch_verified(self, sizes: Mapping[str, int]) -> dict[str, bytes]:
-        """Fetch blobs and check each against its size and hash.
+        """Fetch blobs and check each against its size and hash; raise on a bad one.
+
+        Raises:
+            SnapshotNotFoundError: a blob is missing.
+            UnsafeArchiveError: a blob does not match its size or hash.
+        """
+        blobs, bad = await self._fetch_checked(sizes)
+        if bad:
+            key = min(bad)
+            await self.store.get(key)  # a missing blob raises the store's own error
+            raise _corrupt_blob(key)
+        return blobs
+
+    async def _fetch_checked(self, sizes: Mapping[str, int]) -> tuple[dict[str, bytes], set[str]]:
+        """Fetch blobs and check each against its size and hash; return the good ones and the
+        keys of those missing or corrupt.
 
         Chunks are fetched and hashed concurrently, so reading one chunk overlaps hashing
         another (hashlib and file reads both release the GIL).
@@ -546,22 +857,40 @@ class Snapshotter:
         gate = asyncio.Semaphore((os.cpu_count() or 1) + 1)
 
         async def fetch(chunk: list[tuple[str, int]]) -> dict[str, bytes]:
+            keys = [key for key, _ in chunk]
             async with gate:
-                blobs = await self.store.get_many(key for key, _ in chunk)
+                try:
+                    blobs = await self.store.get_many(keys)
+                except SnapshotNotFoundError:
+                    # Deleted since it was looked up: find out which, keep the others.
+                    blobs = {}
+                    for key in keys:
+                        with contextlib.suppress(SnapshotNotFoundError):
+                            blobs[key] = await self.store.get(key)
                 digests = await asyncio.to_thread(lambda: {k: digest(d) for k, d in blobs.items()})
-            for key, data in blobs.items():
-                _verify(key, data, sizes[key], digests[key])
-            return blobs
+            return {
+                key: data
+                for key, data in blobs.items()
+                if len(data) == sizes[key] and digests[key] == key
+            }
 
         chunks = list(_batches(list(sizes.items()), _second, _FETCH_CHUNK_BYTES))
         fetched = await asyncio.gather(*(fetch(chunk) for chunk in chunks))
-        return {key: data for blobs in fetched for key, data in blobs.items()}
+        good = {key: data for blobs in fetched for key, data in blobs.items()}
+        corrupt = {key for key in sizes if key not in good}
+        if corrupt:
+            # The store is damaged: what any session was believed to reuse is checked again at
+            # its next capture, and these blobs are never reused.
+            self._known.clear()
+            self._corrupt |= corrupt
+        return good, corrupt
 
     async def _restore_variables(
         self,
         session: Session,
         manifest: Manifest,
         blobs: Mapping[str, bytes],
+        bad: set[str],
         notices: list[str],
     ) -> tuple[tuple[str, ...], tuple[str, ...]]:
         variables = manifest.variables
@@ -572,6 +901,13 @@ class Snapshotter:
                 "Python variables were not restored: this sandbox provider cannot load them."
             )
             return (), variables.saved + variables.skipped
+        if variables.sha256 in bad:
+            lost = tuple(sorted({*variables.saved, *variables.skipped}))
+            notices.append(
+                "Python variables were not restored: their stored copy is missing or corrupt. "
+                f"Re-create {', '.join(lost) or 'them'} before using them."
+            )
+            return (), lost
         data = blobs.get(variables.sha256)
         if data is None:
             data = (await self._fetch_verified({variables.sha256: variables.size}))[
@@ -579,11 +915,18 @@ class Snapshotter:
             ]
         failed = await session.load_variables(data)
         lost = tuple(sorted({*variables.skipped, *failed}))
-        restored = tuple(name for name in variables.saved if name not in set(failed))
-        if lost:
+        restored = tuple(name for name in variables.saved if name not in failed)
+        if variables.skipped:
             notices.append(
-                f"Variables {', '.join(lost)} could not be restored (they could not be pickled "
-                "or failed to load); re-create them before using them."
+                f"Variables {', '.join(variables.skipped)} could not be restored: they were not "
+                "saved with the snapshot (they could not be pickled, or were too large); "
+                "re-create them before using them."
+            )
+        if failed:
+            described = "; ".join(f"{name} ({why})" for name, why in sorted(failed.items()))
+            notices.append(
+                f"Variables could not be restored here: {described}; re-create them before "
+                "using them."
             )
         return restored, lost
 
@@ -593,6 +936,7 @@ class Snapshotter:
         self,
         live_refs: Iterable[str],
         *,
+        keep: Iterable[str] = (),
         dry_run: bool = False,
         grace_seconds: float = 3600.0,
     ) -> GcReport:
@@ -601,6 +945,8 @@ class Snapshotter:
         Args:
             live_refs: Refs of every snapshot still referenced (by any checkpoint of any thread).
                 A snapshot's parent is not kept for it: it is not needed to restore it.
+            keep: Other blobs still referenced, kept as they are (records filed next to the
+                snapshots, e.g. by the Deep Agents backend).
             dry_run: Only report what would be deleted.
             grace_seconds: Blobs written more recently are kept, and manifests among them count
                 as live, so a capture that has not reached a checkpoint yet loses nothing. Make it
@@ -618,7 +964,7 @@ class Snapshotter:
             for info in blobs
             if info.key in recent and info.size <= self.limits.max_manifest_bytes
         ]
-        reachable: set[str] = set()
+        reachable: set[str] = set(keep)
         missing: list[str] = []
         for ref in roots:
             try:
@@ -642,6 +988,9 @@ class Snapshotter:
         ]
         if not dry_run and garbage:
             await self.store.delete(info.key for info in garbage)
+            # A live session may have been reusing one of them.
+            self._known.clear()
+        abandoned, abandoned_bytes = await self.store.remove_abandoned_writes(dry_run=dry_run)
         return GcReport(
             dry_run=dry_run,
             live_refs=len(roots),
@@ -650,6 +999,8 @@ class Snapshotter:
             kept_recent=sum(1 for info in blobs if info.key in protected - reachable),
             deleted_blobs=len(garbage),
             deleted_bytes=sum(info.size for info in garbage),
+            abandoned_writes=abandoned,
+            abandoned_bytes=abandoned_bytes,
         )
 
     async def _recent_manifest(self, key: str) -> Manifest | None:
@@ -662,17 +1013,25 @@ class Snapshotter:
         if not data.startswith(b'{"created_at":') or digest(data) != key:
             return None
         try:
-            return parse_manifest(data, self.limits)
-        except UnsafeArchiveError:
+            return await self.load_manifest(key)
+        except (UnsafeArchiveError, SnapshotNotFoundError):
             return None
 
 
-def _verify(key: str, data: bytes, size: int | None, computed: str | None = None) -> None:
-    if (size is not None and len(data) != size) or (computed or digest(data)) != key:
-        raise UnsafeArchiveError(
-            f"Snapshot blob {key} does not match its hash; the snapshot store is corrupt or was "
-            "tampered with. Nothing was restored from it."
-        )
+def _head_key(head: str) -> str:
+    return digest(b"langchain-sandbox head\0" + head.encode("utf-8", "surrogateescape"))
+
+
+def _verify(key: str, data: bytes, size: int | None) -> None:
+    if (size is not None and len(data) != size) or digest(data) != key:
+        raise _corrupt_blob(key)
+
+
+def _corrupt_blob(key: str) -> UnsafeArchiveError:
+    return UnsafeArchiveError(
+        f"Snapshot blob {key} does not match its hash; the snapshot store is corrupt or was "
+        "tampered with. Nothing was restored from it."
+    )
 
 
 def _check_quota(selected: Sequence[FileInfo], quota: int | None) -> None:
@@ -688,15 +1047,17 @@ def _check_quota(selected: Sequence[FileInfo], quota: int | None) -> None:
 
 
 def _select(
-    listing: Sequence[FileInfo], max_file: int
+    listing: Sequence[FileInfo], max_file: int, portable: Mapping[str, object]
 ) -> tuple[list[FileInfo], set[str], dict[str, str]]:
-    """Split a listing into the files to capture, the directories, and the paths left out."""
+    """Split a listing into the files to capture, the directories, and the paths left out
+    (paths in ``portable`` passed the path rules at an earlier capture)."""
     selected: list[FileInfo] = []
     dirs: set[str] = set()
     omitted: dict[str, str] = {}
     for info in listing:
-        if not _portable(info.path):
-            omitted[_printable(info.path)] = "name cannot be restored portably"
+        if info.path not in portable and not _portable(info.path):
+            shown, reason = _printable(info.path, omitted)
+            omitted[shown] = reason
             continue
         if info.kind == "symlink":
             omitted[info.path] = "symlink"
@@ -720,9 +1081,79 @@ def _portable(path: str) -> bool:
     return True
 
 
-def _printable(path: str) -> str:
-    """A stand-in key for a path that breaks the rules (it must still pass them in the manifest)."""
-    return "unportable-name-" + digest(path.encode("utf-8", "surrogateescape"))[:16]
+def _printable(path: str, omitted: Mapping[str, str]) -> tuple[str, str]:
+    """A key and a reason for a path the manifest cannot hold (the key must pass the manifest's
+    rules): the name with the characters the rules refuse written as ``%XX`` (``%`` too, so two
+    names never share a key), so the model can tell which file it is; a hash-named stand-in only
+    when even that breaks the rules (a name too long, too deep)."""
+    why = "breaks the snapshot path rules"
+    try:
+        check_relative_path(path)
+    except UnsafeArchiveError as exc:
+        why = (
+            str(exc)
+            .removeprefix(f"Snapshot path {path!r} ")
+            .removesuffix("; refusing to restore it.")
+        )
+    escaped = "".join(f"%{ord(char):02X}" if char in "%\\\x00" else char for char in path)
+    if _portable(escaped) and escaped not in omitted:
+        return escaped, f"name cannot be restored portably: it {why}; shown with %XX escapes"
+    stand_in = "unportable-name-" + digest(path.encode("utf-8", "surrogateescape"))[:16]
+    return stand_in, f"name cannot be restored portably: it {why}; it begins {path[:60]!r}"
+
+
+def _entries(
+    hashes: Mapping[str, str],
+    sizes: Mapping[str, int],
+    listed: Mapping[str, FileInfo],
+    omitted: Mapping[str, str],
+    previous: Mapping[str, FileEntry],
+) -> dict[str, FileEntry]:
+    """The manifest's file entries, in path order; an entry equal to the previous snapshot's is
+    that same object, so comparing manifest parts below costs next to nothing."""
+    files: dict[str, FileEntry] = {}
+    for path in sorted(hashes):
+        if path in omitted:
+            continue
+        sha, size, info = hashes[path], sizes[path], listed[path]
+        mode, mtime_ns = info.mode & 0o7777, info.mtime_ns
+        old = previous.get(path)
+        if (
+            old is not None
+            and old.sha256 == sha
+            and old.size == size
+            and old.mode == mode
+            and old.mtime_ns == mtime_ns
+        ):
+            files[path] = old
+        else:
+            files[path] = FileEntry(sha, size, mode, mtime_ns)
+    return files
+
+
+def _encode_parts(
+    files: Mapping[str, FileEntry], previous: _PartIndex, same_paths: bool
+) -> tuple[list[tuple[tuple[tuple[str, FileEntry], ...], ManifestPart]], dict[str, bytes]]:
+    """The manifest parts of ``files`` (see :func:`split_paths`), and the blobs of those not in
+    ``previous``: only a part holding a changed entry is encoded again. With ``same_paths``
+    (no file added or removed since ``previous``) its cuts are kept without computing them."""
+    parts: list[tuple[tuple[tuple[str, FileEntry], ...], ManifestPart]] = []
+    blobs: dict[str, bytes] = {}
+    if same_paths and previous:
+        runs: list[Sequence[str]] = [[path for path, _ in chunk] for chunk, _ in previous.values()]
+    else:
+        runs = split_paths(list(files))
+    for run in runs:
+        chunk = tuple((path, files[path]) for path in run)
+        cached = previous.get(run[0])
+        if cached is not None and cached[0] == chunk:
+            parts.append(cached)
+            continue
+        data = encode_part(chunk)
+        part = ManifestPart(sha256=digest(data), size=len(data), files=len(chunk))
+        blobs[part.sha256] = data
+        parts.append((chunk, part))
+    return parts, blobs
 
 
 def _empty_dirs(
@@ -754,13 +1185,16 @@ def _second(pair: tuple[str, int]) -> int:
     return pair[1]
 
 
-def _batches(items: Sequence[T], size_of: Callable[[T], int], max_bytes: int) -> Iterator[list[T]]:
-    """Consecutive groups of ``items`` of at most ``max_bytes`` each (a bigger item goes alone)."""
+def _batches(
+    items: Sequence[T], size_of: Callable[[T], int], max_bytes: int, max_items: int | None = None
+) -> Iterator[list[T]]:
+    """Consecutive groups of ``items`` of at most ``max_bytes`` (a bigger item goes alone) and
+    at most ``max_items`` each."""
     batch: list[T] = []
     total = 0
     for item in items:
         size = size_of(item)
-        if batch and total + size > max_bytes:
+        if batch and (total + size > max_bytes or len(batch) == max_items):
             yield batch
             batch, total = [], 0
         batch.append(item)
@@ -769,20 +1203,48 @@ def _batches(items: Sequence[T], size_of: Callable[[T], int], max_bytes: int) ->
         yield batch
 
 
+async def _contents(
+    session: Session,
+    bundled: dict[str, bytes],
+    rest: Sequence[FileInfo],
+    batch_bytes: int,
+    omitted: dict[str, str],
+) -> AsyncIterator[dict[str, bytes]]:
+    """The contents to capture, in batches: those that came with the listing, then ``rest``
+    read in batches of at most ``batch_bytes`` (a file that cannot be read goes to ``omitted``)."""
+    if bundled:
+        yield bundled
+    for batch in _batches(rest, lambda info: info.size, batch_bytes, _READ_BATCH_FILES):
+        yield await _read_batch(session, [info.path for info in batch], omitted)
+
+
 async def _read_batch(
     session: Session, paths: list[str], omitted: dict[str, str]
 ) -> dict[str, bytes]:
-    """Read ``paths``; a file that vanished or cannot be read any more is noted in ``omitted``."""
+    """Read ``paths``; a file that vanished or cannot be read is noted in ``omitted``."""
     try:
         return await session.read_files(paths)
     except InvalidInputError:
         if len(paths) == 1:
-            omitted[paths[0]] = "vanished or became unreadable during the capture"
+            omitted[paths[0]] = await _unreadable(session, paths[0])
             return {}
     contents: dict[str, bytes] = {}
     for path in paths:
         contents.update(await _read_batch(session, [path], omitted))
     return contents
+
+
+async def _unreadable(session: Session, path: str) -> str:
+    """Why a listed file could not be read, as far as the session can tell: whether it is still
+    there (a FIFO, socket or device some providers list as a file, or no permission) or gone."""
+    parent = path.rpartition("/")[0] or "."
+    try:
+        still_there = any(info.path == path for info in await session.list_files(parent))
+    except InvalidInputError:
+        still_there = False
+    if still_there:
+        return "could not be read: not a regular file (a FIFO, socket or device) or not readable"
+    return "vanished during the capture"
 
 
 async def _digest_all(contents: Mapping[str, bytes]) -> dict[str, str]:
@@ -900,8 +1362,12 @@ def _command_chunks(paths: list[str]) -> Iterator[list[str]]:
 
 
 def _describe(paths: Mapping[str, str]) -> str:
-    shown = [f"{path} ({reason})" for path, reason in list(paths.items())[:_MAX_NAMES_IN_NOTICE]]
-    more = len(paths) - len(shown)
+    return _describe_paths([f"{path} ({reason})" for path, reason in paths.items()])
+
+
+def _describe_paths(names: Sequence[str]) -> str:
+    shown = names[:_MAX_NAMES_IN_NOTICE]
+    more = len(names) - len(shown)
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
@@ -916,6 +1382,7 @@ def _human_bytes(count: int) -> str:
 
 __all__ = [
     "RACY_WINDOW_NS",
+    "STORE_RECHECK_SECONDS",
     "GcReport",
     "RestoreReport",
     "SnapshotInfo",

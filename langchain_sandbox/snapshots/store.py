@@ -74,6 +74,13 @@ class BlobStore(ABC):
     async def put(self, key: str, data: bytes) -> None:
         """Store ``data`` under ``key`` (its digest). Atomic: a reader never sees a partial blob."""
 
+    async def replace(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key`` even though the store holds a copy already: that copy was
+        found corrupt (it does not match its key). The default deletes it and puts ``data``;
+        a backend that can overwrite in place should."""
+        await self.delete([key])
+        await self.put(key, data)
+
     @abstractmethod
     async def missing(self, keys: Iterable[str]) -> set[str]:
         """The subset of ``keys`` the store does not hold."""
@@ -85,6 +92,27 @@ class BlobStore(ABC):
     @abstractmethod
     def iter_blobs(self) -> AsyncIterator[BlobInfo]:
         """Every blob in the store (for garbage collection), in no particular order."""
+
+    async def note_checkpointer(self, name: str) -> None:
+        """Record that a checkpointer named ``name`` references snapshots in this store (see
+        :mod:`langchain_sandbox.checkpointer_names`); repeating it is harmless. The default
+        records nothing: :meth:`checkpointers` then says it cannot tell."""
+
+    async def checkpointers(self) -> set[str] | None:
+        """The names :meth:`note_checkpointer` recorded and :meth:`forget_checkpointer` did not
+        remove; ``None`` if the store does not record them (then ``gc`` cannot tell whether
+        another application still needs a blob, and refuses to collect any)."""
+        return None
+
+    async def forget_checkpointer(self, name: str) -> None:
+        """Drop ``name`` from :meth:`checkpointers` (its application and checkpoints are gone)."""
+
+    async def remove_abandoned_writes(self, *, dry_run: bool = False) -> tuple[int, int]:
+        """Remove what puts that never finished left behind (a writer killed mid-put), never
+        what a live writer is still writing; return how many such leftovers and bytes there
+        were. ``gc`` calls it. The default finds nothing: a store whose puts are atomic leaves
+        nothing behind."""
+        return 0, 0
 
     async def get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
         """The bytes of several blobs; raises ``SnapshotNotFoundError`` if any is missing."""

@@ -59,6 +59,8 @@ class Fault:
     times: int | None = 1
     should_retry: bool | None = False
     headers: dict[str, str] = field(default_factory=dict)
+    hold: threading.Event | None = None
+    after: int = 0
 
 
 class HttpError(Exception):
@@ -202,6 +204,8 @@ class Handler(BaseHTTPRequestHandler):
             emulator._update(index, body=_json_of(body, self.headers.get("Content-Type", "")))
             fault = emulator._take_fault(route)
             if fault is not None:
+                if fault.hold is not None:
+                    fault.hold.wait()
                 if fault.delay:
                     time.sleep(fault.delay)
                 if fault.drop:

@@ -39,6 +39,9 @@ OutputSink = Callable[[str, str], None]
 # A command starts in its cwd with its own variables, then runs as E2B runs it (bash -c).
 _COMMAND_SHIM = 'cd -- "$1" || exit 1; shift; exec /usr/bin/env "$@"'
 _SANDBOX_TIMEOUT = 24 * 3600.0  # the machine never times out by itself: E2B's lease does
+# One event line of the kernel carries one write of the cell's output (Jupyter does not split a
+# large print either): a variables dump's chunks, a long line of user output.
+_MAX_KERNEL_LINE = 64 * 1024 * 1024
 
 # The worker speaks JSON lines: one request per line on stdin, events on its original stdout. Cells
 # run with the guest module (prepended by _worker_program()), as in every sandbox of this package.
@@ -238,6 +241,7 @@ class Machine:
         ) as (command, fds):
             return await asyncio.create_subprocess_exec(
                 *command,
+                limit=_MAX_KERNEL_LINE,
                 pass_fds=fds,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,

@@ -158,6 +158,9 @@ class E2BEmulator:
             return
         server.shutdown()
         with self._lock:
+            for fault in self._faults:
+                if fault.hold is not None:
+                    fault.hold.set()  # no request outlives the emulator
             sandboxes = list(self._sandboxes.values())
             self._sandboxes.clear()
         for sandbox in sandboxes:
@@ -229,6 +232,8 @@ class E2BEmulator:
         times: int | None = 1,
         should_retry: bool | None = False,
         headers: dict[str, str] | None = None,
+        hold: threading.Event | None = None,
+        after: int = 0,
     ) -> Fault:
         """Make the next ``times`` requests whose route matches ``route`` (a regular expression
         over :attr:`RecordedRequest.route`) fail: answer ``status``, or close the connection
@@ -236,6 +241,8 @@ class E2BEmulator:
         instead of answering (``lose_response``: the client cannot know it happened), after waiting ``delay`` seconds (a delay alone just slows
         the request). ``should_retry`` sets the ``Should-Retry`` header the SDK obeys (``None``
         omits it, leaving the SDK's own 429/502/503/504 retries on). ``times=None``: forever.
+        ``hold``: the request waits until the event is set (a capture caught in flight, say).
+        ``after``: the first ``after`` matching requests pass untouched.
         """
         fault = Fault(
             route=re.compile(route),
@@ -246,6 +253,8 @@ class E2BEmulator:
             times=times,
             should_retry=should_retry,
             headers=dict(headers or {}),
+            hold=hold,
+            after=after,
         )
         with self._lock:
             self._faults.append(fault)
@@ -335,6 +344,9 @@ class E2BEmulator:
         with self._lock:
             for fault in self._faults:
                 if fault.route.search(route):
+                    if fault.after > 0:
+                        fault.after -= 1
+                        continue
                     if fault.times is not None:
                         fault.times -= 1
                         if fault.times <= 0:

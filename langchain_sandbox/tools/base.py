@@ -13,7 +13,10 @@ A tool call resolves, in order:
   one), so two tools or agents called without a thread id never see each other's variables or
   files;
 * the **record**: the graph state's ``sandbox`` key, read from the ``ToolRuntime`` that ``ToolNode``
-  injects into the ``runtime`` argument (``None`` outside a graph: the runtime keeps the state).
+  injects into the ``runtime`` argument (``None`` outside a graph: the runtime keeps the state);
+* whether the call is **resumable**: it runs in a graph with a checkpointer (LangGraph puts the
+  saver in the run's ``configurable``), so a checkpoint can resume from its record. Under the
+  runtime's default ``persist="resumable"`` only such calls capture a snapshot.
 
 Tools return ``(content, artifact)``: the content is what the model reads; the artifact is
 ``{"result": <JSON result>, "sandbox": <updated record>}`` for programs and for the graph glue, which
@@ -41,6 +44,11 @@ from pydantic import BaseModel, Field, PrivateAttr
 from pydantic.json_schema import SkipJsonSchema
 
 from langchain_sandbox._event_loop import on_event_loop
+from langchain_sandbox.checkpointer_names import (
+    anote_checkpointer,
+    note_checkpointer,
+    run_checkpointer,
+)
 from langchain_sandbox.errors import ConfigurationError, SandboxError
 from langchain_sandbox.providers import provider_class
 from langchain_sandbox.providers.base import Capabilities, SessionSpec
@@ -81,6 +89,7 @@ class SandboxCall:
     thread_id: str
     record: SandboxState | None
     step_call: StepCall | None
+    resumable: bool
     on_output: OutputForwarder | None
 
 
@@ -134,6 +143,12 @@ def resolve_runtime(
     return get_default_runtime()
 
 
+def is_resumable(config: RunnableConfig | None) -> bool:
+    """Whether a call with this config runs in a graph with a checkpointer, so that a checkpoint
+    can resume (or fork) from the record it returns."""
+    return run_checkpointer(config) is not None
+
+
 def private_thread_id() -> str:
     """A thread id no other owner uses: the sandbox of calls that carry no ``thread_id``."""
     return f"private-{uuid.uuid4().hex}"
@@ -155,12 +170,31 @@ def graph_record(tool_runtime: Any) -> SandboxState | None:
     return record if isinstance(record, dict) and record else None  # type: ignore[return-value]
 
 
+def graph_step(config: RunnableConfig | None) -> str | None:
+    """A key naming the graph step a call runs in: the namespace of the graph running the call's
+    node and the checkpoint the step started from (``None`` outside a graph run).
+
+    Every task of one step, ``Send`` fan-out included, shares it; a fork that re-runs the step
+    runs it from a new checkpoint, so under another key.
+    """
+    configurable = (config or {}).get("configurable") or {}
+    task_ns = configurable.get("checkpoint_ns")
+    checkpoints = configurable.get("checkpoint_map")
+    if not isinstance(task_ns, str) or not isinstance(checkpoints, Mapping):
+        return None
+    graph_ns = task_ns.rpartition("|")[0]
+    checkpoint_id = checkpoints.get(graph_ns)
+    return f"{graph_ns}@{checkpoint_id}" if checkpoint_id else None
+
+
 def step_call_of(tool_runtime: Any) -> StepCall | None:
-    """The call's id and those of the other calls in the same model message (see
-    :class:`~langchain_sandbox.runtime.StepCall`), from the ``ToolRuntime`` a ``ToolNode`` injects."""
+    """The call's id, those of the other calls in the same model message and the graph step it
+    runs in (see :class:`~langchain_sandbox.runtime.StepCall`), from the ``ToolRuntime`` a
+    ``ToolNode`` injects."""
     call_id = getattr(tool_runtime, "tool_call_id", None)
     if not call_id:
         return None
+    step = graph_step(getattr(tool_runtime, "config", None))
     state = getattr(tool_runtime, "state", None)
     messages = (
         state.get("messages") if isinstance(state, Mapping) else getattr(state, "messages", None)
@@ -168,8 +202,8 @@ def step_call_of(tool_runtime: Any) -> StepCall | None:
     for message in reversed(messages or []):
         ids = [c.get("id") for c in getattr(message, "tool_calls", None) or []]
         if call_id in ids:
-            return StepCall(call_id, frozenset(i for i in ids if i))
-    return StepCall(call_id)
+            return StepCall(call_id, frozenset(i for i in ids if i), step)
+    return StepCall(call_id, step=step)
 
 
 def execution_reply(outcome: Outcome[ExecutionResult], *, max_chars: int) -> ToolReply:
@@ -302,6 +336,7 @@ class SandboxTool(BaseTool):
             thread_id=thread_id,
             record=graph_record(tool_runtime),
             step_call=step_call,
+            resumable=is_resumable(config),
             on_output=OutputForwarder(
                 tool_runtime=tool_runtime,
                 run_manager=run_manager,
@@ -338,6 +373,7 @@ class SandboxTool(BaseTool):
     ) -> tuple[Content, dict[str, Any]]:
         with self._tool_errors():
             call = self._prepare(config, runtime, run_manager)
+            note_checkpointer(call.runtime, config)
             reply = call.runtime.run_sync(self._acall(call, args))
         return reply.content, reply.artifact
 
@@ -351,6 +387,7 @@ class SandboxTool(BaseTool):
     ) -> tuple[Content, dict[str, Any]]:
         with self._tool_errors():
             call = self._prepare(config, runtime, run_manager, asyncio.get_running_loop())
+            await anote_checkpointer(call.runtime, config)
             try:
                 reply = await self._acall(call, args)
             finally:
@@ -369,6 +406,8 @@ __all__ = [
     "execution_reply",
     "execution_result",
     "graph_record",
+    "graph_step",
+    "is_resumable",
     "notice_lines",
     "private_thread_id",
     "resolve_runtime",

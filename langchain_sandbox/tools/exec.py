@@ -67,6 +67,7 @@ class SandboxExecTool(SandboxTool):
             record=call.record,
             on_output=call.on_output,
             step_call=call.step_call,
+            resumable=call.resumable,
         )
         return execution_reply(outcome, max_chars=self.max_output_chars)
 

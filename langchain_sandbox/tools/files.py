@@ -62,7 +62,11 @@ class SandboxWriteFileTool(SandboxTool):
                 "once. Write it in parts, or generate large files with code in the sandbox."
             )
         outcome = await call.runtime.awrite_files(
-            call.thread_id, {path: data}, record=call.record, step_call=call.step_call
+            call.thread_id,
+            {path: data},
+            record=call.record,
+            step_call=call.step_call,
+            resumable=call.resumable,
         )
         text = notice_lines(outcome.notices) + f"Wrote {len(data)} bytes to {path}."
         return ToolReply(text, {"path": path, "bytes": len(data)}, outcome.record)

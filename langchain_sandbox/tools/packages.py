@@ -50,6 +50,7 @@ class SandboxInstallPackagesTool(SandboxTool):
             record=call.record,
             on_output=call.on_output,
             step_call=call.step_call,
+            resumable=call.resumable,
         )
         return execution_reply(outcome, max_chars=self.max_output_chars)
 

@@ -66,6 +66,7 @@ class SandboxShellTool(SandboxTool):
             record=call.record,
             on_output=call.on_output,
             step_call=call.step_call,
+            resumable=call.resumable,
         )
         return execution_reply(outcome, max_chars=self.max_output_chars)
 

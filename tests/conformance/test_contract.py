@@ -134,7 +134,7 @@ async def test_variables_move_to_a_new_session(provider: Provider) -> None:
         assert "lock" in dump.skipped
     async with await provider.create() as target:
         failed = await target.load_variables(dump.data)
-        assert failed == []
+        assert failed == {}
         result = await target.run_code("sum(nums), threading.__name__")
         assert result.value == "(6, 'threading')"
 

@@ -78,10 +78,93 @@ async def test_the_shell_state_survives_a_restore_into_a_new_session(
     snapshotter = Snapshotter(LocalDirectoryBlobStore(tmp_path / "blobs"))
     async with await provider.create() as source:
         await source.run_shell("mkdir -p work/deep && cd work/deep && export MODE=resumed")
-        info = await snapshotter.capture(source, revision=1)
+        first = await snapshotter.capture(source, revision=1)
+        # A command that changes nothing leaves the state file alone: the next (incremental)
+        # snapshot must still carry it.
+        await source.run_shell("echo unchanged")
+        info = await snapshotter.capture(source, revision=2, base=first.ref)
     # A new process, a resume or a fork: a new session restored from the snapshot.
     async with await provider.create() as target:
         assert (await target.run_command("pwd")).stdout == "/home/user\n"
         await snapshotter.restore(target, info.ref)
         restored = await target.run_shell('pwd; echo "$MODE"')
         assert restored.stdout == "/home/user/work/deep\nresumed\n"
+
+
+_STATE = ".langchain_sandbox/shell_state.sh"
+
+
+async def test_a_command_that_changes_nothing_leaves_the_state_file_alone(
+    provider: Provider,
+) -> None:
+    async with await provider.create() as session:
+        await session.run_shell("mkdir -p sub && cd sub && export KEPT=1")
+        inode = "stat -c %i /home/user/" + _STATE
+        before = (await session.run_command(inode)).stdout
+        assert (await session.run_shell("echo hi; true")).stdout == "hi\n"
+        # Not rewritten: the same file, and no temporary file left beside it.
+        assert (await session.run_command(inode)).stdout == before
+        listing = await session.run_command("ls -A /home/user/.langchain_sandbox")
+        assert listing.stdout == "shell_state.sh\n"
+        # A change still lands.
+        await session.run_shell("cd .. && export KEPT=2")
+        assert (await session.run_shell('pwd; echo "$KEPT"')).stdout == "/home/user\n2\n"
+
+
+async def test_the_state_is_saved_again_if_a_command_removes_it_without_changing_it(
+    provider: Provider,
+) -> None:
+    async with await provider.create() as session:
+        await session.run_shell("mkdir -p sub && cd sub && export KEPT=yes")
+        await session.run_shell("rm -rf /home/user/.langchain_sandbox")
+        assert (await session.run_shell('pwd; echo "$KEPT"')).stdout == "/home/user/sub\nyes\n"
+        await session.run_shell(f"echo 'export KEPT=edited' >> /home/user/{_STATE}")
+        assert (await session.run_shell('echo "$KEPT"')).stdout == "yes\n"
+
+
+async def test_a_command_that_changes_directory_then_fails_keeps_the_directory(
+    provider: Provider,
+) -> None:
+    async with await provider.create() as session:
+        failed = await session.run_shell("mkdir -p a/b && cd a/b && export STEP=1 && false")
+        assert failed.exit_code == 1
+        assert (await session.run_shell('pwd; echo "$STEP"')).stdout == "/home/user/a/b\n1\n"
+        strict = await session.run_shell("set -eu; cd ..; export STEP=2; false; echo unreached")
+        assert (strict.exit_code, strict.stdout) == (1, "")
+        assert (await session.run_shell('pwd; echo "$STEP"')).stdout == "/home/user/a\n2\n"
+
+
+async def test_shell_options_a_command_sets_do_not_leak_into_the_save(
+    provider: Provider,
+) -> None:
+    spec = SessionSpec(env={"MODE": "quiet"})
+    async with await provider.create(spec) as session:
+        # xtrace would trace the save into the command's stderr; nocasematch would make a value
+        # that only changed case look unchanged; noglob and IFS must not split or expand names.
+        traced = await session.run_shell("set -x; export MODE=QUIET; cd /tmp")
+        assert "__lcs" not in traced.stderr
+        await session.run_shell("shopt -s nocasematch; export MODE=Quiet")
+        assert (await session.run_shell('pwd; echo "$MODE"')).stdout == "/tmp\nQuiet\n"
+        await session.run_shell("set -f; IFS=_E; export NEW_ONE='a b*'")
+        assert (await session.run_shell('echo "$NEW_ONE"')).stdout == "a b*\n"
+
+
+async def test_the_shell_works_when_its_scratch_file_in_tmp_cannot_be_written(
+    provider: Provider,
+) -> None:
+    async with await provider.create() as session:
+        # A directory where the wrapper lists exported names: it lists them another way.
+        await session.run_command("mkdir -p /tmp/.langchain_sandbox_exported")
+        await session.run_shell("mkdir -p d && cd d && export LISTED=yes")
+        done = await session.run_shell('pwd; echo "$LISTED"')
+        assert (done.stdout, done.stderr) == ("/home/user/d\nyes\n", "")
+
+
+async def test_a_command_reaches_bash_exactly_as_written(provider: Provider) -> None:
+    async with await provider.create() as session:
+        # Quotes, backslashes, control characters and non-ASCII text survive the wrapper's
+        # quoting, and a multi-line command's own line numbers are bash's usual ones.
+        command = "printf '%s|' 'it'\\''s' \"a\\\\b\" $'tab\\there' 'é✓\x7f'\necho \"$LINENO\""
+        done = await session.run_shell(command)
+        plain = await session.run_command(command)
+        assert done.stdout == plain.stdout == "it's|a\\b|tab\there|é✓\x7f|2\n"

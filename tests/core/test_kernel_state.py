@@ -5,7 +5,16 @@ from __future__ import annotations
 import linecache
 import threading
 
-from langchain_sandbox.providers.kernel_state import dump_namespace, load_namespace
+import pytest
+
+from langchain_sandbox.providers.kernel_state import dump_namespace, load_namespace, prepare
+from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
+
+
+@pytest.fixture(autouse=True)
+def _kernel_prepared() -> None:
+    """What every sandbox does before its first dump: load the shipped cloudpickle."""
+    prepare(cloudpickle_source())
 
 
 def _run_cell(namespace: dict[str, object], source: str, name: str) -> None:
@@ -27,11 +36,11 @@ def test_values_modules_and_functions_round_trip_unpicklables_are_listed() -> No
     ns["lock"] = threading.Lock()
     blob, saved, skipped = dump_namespace(ns)
     assert saved == ["Point", "data", "double", "j"]
-    assert skipped == ["lock"]
+    assert list(skipped) == ["lock"]
 
     fresh: dict[str, object] = {"__name__": "__main__"}
     failed = load_namespace(fresh, blob)
-    assert failed == []
+    assert failed == {}
     assert fresh["data"] == {"a": [1, 2, 3]}
     assert fresh["double"](21) == 42  # type: ignore[operator]
     assert fresh["j"].dumps([1]) == "[1]"  # type: ignore[attr-defined]
@@ -42,7 +51,26 @@ def test_values_modules_and_functions_round_trip_unpicklables_are_listed() -> No
 def test_unknown_blob_is_refused() -> None:
     import pickle
 
-    import pytest
-
     with pytest.raises(ValueError, match="known format"):
         load_namespace({}, pickle.dumps({"format": 999}))
+
+
+def test_loading_into_a_namespace_that_moved_on_equals_loading_into_a_fresh_one() -> None:
+    """A rewind loads an earlier dump into the live interpreter: globals made since are gone,
+    changed ones are back, and the kernel's own names are left alone."""
+    earlier: dict[str, object] = {"__name__": "__main__"}
+    exec("import json\nx = 1\nitems = [1]\n", earlier)
+    blob, _, _ = dump_namespace(earlier)
+
+    live = dict(earlier)
+    exec("x = 2\nitems.append(2)\nlater = 'new'\nimport os\n_private = 1\n", live)
+    live["In"] = ["kernel history"]
+    assert load_namespace(live, blob) == {}
+    fresh: dict[str, object] = {"__name__": "__main__"}
+    assert load_namespace(fresh, blob) == {}
+
+    def user(ns: dict[str, object]) -> dict[str, object]:
+        return {k: v for k, v in ns.items() if not k.startswith("_") and k != "In"}
+
+    assert user(live) == user(fresh) == {"json": __import__("json"), "x": 1, "items": [1]}
+    assert live["In"] == ["kernel history"]

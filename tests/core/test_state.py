@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from langchain_sandbox.state import SandboxState, merge_sandbox_state
 
 
@@ -22,3 +24,18 @@ def test_empty_sides() -> None:
     assert merge_sandbox_state(None, update) == update
     assert merge_sandbox_state(update, None) == update
     assert merge_sandbox_state(None, None) == {}
+
+
+def test_two_records_claiming_one_revision_are_not_merged_silently(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    left: SandboxState = {"revision": 3, "head": "h-left", "exec_count": 1}
+    right: SandboxState = {"revision": 3, "head": "h-right", "exec_count": 1}
+    with caplog.at_level("WARNING", logger="langchain_sandbox.state"):
+        merged = merge_sandbox_state(left, right)
+    assert merged["head"] == "h-right"
+    assert "claim revision 3 with different heads (h-left, h-right)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="langchain_sandbox.state"):
+        merge_sandbox_state(left, {"revision": 3, "head": "h-left", "exec_count": 0})
+    assert not caplog.text, "the same state reported twice is no conflict"

@@ -153,3 +153,46 @@ def test_without_the_persistent_shell_each_command_starts_fresh(runtime: Sandbox
     backend = SandboxBackend(runtime=runtime, persistent_shell=False)
     backend.execute("mkdir -p /home/user/project && cd /home/user/project && export STAGE=two")
     assert backend.execute('pwd; echo "[$STAGE]"').output.split() == ["/home/user", "[]"]
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_a_deep_agent_stores_snapshots_and_records_only_with_a_checkpointer(
+    tmp_path: Path, checkpointed: bool
+) -> None:
+    """Under the default policy a Deep Agent without a checkpointer (nothing can resume it)
+    leaves nothing in the snapshot store; with one, each changing call stores its snapshot and
+    files its record."""
+    from deepagents import create_deep_agent
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+    from langchain_sandbox.testing import ScriptedToolModel, call
+
+    store = LocalDirectoryBlobStore(tmp_path / "blobs")
+    with SandboxRuntime(
+        "local", provider_options={"base_dir": tmp_path / "s"}, snapshotter=Snapshotter(store)
+    ) as runtime:
+        script = [
+            call("execute", command="echo kept > /home/user/notes.txt"),
+            call("write_file", file_path="/home/user/data.csv", content="a,b\n"),
+            "done",
+        ]
+        agent = create_deep_agent(
+            ScriptedToolModel(script=script),
+            backend=SandboxBackend(runtime=runtime),
+            checkpointer=InMemorySaver() if checkpointed else None,
+        )
+        config: Any = {"configurable": {"thread_id": "deep"}}
+        result = agent.invoke({"messages": [HumanMessage("go")]}, config)
+        assert result["messages"][-1].text == "done"
+        assert runtime.read_files("deep", ["notes.txt"]).value == {"notes.txt": b"kept\n"}
+
+        async def _stored() -> list[str]:
+            return [info.key async for info in store.iter_blobs()]
+
+        stored = runtime.run_sync(_stored())
+    if checkpointed:
+        assert stored, "a checkpointed agent's changes were not captured"
+    else:
+        assert stored == [], "nothing can resume this agent, yet snapshots were stored"

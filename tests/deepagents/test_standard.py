@@ -56,8 +56,9 @@ class _Standard(SandboxIntegrationTests):
         return "/home/user/test_sandbox_ops/"
 
     @pytest.fixture(scope="class")
-    def sandbox(self, class_tmp: Path, runtimes: dict[str, Any]) -> Iterator[SandboxBackend]:
-        with runtimes[self.provider_name](class_tmp) as runtime:
+    @classmethod
+    def sandbox(cls, class_tmp: Path, runtimes: dict[str, Any]) -> Iterator[SandboxBackend]:
+        with runtimes[cls.provider_name](class_tmp) as runtime:
             yield SandboxBackend(runtime=runtime)
 
     # -- the seven tests whose expectation conflicts with Deep Agents 0.7 (see the docstring) --

@@ -18,9 +18,10 @@ def main(spec_path: str) -> int:
     for block in spec["blocks"]:
         print(f"=== {spec['page']}:{block['line']} ({block['language']})", flush=True)
         if block["language"] == "python":
-            # Pad so that the page's line numbers appear in tracebacks.
+            # Pad so that the page's line numbers appear in tracebacks. dont_inherit: a reader's
+            # script does not get this file's `from __future__ import annotations`.
             source = "\n" * block["line"] + block["code"]
-            exec(compile(source, spec["page"], "exec"), namespace)
+            exec(compile(source, spec["page"], "exec", dont_inherit=True), namespace)
             sys.stdout.flush()
         else:
             done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block["code"]])

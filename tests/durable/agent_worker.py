@@ -20,7 +20,14 @@ Stories (``--story``):
 * ``approval``: a hand-built graph whose model asks, in one message, for a sandbox side effect and
   for a human's approval (a tool that calls ``interrupt()``), then reads the side effect back;
 * ``hitl``: create_agent with HumanInTheLoopMiddleware gating ``sandbox_exec``;
-* ``count``: every human message increments a counter variable and appends to a file.
+* ``count``: every human message increments a counter variable and appends to a file;
+* ``code``: every human message is Python code the model runs as it is;
+* ``behind``: two steps that change a variable and a file (the second also makes a lock, to tell an
+  attach from a restore), then a step that prints them (snapshots written behind, on E2B).
+
+``--fork-in-flight`` (with the ``fork`` story): run the first two steps, then, while the second
+step's snapshot is still being written behind, fork from the first step's checkpoint, then continue
+the original branch; the ``done`` event carries what each branch printed.
 """
 
 from __future__ import annotations
@@ -88,6 +95,16 @@ ATTACH_STEPS: list[Any] = [
     "done",
 ]
 
+BEHIND_STEPS: list[Any] = [
+    call("sandbox_exec", code="x = 1\n_ = open('a.txt', 'w').write('one')"),
+    call(
+        "sandbox_exec",
+        code="import threading\nlock = threading.Lock()\nx = 2\n_ = open('a.txt', 'w').write('two')",
+    ),
+    call("sandbox_exec", code="print(x, open('a.txt').read())\nprint(type(lock).__name__)"),
+    "done",
+]
+
 FORK_STEPS: list[Any] = [
     call("sandbox_exec", code="v = 1\nopen('f.txt', 'w').write('one')"),
     call(
@@ -117,6 +134,12 @@ def count_script(messages: list[BaseMessage]) -> Any:
         "open('log.txt', 'a').write(f'{n}:{os.getpid()}\\n')\nprint(n, open('log.txt').read().split())"
     )
     return call("sandbox_exec", code=code)
+
+
+def code_script(messages: list[BaseMessage]) -> Any:
+    if isinstance(messages[-1], ToolMessage):
+        return "ran"
+    return call("sandbox_exec", code=messages[-1].text)
 
 
 APPROVAL_STEPS: list[Any] = [
@@ -218,8 +241,10 @@ def build(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -> Any:
     script: Any = {
         "crash": _blocking(CRASH_STEPS, args.block_at_turn),
         "attach": _blocking(ATTACH_STEPS, args.block_at_turn),
+        "behind": _blocking(BEHIND_STEPS, args.block_at_turn),
         "fork": fork_script,
         "count": count_script,
+        "code": code_script,
         "hitl": HITL_STEPS,
     }[args.story]
     from langchain.agents import create_agent
@@ -314,6 +339,39 @@ async def run_async(args: argparse.Namespace) -> None:
             emit_done(result, state.values, history, runtime)
 
 
+def fork_in_flight(graph: Any, args: argparse.Namespace, runtime: SandboxRuntime) -> None:
+    """See the module docstring: a fork while the latest snapshot is still being written."""
+    thread = {"configurable": {"thread_id": args.thread}}
+    graph.invoke({"messages": [HumanMessage("go")]}, thread, durability="sync")
+    pending = runtime.pending_snapshots()
+    history = [history_row(s) for s in graph.get_state_history(thread)]
+    original = _checkpoint_id(history, tools=2, next_node=[])
+    forked = graph.update_state(
+        {
+            "configurable": {
+                **thread["configurable"],
+                "checkpoint_id": _checkpoint_id(history, tools=1, next_node=["model"]),
+                "checkpoint_ns": "",
+            }
+        },
+        {"messages": [HumanMessage("fork")]},
+        as_node="tools",
+    )
+    fork = graph.invoke(None, forked, durability="sync")
+    main_config = {"configurable": {**thread["configurable"], "checkpoint_id": original}}
+    main = graph.invoke({"messages": [HumanMessage("main")]}, main_config, durability="sync")
+    emit(
+        "done",
+        pending=pending,
+        fork=[m.text for m in fork["messages"] if isinstance(m, ToolMessage)][-1],
+        main=[m.text for m in main["messages"] if isinstance(m, ToolMessage)][-1],
+    )
+
+
+def _checkpoint_id(history: list[dict[str, Any]], *, tools: int, next_node: list[str]) -> str:
+    return next(h["id"] for h in history if h["tools"] == tools and h["next"] == next_node)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--story", required=True)
@@ -332,6 +390,7 @@ def main() -> None:
     parser.add_argument("--async", dest="use_async", action="store_true")
     parser.add_argument("--serve", action="store_true")
     parser.add_argument("--release-between-turns", action="store_true")
+    parser.add_argument("--fork-in-flight", action="store_true")
     args = parser.parse_args()
     if args.use_async:
         asyncio.run(run_async(args))
@@ -340,6 +399,9 @@ def main() -> None:
         graph = build(args, runtime, saver)
         if args.serve:
             serve(graph, args, runtime)
+            return
+        if args.fork_in_flight:
+            fork_in_flight(graph, args, runtime)
             return
         config = run_config(args)
         if args.update_message is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from postgres_server import INSTALL_HINT, PostgresServer, find_bindir
@@ -24,3 +25,18 @@ def postgres_dsn() -> Iterator[str]:
         yield server.dsn
     finally:
         server.stop()
+
+
+@pytest.fixture
+def blobs(tmp_path: Path) -> str:
+    """A snapshot blob directory shared by every process of one test."""
+    return str(tmp_path / "blobs")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A checkpointer as (kind, target): a SQLite file, then the run's Postgres server."""
+    if request.param == "sqlite":
+        yield "sqlite", str(tmp_path / "checkpoints.sqlite")
+    else:
+        yield "postgres", request.getfixturevalue("postgres_dsn")

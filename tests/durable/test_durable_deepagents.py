@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,19 +66,6 @@ def _events(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
-@pytest.fixture
-def blobs(tmp_path: Path) -> str:
-    return str(tmp_path / "blobs")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    if request.param == "sqlite":
-        yield "sqlite", str(tmp_path / "checkpoints.sqlite")
-    else:
-        yield "postgres", request.getfixturevalue("postgres_dsn")
-
-
 def test_sigkill_then_resume_in_a_new_process(saver: tuple[str, str], blobs: str) -> None:
     """Killed while the model thinks about turn 2; a new process resumes the thread and its
     command sees the files, the directory and the exported variable of the dead process."""
@@ -117,11 +103,7 @@ def test_fork_from_an_old_checkpoint_sees_its_own_files(saver: tuple[str, str], 
     thread = Thread(saver, blobs)
     done = thread.run("--message", "go")
     assert FINAL in done["tools"][-1]
-    after_turn_0 = next(
-        row["id"]
-        for row in reversed(done["history"])
-        if row["tools"] == 2 and row["next"] == ["model"]
-    )
+    after_turn_0 = after_first_tools(done)
     early = thread.run("--checkpoint-id", after_turn_0, "--message", "fork: early")
     assert _shown(early) == "first\nearly"
     end_of_first_run = done["history"][0]["id"]  # history is newest first
@@ -129,6 +111,17 @@ def test_fork_from_an_old_checkpoint_sees_its_own_files(saver: tuple[str, str], 
     assert _shown(late) == "first second\nlate"
     again = thread.run("--checkpoint-id", after_turn_0, "--message", "fork: again")
     assert _shown(again) == "first\nagain"
+
+
+def after_first_tools(run: dict[str, Any]) -> str:
+    """The checkpoint after turn 0's two tool calls, before the model's next turn."""
+    return str(
+        next(
+            row["id"]
+            for row in reversed(run["history"])
+            if row["tools"] == 2 and row["next"] == ["model"]
+        )
+    )
 
 
 def _shown(run: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ Postgres server) and the snapshot store (a shared directory, or blobs in a Postg
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -84,19 +85,6 @@ def read_event(proc: subprocess.Popen[str], wanted: str) -> dict[str, Any]:
                 return event
     stderr = proc.stderr.read() if proc.stderr else ""
     raise AssertionError(f"worker ended before {wanted!r}:\n{stderr[-4000:]}")
-
-
-@pytest.fixture
-def blobs(tmp_path: Path) -> str:
-    return str(tmp_path / "blobs")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    if request.param == "sqlite":
-        yield "sqlite", str(tmp_path / "checkpoints.sqlite")
-    else:
-        yield "postgres", request.getfixturevalue("postgres_dsn")
 
 
 # -- crash and resume ----------------------------------------------------------------------------
@@ -281,3 +269,81 @@ def test_after_sigkill_a_remote_sandbox_is_attached_not_restored(
         _kill_while_blocked(story, "--message", "go", "--block-at-turn", "1")
         resumed = story.run()
     assert resumed["tools"][-1].strip() == "stdout:\nlock 1 kept"  # no notice: same sandbox
+
+
+# -- snapshots written behind (remote sandboxes outlive the process) -------------------------------
+
+
+@contextlib.contextmanager
+def _e2b_story(story: str, tmp_path: Path, blobs: str) -> Iterator[tuple[Any, Story]]:
+    """An E2B emulator in this process (it outlives the worker processes and their SIGKILL) and a
+    story whose workers use it through the real SDK, with a SQLite checkpointer."""
+    from langchain_sandbox.testing.e2b_emulator import E2BEmulator
+
+    with E2BEmulator(api_key="e2b_" + uuid.uuid4().hex) as emulator:
+        env = {**os.environ, **emulator.env()}
+        yield (
+            emulator,
+            Story(
+                story, "sqlite", str(tmp_path / "cp.sqlite"), blobs, "--provider", "e2b", env=env
+            ),
+        )
+
+
+def _kill_while_the_snapshot_is_held(emulator: Any, story: Story) -> None:
+    """Run two steps; hold the second step's snapshot in its listing; SIGKILL the process while
+    the model thinks, before that snapshot completes."""
+    import threading
+
+    release = threading.Event()
+    emulator.inject("ListDir", hold=release, after=1)  # the first step's snapshot completes
+    try:
+        _kill_while_blocked(story, "--message", "go", "--block-at-turn", "2")
+        listings = [r for r in emulator.requests if r.route == "envd ListDir"]
+        assert [r.status for r in listings] == [200, 0]  # the second was still being captured
+    finally:
+        release.set()
+        emulator.clear_faults()
+
+
+def test_sigkill_before_a_snapshot_written_behind_completes_attaches_to_the_sandbox(
+    tmp_path: Path, blobs: str
+) -> None:
+    with _e2b_story("behind", tmp_path, blobs) as (emulator, story):
+        _kill_while_the_snapshot_is_held(emulator, story)
+        resumed = story.run()
+    # the same sandbox, at the checkpoint's head: the lock (never picklable) is still there
+    assert resumed["tools"][-1].strip() == "stdout:\n2 two\nlock"
+    assert resumed["sandbox"]["revision"] == 3
+
+
+def test_sigkill_and_a_lost_sandbox_restore_the_last_complete_snapshot_and_say_what_was_lost(
+    tmp_path: Path, blobs: str
+) -> None:
+    with _e2b_story("behind", tmp_path, blobs) as (emulator, story):
+        _kill_while_the_snapshot_is_held(emulator, story)
+        (sandbox_id,) = emulator.sandbox_ids()
+        emulator.expire(sandbox_id)
+        resumed = story.run()
+    text = resumed["tools"][-1]
+    assert "[notice] The sandbox was restored from the snapshot of revision 1." in text
+    assert "Changes made after revision 1 (up to 2) were not saved and are lost." in text
+    assert "1 one" in text
+    assert "NameError: name 'lock' is not defined" in text
+
+
+def test_fork_while_a_snapshot_is_written_behind_sees_its_checkpoint(
+    tmp_path: Path, blobs: str
+) -> None:
+    """The second step's snapshot is still being written when the process forks from the first
+    step; the fork sees the first step's state, and the original branch, continued afterwards
+    (its sandbox was replaced by the fork's), finds its late snapshot: nothing is lost."""
+    with _e2b_story("fork", tmp_path, blobs) as (emulator, story):
+        # the second step's capture takes a while: the fork arrives while it is in flight
+        emulator.inject("ListDir", delay=3.0, after=1)
+        done = story.run("--fork-in-flight")
+    assert list(done["pending"].values()) == [2]
+    assert "now 1 one" in done["fork"]
+    assert "now 2 two" in done["main"]
+    assert "restored from the snapshot of revision 2." in done["main"]
+    assert "not saved" not in done["main"]

@@ -268,7 +268,7 @@ async def test_variables_round_trip_between_sessions(provider: E2BProvider) -> N
             await source.run_code("sorted(k for k in globals() if 'langchain' in k)")
         ).value == "[]"
     async with await provider.create() as target:
-        assert await target.load_variables(dump.data) == []
+        assert await target.load_variables(dump.data) == {}
         assert (await target.run_code("area(1), sum(rows)")).value == "(3.14, 6)"
 
 

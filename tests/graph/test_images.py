@@ -58,7 +58,7 @@ def test_auto_picks_by_model_and_bad_policies_are_refused() -> None:
     from langchain_openai import ChatOpenAI
 
     openai = ChatOpenAI(model="gpt-4o-mini", api_key="sk-test")
-    anthropic = ChatAnthropic(model="claude-sonnet-4-5", api_key="sk-ant-test")  # type: ignore[call-arg]
+    anthropic = ChatAnthropic(model="claude-sonnet-5-5", api_key="sk-ant-test")  # type: ignore[call-arg]
     assert image_placement(openai) == "user_message"
     assert image_placement(openai.bind_tools([])) == "user_message"
     assert image_placement(anthropic) == "tool_result"

@@ -89,7 +89,7 @@ def _anthropic_reply(turn: int) -> dict[str, Any]:
         "id": f"msg_{turn}",
         "type": "message",
         "role": "assistant",
-        "model": "claude-sonnet-4-5",
+        "model": "claude-sonnet-5-5",
         "content": content,
         "stop_reason": stop,
         "stop_sequence": None,
@@ -195,7 +195,7 @@ def test_openai_gets_the_chart_as_a_user_image_after_the_tool_message(
 
 def _anthropic(stand_in: StandIn) -> ChatAnthropic:
     return ChatAnthropic(  # type: ignore[call-arg]
-        model="claude-sonnet-4-5", base_url=stand_in.url, api_key="sk-ant-test", max_retries=0
+        model="claude-sonnet-5-5", base_url=stand_in.url, api_key="sk-ant-test", max_retries=0
     )
 
 

@@ -162,8 +162,9 @@ async def test_e2b_and_runloop_through_their_sdks_never_block_the_loop(
     (The emulators start before the detector: they are test infrastructure.)"""
     store = LangGraphStoreBlobStore(InMemoryStore())
     options = {"api_key": "e2b_fake_key", "api_url": e2b.url, "sandbox_url": e2b.url}
+    # Snapshots after every call (no graph runs here, so the default would take none).
     async with SandboxRuntime(
-        "e2b", provider_options=options, snapshotter=Snapshotter(store)
+        "e2b", provider_options=options, snapshotter=Snapshotter(store), persist="every_call"
     ) as runtime:
         assert (await runtime.arun_code("t", "z = 5")).value.ok
         outcome = await runtime.arun_code("t", "z * 2")
@@ -171,7 +172,7 @@ async def test_e2b_and_runloop_through_their_sdks_never_block_the_loop(
         assert outcome.record.get("snapshot")
     options = {"api_key": "rl_fake_key", "base_url": runloop.url}
     async with SandboxRuntime(
-        "runloop", provider_options=options, snapshotter=Snapshotter(store)
+        "runloop", provider_options=options, snapshotter=Snapshotter(store), persist="every_call"
     ) as runtime:
         outcome = await runtime.arun_command("t", "echo hi > f && cat f")
         assert outcome.value.stdout == "hi\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from langchain_sandbox.errors import SandboxError
-from langchain_sandbox.providers.local import WORKER_RESTARTED, LocalSession
+from langchain_sandbox.providers.local import LocalSession
 
 _REPOSITORY = str(Path(__file__).resolve().parents[2])
 
@@ -139,7 +139,7 @@ async def test_variables_round_trip_through_kernel_state(session: LocalSession) 
     assert {"json", "data", "greet"} <= set(variables.saved)
     assert "gen" in variables.skipped
     await session.run_code("del data, greet, json")
-    assert await session.load_variables(variables.data) == []
+    assert await session.load_variables(variables.data) == {}
     restored = await session.run_code("greet(json.dumps(data))")
     assert restored.value == repr('hi {"a": [1, 2]}')
 
@@ -214,13 +214,22 @@ async def test_the_sandbox_runs_the_hosts_interpreter_exactly(session: LocalSess
     assert shell.stdout == sys.version + "\n"
 
 
-async def test_a_reply_past_the_size_bound_is_a_clear_error(session: LocalSession) -> None:
-    await session.run_code("big = b'x' * 60_000_000")
-    with pytest.raises(SandboxError, match="larger than the 64 MB limit"):
-        await session.dump_variables()
-    after = await session.run_code("'big' in globals()")
-    assert after.value == "False"
-    assert after.notices == [WORKER_RESTARTED]
+async def test_a_dump_past_the_event_line_bound_keeps_the_worker(session: LocalSession) -> None:
+    # 60 MB pickled is 80 MB of base64: one reply line used to exceed the event pipe's 64 MB
+    # bound, and the worker was killed with every variable. It now travels in chunks.
+    await session.run_code("big = b'x' * 60_000_000\nsmall = 1")
+    dump = await session.dump_variables()
+    assert dump.skipped == ()
+    assert len(dump.data) > 60_000_000
+    after = await session.run_code("len(big), small")
+    assert after.value == "(60000000, 1)"
+    assert after.notices == []
+    # Past the session's limit (its largest file), the largest variable is left out, by name.
+    await session.run_code("big = b'x' * 70_000_000")
+    dump = await session.dump_variables()
+    assert dump.skipped == ("big",)
+    assert "66.8 MB" in dump.reasons["big"]
+    assert (await session.run_code("len(big)")).value == "70000000"
 
 
 async def test_a_timeout_traceback_shows_only_the_users_frames(session: LocalSession) -> None:

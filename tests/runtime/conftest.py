@@ -141,17 +141,19 @@ class CountingSession(Session):
     ) -> ExecutionResult:
         return ExecutionResult(kind="command", exit_code=1, stderr="no installs here")
 
-    async def dump_variables(self) -> VariablesDump:
+    async def _dump_variables(self, max_bytes: int) -> VariablesDump:
         self._check()
         values = {
             k: v for k, v in self.namespace.items() if not k.startswith("_") and _picklable(v)
         }
         return VariablesDump(data=pickle.dumps(values), saved=tuple(values))
 
-    async def load_variables(self, data: bytes) -> list[str]:
+    async def _load_variables(self, data: bytes) -> dict[str, str]:
         self._check()
+        for name in [name for name in self.namespace if not name.startswith("_")]:
+            del self.namespace[name]
         self.namespace.update(pickle.loads(data))
-        return []
+        return {}
 
     async def is_alive(self) -> bool:
         return not (self.closed or self.dead)
@@ -220,7 +222,11 @@ def snapshotter(tmp_path: Path) -> Snapshotter:
 def counting_runtime(
     counting_provider: CountingProvider, snapshotter: Snapshotter
 ) -> Iterator[SandboxRuntime]:
-    runtime = SandboxRuntime(counting_provider, snapshotter=snapshotter, idle_ttl=None)
+    # Captures after every changing call, as in a graph with a checkpointer: these tests are
+    # about what snapshots do; when a call is captured is tested in tests/tools/test_persist_rule.py.
+    runtime = SandboxRuntime(
+        counting_provider, snapshotter=snapshotter, idle_ttl=None, persist="every_call"
+    )
     try:
         yield runtime
     finally:
@@ -234,6 +240,7 @@ async def local_runtime(tmp_path: Path) -> AsyncIterator[SandboxRuntime]:
         "local",
         provider_options={"base_dir": tmp_path / "local"},
         snapshotter=Snapshotter(LocalDirectoryBlobStore(tmp_path / "blobs")),
+        persist="every_call",
     )
     try:
         yield runtime

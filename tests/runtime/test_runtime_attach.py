@@ -29,7 +29,10 @@ def e2b_options() -> Iterator[dict[str, Any]]:
 
 def _runtime(options: dict[str, Any], blobs: Path) -> SandboxRuntime:
     return SandboxRuntime(
-        "e2b", provider_options=options, snapshotter=Snapshotter(LocalDirectoryBlobStore(blobs))
+        "e2b",
+        provider_options=options,
+        snapshotter=Snapshotter(LocalDirectoryBlobStore(blobs)),
+        persist="every_call",
     )
 
 
@@ -88,10 +91,14 @@ def test_runloop_devbox_is_attached_by_another_runtime(tmp_path: Path) -> None:
 
     with RunloopEmulator() as emulator:
         first = SandboxRuntime(
-            emulator.provider(), snapshotter=Snapshotter(LocalDirectoryBlobStore(tmp_path / "b"))
+            emulator.provider(),
+            snapshotter=Snapshotter(LocalDirectoryBlobStore(tmp_path / "b")),
+            persist="every_call",
         )
         second = SandboxRuntime(
-            emulator.provider(), snapshotter=Snapshotter(LocalDirectoryBlobStore(tmp_path / "b"))
+            emulator.provider(),
+            snapshotter=Snapshotter(LocalDirectoryBlobStore(tmp_path / "b")),
+            persist="every_call",
         )
         try:
             record = first.run_code("t", "x = 5").record

@@ -25,6 +25,7 @@ def _runtime(root: Path) -> SandboxRuntime:
         "local",
         provider_options={"base_dir": root / "sessions"},
         snapshotter=Snapshotter(LocalDirectoryBlobStore(root / "blobs")),
+        persist="every_call",  # records travel between runtimes here, as checkpoints would
     )
 
 
@@ -40,6 +41,7 @@ _PREVIOUS_PROCESS = textwrap.dedent(
         "local",
         provider_options={"base_dir": root / "sessions-old"},
         snapshotter=Snapshotter(LocalDirectoryBlobStore(root / "blobs")),
+        persist="every_call",
     )
     runtime.write_files("thread-1", {"report/data.csv": b"a,b\\n1,2\\n"})
     outcome = runtime.run_code(

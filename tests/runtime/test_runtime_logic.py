@@ -104,6 +104,26 @@ def test_cap_closes_the_least_recently_used_idle_session(
         assert len(counting_provider.live) == 2
 
 
+def test_a_thread_whose_sandbox_the_cap_closed_is_told_why_and_what_is_gone(
+    counting_provider: CountingProvider, snapshotter: Snapshotter
+) -> None:
+    """Outside a graph the default policy keeps no snapshot: the next call says the state is gone
+    and why the sandbox was closed, not only that it is new."""
+    with SandboxRuntime(
+        counting_provider, snapshotter=snapshotter, max_sessions=1, idle_ttl=None
+    ) as runtime:
+        runtime.run_code("a", "kept = 1")
+        runtime.run_code("b", "pass")
+        outcome = runtime.run_code("a", "print('kept' in globals())")
+        assert outcome.value.stdout == "False\n"
+        notices = outcome.value.notices
+        assert (
+            "The thread's previous sandbox was closed to stay within the runtime's "
+            "max_sessions=1." in notices
+        )
+        assert any("no snapshot of it was saved" in notice for notice in notices)
+
+
 def test_cap_never_closes_a_busy_session(
     counting_provider: CountingProvider, snapshotter: Snapshotter
 ) -> None:
@@ -125,7 +145,9 @@ def test_cap_never_closes_a_busy_session(
 def test_idle_ttl_closes_idle_sessions_and_restores_on_next_call(
     counting_provider: CountingProvider, snapshotter: Snapshotter
 ) -> None:
-    with SandboxRuntime(counting_provider, snapshotter=snapshotter, idle_ttl=0.2) as runtime:
+    with SandboxRuntime(
+        counting_provider, snapshotter=snapshotter, idle_ttl=0.2, persist="every_call"
+    ) as runtime:
         runtime.run_code("t", "kept = 'yes'")
         first = counting_provider.sessions[0]
         assert wait_until(lambda: first.closed), "idle session was not reaped"
@@ -133,6 +155,10 @@ def test_idle_ttl_closes_idle_sessions_and_restores_on_next_call(
         outcome = runtime.run_code("t", "print(kept)")
         assert outcome.value.stdout == "yes\n", "state came back from the snapshot"
         assert any("restored" in n for n in outcome.value.notices)
+        assert (
+            "The thread's previous sandbox was closed after 0.2 s idle (the runtime's "
+            "idle_ttl)." in outcome.value.notices
+        )
 
 
 def test_close_leaves_nothing_running(
@@ -211,6 +237,35 @@ async def test_cancelling_an_async_caller_cancels_the_work(
 # -- rehydrate / persist decisions -------------------------------------------------------------
 
 
+def test_by_default_only_a_resumable_call_is_captured(
+    counting_provider: CountingProvider, snapshotter: Snapshotter
+) -> None:
+    """``persist="resumable"`` (the default): a changing call is captured only when its caller
+    says something can resume from its record; a call that leaves nothing stored still advances
+    the record, and the next resumable call captures everything up to it."""
+
+    async def _stored() -> set[str]:
+        return {info.key async for info in snapshotter.store.iter_blobs()}
+
+    with SandboxRuntime(counting_provider, snapshotter=snapshotter, idle_ttl=None) as runtime:
+        assert runtime.persist == "resumable"
+        assert (runtime.persists(False), runtime.persists(True)) == (False, True)
+        plain = runtime.run_code("t", "a = 1").record
+        runtime.write_files("t", {"notes.txt": b"hello"})
+        assert plain.get("snapshot") is None
+        assert runtime.run_sync(_stored()) == set(), "nothing can resume, nothing is stored"
+
+        resumable = runtime.run_code("t", "b = 2", resumable=True).record
+        assert resumable["revision"] == 3
+        assert resumable["snapshot"]
+        assert resumable["snapshot_revision"] == 3
+        assert runtime.run_sync(_stored())
+    with SandboxRuntime(CountingProvider(), snapshotter=snapshotter) as other:
+        outcome = other.run_code("t", "print(a + b)", record=resumable)
+        assert outcome.value.stdout == "3\n"
+        assert other.read_files("t", ["notes.txt"]).value == {"notes.txt": b"hello"}
+
+
 def test_records_advance_and_carry_a_snapshot(counting_runtime: SandboxRuntime) -> None:
     first = counting_runtime.run_code("t", "a = 1").record
     second = counting_runtime.run_code("t", "b = 2").record
@@ -223,7 +278,7 @@ def test_records_advance_and_carry_a_snapshot(counting_runtime: SandboxRuntime) 
     assert read.record["revision"] == second["revision"], "reads do not bump the revision"
 
 
-def test_fork_restores_the_older_state_into_a_new_session(
+def test_fork_rewinds_the_live_session_to_the_older_state(
     counting_runtime: SandboxRuntime, counting_provider: CountingProvider
 ) -> None:
     at_one = counting_runtime.run_code("t", "x = 1").record
@@ -233,8 +288,8 @@ def test_fork_restores_the_older_state_into_a_new_session(
     forked = counting_runtime.run_code("t", "print(x)", record=at_one)
     assert forked.value.stdout == "1\n"
     assert any("restored" in n for n in forked.value.notices)
-    assert original.closed
-    assert len(counting_provider.sessions) == 2
+    assert not original.closed, "rewound in place, not replaced"
+    assert len(counting_provider.sessions) == 1
 
     # The original branch continues with its own state.
     back = counting_runtime.run_code("t", "print(x)", record=at_two)
@@ -259,20 +314,20 @@ def test_parallel_calls_with_the_same_stale_record_share_the_session(
         "t", "print(items)", record=step, step_call=StepCall("call-c", frozenset({"call-c"}))
     )
     assert other.value.stdout == "[]\n"
-    assert len(counting_provider.sessions) == 2
+    assert any("restored" in n for n in other.value.notices)
 
     # Replaying call-a from the same record (a fork re-running the step) is a divergence.
     replay = counting_runtime.run_code("t", "print(items)", record=b.record)
     assert replay.value.stdout == "['a', 'b']\n", "the original branch keeps its own state"
     again = counting_runtime.run_code("t", "print(items)", record=step, step_call=_step("call-a"))
     assert again.value.stdout == "[]\n"
-    assert len(counting_provider.sessions) == 4
+    assert len(counting_provider.sessions) == 1, "each divergence rewound the live session"
 
 
 def test_previous_process_record_restores_in_a_new_runtime(
     counting_provider: CountingProvider, snapshotter: Snapshotter
 ) -> None:
-    with SandboxRuntime(counting_provider, snapshotter=snapshotter) as first:
+    with SandboxRuntime(counting_provider, snapshotter=snapshotter, persist="every_call") as first:
         first.write_files("t", {"notes.txt": b"hello"})
         record = first.run_code("t", "total = 42").record
     with SandboxRuntime(CountingProvider(), snapshotter=snapshotter) as second:

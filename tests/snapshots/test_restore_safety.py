@@ -1,4 +1,5 @@
-"""Hostile or broken snapshots are refused before anything is written, and the session stays usable."""
+"""Hostile or broken manifests are refused before anything is written, and the session stays
+usable; a blob that is missing or does not match its hash costs its own file, never the rest."""
 
 from __future__ import annotations
 
@@ -109,15 +110,29 @@ async def test_hostile_manifest_is_refused_and_nothing_is_written(
     await assert_untouched_and_usable(session, tmp_path)
 
 
-async def test_blob_that_does_not_match_its_hash_is_refused(
+async def test_blob_that_does_not_match_its_hash_costs_only_its_file(
     session: Session, store: LocalDirectoryBlobStore, snapshotter: Snapshotter, tmp_path: Path
 ) -> None:
     # A store that returns other bytes (same length) under the key of GOOD.
     await store.put(digest(GOOD), b"evil")
-    ref = await put_manifest(store, manifest_doc({"fine.txt": entry(), "escaped.txt": entry()}))
-    with pytest.raises(UnsafeArchiveError, match="does not match its hash"):
-        await snapshotter.restore(session, ref)
-    await assert_untouched_and_usable(session, tmp_path)
+    await store.put(digest(b"fine"), b"fine")
+    ref = await put_manifest(
+        store, manifest_doc({"fine.txt": entry(sha=digest(b"fine")), "escaped.txt": entry()})
+    )
+    report = await snapshotter.restore(session, ref)
+    # The bad bytes never reach the session; everything else of the snapshot does.
+    assert report.files_lost == ("escaped.txt",)
+    assert not escaped_files(tmp_path)
+    listing = {info.path for info in await session.list_files(".", recursive=True)}
+    assert listing - {".packages"} == {"fine.txt"}
+    assert await session.read_files(["fine.txt"]) == {"fine.txt": b"fine"}
+    assert "Restored the workspace to revision 1 (1 of 2 files, 4 bytes)." in report.notices
+    assert any(
+        "1 file(s) could not be restored because their stored copy is missing or corrupt: "
+        "escaped.txt." in notice
+        for notice in report.notices
+    )
+    assert (await session.run_code("6 * 7")).value == "42"
 
 
 async def test_manifest_that_does_not_match_its_ref_is_refused(
@@ -131,12 +146,23 @@ async def test_manifest_that_does_not_match_its_ref_is_refused(
     await assert_untouched_and_usable(session, tmp_path)
 
 
-async def test_missing_blobs_and_snapshots_are_not_found(
-    session: Session, store: LocalDirectoryBlobStore, snapshotter: Snapshotter, tmp_path: Path
+async def test_missing_blobs_cost_their_files_and_missing_snapshots_are_not_found(
+    session: Session,
+    new_session: SessionFactory,
+    store: LocalDirectoryBlobStore,
+    snapshotter: Snapshotter,
+    tmp_path: Path,
 ) -> None:
-    ref = await put_manifest(store, manifest_doc({"escaped.txt": entry()}))
-    with pytest.raises(SnapshotNotFoundError, match="1 of its blobs are missing"):
-        await snapshotter.restore(session, ref)
+    await store.put(digest(b"fine"), b"fine")
+    ref = await put_manifest(
+        store, manifest_doc({"fine.txt": entry(sha=digest(b"fine")), "escaped.txt": entry()})
+    )
+    # A new session: a missing blob costs its file, never the rest of the snapshot.
+    fresh = await new_session()
+    report = await snapshotter.restore(fresh, ref)
+    assert report.files_lost == ("escaped.txt",)
+    assert await fresh.read_files(["fine.txt"]) == {"fine.txt": b"fine"}
+    assert not escaped_files(tmp_path)
     with pytest.raises(SnapshotNotFoundError):
         await snapshotter.restore(session, digest(b"no such snapshot"))
     with pytest.raises(InvalidInputError, match="not a sha256"):

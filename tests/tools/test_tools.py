@@ -68,7 +68,9 @@ def test_tool_call_artifact_carries_result_and_record(runtime: SandboxRuntime) -
     assert first.artifact["result"]["stdout"] == "hi\n"
     record = second.artifact["sandbox"]
     assert record["revision"] == first.artifact["sandbox"]["revision"] + 1
-    assert record["snapshot"]
+    # Outside a graph nothing can resume from the record, so it names no snapshot
+    # (test_persist_rule.py covers when one is taken).
+    assert record.get("snapshot") is None
     assert record["session"]["provider"] == "local"
     assert record["exec_count"] == 1
     # A user-code failure is a result the model reads, not an error.
@@ -283,10 +285,11 @@ def test_tool_node_reads_the_record_and_streams_output(runtime: SandboxRuntime) 
     assert first_custom < updates[-1], "output arrived only after the tool finished"
 
     # The ToolNode's state carries a stale record: a fork re-running the same call id from the
-    # previous state restores that state into a new sandbox instead of reusing the live one.
-    first = runtime.run_code("g", "marker = 'first'")
+    # previous state rewinds the live sandbox to that state (instead of running on as it is).
+    # The two steps stand for those of a checkpointed thread (resumable), so they are captured.
+    first = runtime.run_code("g", "marker = 'first'", resumable=True)
     live_before = runtime.live_sessions()["g"]
-    runtime.run_code("g", "marker = 'second'")
+    runtime.run_code("g", "marker = 'second'", resumable=True)
     state = {
         **_ask("sandbox_exec", {"code": "print(marker)"}, call_id="fork"),
         "sandbox": first.record,
@@ -295,7 +298,7 @@ def test_tool_node_reads_the_record_and_streams_output(runtime: SandboxRuntime) 
     message = result["messages"][-1]
     assert "first" in _text(message)
     assert "restored" in _text(message)
-    assert runtime.live_sessions()["g"] != live_before
+    assert runtime.live_sessions()["g"] == live_before, "rewound in place, not replaced"
 
 
 async def test_async_graph_streams_and_runs(aruntime: SandboxRuntime) -> None:

@@ -28,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
+import hashlib
 import inspect
 import json
 import logging
@@ -36,6 +38,7 @@ import os
 import re
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -73,6 +76,7 @@ from langchain_sandbox.providers.remote import (
     read_tags,
     tag_metadata,
 )
+from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult, OutputCapture
 from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE
 from langchain_sandbox.workspace import WORKSPACE_ROOT, relative_path, resolve_path
@@ -98,7 +102,20 @@ CAPABILITIES = Capabilities(
 _BACKSTOP = 30.0  # the SDK's own deadline sits behind ours, only to never hang
 _LIST_DEPTH = 64  # "recursive" listing depth; envd needs a number
 _MARKER = "__langchain_sandbox_kernel_state__"
-_KERNEL_STATE_SOURCE = inspect.getsource(kernel_state)
+_KERNEL_STATE_MODULE = (
+    "_langchain_sandbox_kernel_state_"
+    + hashlib.sha256(
+        inspect.getsource(kernel_state).encode() + cloudpickle_source().encode()
+    ).hexdigest()[:12]
+)
+_KERNEL_STATE_PACKED = base64.b64encode(zlib.compress(inspect.getsource(kernel_state).encode()))
+_CHUNK_BYTES = 4 * 1024 * 1024  # of a variables dump, per line of output or per upload
+
+
+@functools.cache
+def _cloudpickle_packed() -> bytes:
+    """cloudpickle's source as the kernel gets it (compressed: it travels with each call)."""
+    return base64.b64encode(zlib.compress(cloudpickle_source().encode()))
 
 
 def _load_sdk() -> Any:
@@ -445,13 +462,22 @@ class E2BSession(RemoteSession):
 
     # -- variables ---------------------------------------------------------------------------
 
-    async def _kernel_call(self, body: str, what: str) -> Any:
-        """Run kernel_state inside the kernel (no output cap: the payload is ours) and parse it."""
+    async def _kernel_call(self, body: str, what: str) -> list[str]:
+        """Run ``body`` in the kernel with ``ks``, the kernel_state module (built from its source
+        once per kernel), in scope; return what it printed behind the marker, line by line."""
         code = (
             "def _langchain_sandbox_call():\n"
-            "    import base64, json\n"
-            "    ks = {}\n"
-            f"    exec(compile({_KERNEL_STATE_SOURCE!r}, '<kernel_state>', 'exec'), ks)\n"
+            "    import base64, json, sys\n"
+            f"    ks = sys.modules.get({_KERNEL_STATE_MODULE!r})\n"
+            "    if ks is None:\n"
+            "        import types, zlib\n"
+            "        def source(packed):\n"
+            "            return zlib.decompress(base64.b64decode(packed)).decode()\n"
+            f"        ks = types.ModuleType({_KERNEL_STATE_MODULE!r})\n"
+            f"        exec(compile(source({_KERNEL_STATE_PACKED!r}), '<kernel_state>', 'exec'),"
+            " ks.__dict__)\n"
+            f"        ks.prepare(source({_cloudpickle_packed()!r}))\n"
+            f"        sys.modules[{_KERNEL_STATE_MODULE!r}] = ks\n"
             f"{body}"
             "_langchain_sandbox_call()\n"
             "del _langchain_sandbox_call\n"
@@ -467,32 +493,60 @@ class E2BSession(RemoteSession):
                 f"E2B: {what} failed in the kernel: {execution.error.name}: {execution.error.value}",
                 provider=PROVIDER_NAME,
             )
-        for line in "".join(execution.logs.stdout).splitlines():
-            if line.startswith(_MARKER):
-                return json.loads(line[len(_MARKER) :])
-        raise SandboxError(f"E2B: {what} returned nothing.", provider=PROVIDER_NAME)
+        lines = [
+            line[len(_MARKER) :]
+            for line in "".join(execution.logs.stdout).splitlines()
+            if line.startswith(_MARKER)
+        ]
+        if not lines:
+            raise SandboxError(f"E2B: {what} returned nothing.", provider=PROVIDER_NAME)
+        return lines
 
-    async def dump_variables(self) -> VariablesDump:
-        payload = await self._kernel_call(
-            "    blob, saved, skipped = ks['dump_namespace'](globals())\n"
-            f"    print({_MARKER!r} + json.dumps({{'data': base64.b64encode(blob).decode(),"
-            " 'saved': saved, 'skipped': skipped}))\n",
+    async def _dump_variables(self, max_bytes: int) -> VariablesDump:
+        # The dump comes back as lines of base64 chunks, then one line that describes it.
+        lines = await self._kernel_call(
+            f"    blob, saved, skipped = ks.dump_namespace(globals(), {max_bytes})\n"
+            f"    for start in range(0, len(blob), {_CHUNK_BYTES}):\n"
+            f"        chunk = base64.b64encode(blob[start : start + {_CHUNK_BYTES}]).decode()\n"
+            f"        print({_MARKER!r} + chunk)\n"
+            f"    print({_MARKER!r} + json.dumps({{'size': len(blob), 'saved': saved,"
+            " 'skipped': skipped}))\n",
             "dump variables",
         )
+        *chunks, described = lines
+        data = b"".join(base64.b64decode(chunk) for chunk in chunks)
+        answer = json.loads(described)
+        if len(data) != answer["size"] or len(data) > max_bytes:
+            raise SandboxError(
+                f"E2B: the variables dump is {len(data)} bytes, not the {answer['size']} "
+                "announced.",
+                provider=PROVIDER_NAME,
+            )
+        reasons = {str(name): str(why) for name, why in answer["skipped"].items()}
         return VariablesDump(
-            data=base64.b64decode(payload["data"]),
-            saved=tuple(payload["saved"]),
-            skipped=tuple(payload["skipped"]),
+            data=data, saved=tuple(answer["saved"]), skipped=tuple(reasons), reasons=reasons
         )
 
-    async def load_variables(self, data: bytes) -> list[str]:
-        blob = base64.b64encode(data).decode()
-        failed = await self._kernel_call(
-            f"    failed = ks['load_namespace'](globals(), base64.b64decode({blob!r}))\n"
+    async def _load_variables(self, data: bytes) -> dict[str, str]:
+        # A large dump goes up in several calls, each adding a chunk to a buffer in the kernel.
+        view = memoryview(data)
+        chunks = [view[start : start + _CHUNK_BYTES] for start in range(0, len(data), _CHUNK_BYTES)]
+        for chunk in chunks[:-1]:
+            await self._kernel_call(
+                f"    ks.incoming = getattr(ks, 'incoming', b'') + "
+                f"base64.b64decode({base64.b64encode(chunk).decode()!r})\n"
+                f"    print({_MARKER!r} + 'ok')\n",
+                "load variables",
+            )
+        last = base64.b64encode(chunks[-1] if chunks else b"").decode()
+        (answer,) = await self._kernel_call(
+            f"    blob = getattr(ks, 'incoming', b'') + base64.b64decode({last!r})\n"
+            "    ks.incoming = b''\n"
+            "    failed = ks.load_namespace(globals(), blob)\n"
             f"    print({_MARKER!r} + json.dumps(failed))\n",
             "load variables",
         )
-        return [str(name) for name in failed]
+        return {str(name): str(why) for name, why in json.loads(answer).items()}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -546,10 +600,18 @@ def _execution_fields(execution: Any) -> dict[str, Any]:
     }
 
 
+def _listed_path(path: str) -> str:
+    """The workspace-relative form of a path the sandbox listed, not checked against the rules
+    for paths a caller gives: a listing reports every name in the workspace, those the session
+    API refuses (a backslash, say) included, so a snapshot can name them instead of failing."""
+    prefix = WORKSPACE_ROOT.rstrip("/") + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else relative_path(path)
+
+
 def _file_info(entry: Any) -> FileInfo:
     kind: Literal["file", "dir", "symlink"] = getattr(entry.type, "value", "file")
     return FileInfo(
-        path=relative_path(entry.path),
+        path=_listed_path(entry.path),
         size=0 if kind == "dir" else int(entry.size),
         mtime_ns=int(entry.modified_time.timestamp() * 1_000_000_000),
         mode=int(entry.mode) & 0o7777,

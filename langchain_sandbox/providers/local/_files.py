@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import operator
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
 
 from langchain_sandbox.errors import InvalidInputError, InvalidPathError
@@ -94,33 +95,44 @@ class HostWorkspace:
             finally:
                 os.close(fd)
 
-    def read(self, path: str) -> bytes:
-        """The bytes of a regular file."""
-        parents, name = self._split(path)
-        if not name:
-            raise InvalidPathError(f"{path!r} is the workspace directory, not a file.")
-        with self._directory(parents, create=False, display=path) as parent:
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            try:
-                fd = os.open(name, flags, dir_fd=parent)
-            except OSError as exc:
-                raise _path_error(exc, path) from None
-            try:
-                info = os.fstat(fd)
-                if not stat.S_ISREG(info.st_mode):
-                    kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-                    raise InvalidPathError(f"{path!r} is {kind}.")
-                if info.st_size > self.max_file_bytes:
-                    raise InvalidInputError(
-                        f"{path!r} has {info.st_size} bytes, more than the {self.max_file_bytes} "
-                        "a read returns; read it in parts from code instead."
-                    )
-                data = _read_at_most(fd, info.st_size, self.max_file_bytes)
-            finally:
-                os.close(fd)
-            if data is None:
-                raise InvalidInputError(f"{path!r} grew past {self.max_file_bytes} bytes.")
-            return data
+    def read_many(self, paths: Sequence[str]) -> dict[str, bytes]:
+        """The bytes of several regular files, keyed as given. Each directory is walked to once
+        for all the files in it (a snapshot reads thousands of small files)."""
+        by_parent: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+        for path in paths:
+            parents, name = self._split(path)
+            if not name:
+                raise InvalidPathError(f"{path!r} is the workspace directory, not a file.")
+            by_parent.setdefault(tuple(parents), []).append((name, path))
+        contents: dict[str, bytes] = {}
+        for directory, names in by_parent.items():
+            with self._directory(list(directory), create=False, display=names[0][1]) as parent:
+                for name, path in names:
+                    contents[path] = self._read_in(parent, name, path)
+        return {path: contents[path] for path in paths}
+
+    def _read_in(self, parent: int, name: str, path: str) -> bytes:
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(name, flags, dir_fd=parent)
+        except OSError as exc:
+            raise _path_error(exc, path) from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+                raise InvalidPathError(f"{path!r} is {kind}.")
+            if info.st_size > self.max_file_bytes:
+                raise InvalidInputError(
+                    f"{path!r} has {info.st_size} bytes, more than the {self.max_file_bytes} "
+                    "a read returns; read it in parts from code instead."
+                )
+            data = _read_at_most(fd, info.st_size, self.max_file_bytes)
+        finally:
+            os.close(fd)
+        if data is None:
+            raise InvalidInputError(f"{path!r} grew past {self.max_file_bytes} bytes.")
+        return data
 
     def listdir(self, path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
         """Entries of a directory (a file lists as itself); symlinks are listed, not followed."""
@@ -150,45 +162,62 @@ class HostWorkspace:
         (sandboxed code can nest directories far deeper than Python's recursion limit).
 
         Directories at :data:`MAX_PATH_DEPTH` are listed but not entered: no path the host API
-        accepts lies below them.
+        accepts lies below them. The loop body is the cost of every capture of a large
+        workspace, so it does per entry only what it must: one ``lstat`` and one ``FileInfo``.
         """
         entries: list[FileInfo] = []
-        stack: list[tuple[int, str, Iterator[os.DirEntry[str]]]] = []
+        append = entries.append
+        # Per directory being walked: its descriptor, its path prefix, whether its
+        # subdirectories are entered, and the children left.
+        stack: list[tuple[int, str, bool, Iterator[os.DirEntry[str]]]] = []
+        enter = recursive and prefix.count("/") + 1 < MAX_PATH_DEPTH
+        current: tuple[int, str, bool, Iterator[os.DirEntry[str]]] | None = (
+            fd,
+            prefix,
+            enter,
+            _sorted_entries(fd),
+        )
         try:
-            current: tuple[int, str, Iterator[os.DirEntry[str]]] | None = (
-                fd,
-                prefix,
-                _sorted_entries(fd),
-            )
             while current is not None:
-                directory, base, children = current
-                entry = next(children, None)
-                if entry is None:
+                directory, base, descend, children = current
+                for entry in children:
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue  # removed by sandboxed code while we listed
+                    fmt = info.st_mode & _S_IFMT
+                    path = base + entry.name
+                    if fmt == stat.S_IFREG:
+                        append(
+                            FileInfo(path, info.st_size, info.st_mtime_ns, info.st_mode & 0o7777)
+                        )
+                    elif fmt == stat.S_IFDIR:
+                        append(FileInfo(path, 0, info.st_mtime_ns, info.st_mode & 0o7777, "dir"))
+                        if not descend:
+                            continue
+                        try:
+                            child = os.open(entry.name, _DIR_FLAGS, dir_fd=directory)
+                        except OSError:
+                            continue
+                        stack.append(current)
+                        below = path + "/"
+                        deeper = below.count("/") + 1 < MAX_PATH_DEPTH
+                        current = (child, below, deeper, _sorted_entries(child))
+                        break
+                    elif fmt == stat.S_IFLNK:
+                        mode = info.st_mode & 0o7777
+                        append(FileInfo(path, info.st_size, info.st_mtime_ns, mode, "symlink"))
+                    # FIFOs, sockets and devices are left out (see _file_info).
+                else:
                     if directory != fd:
                         os.close(directory)
                     current = stack.pop() if stack else None
-                    continue
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue  # removed by sandboxed code while we listed
-                found = _file_info(base + entry.name, info)
-                if found is None:
-                    continue
-                entries.append(found)
-                depth = found.path.count("/") + 1
-                if not (recursive and found.kind == "dir" and depth < MAX_PATH_DEPTH):
-                    continue
-                try:
-                    child = os.open(entry.name, _DIR_FLAGS, dir_fd=directory)
-                except OSError:
-                    continue
-                stack.append(current)
-                current = (child, base + entry.name + "/", _sorted_entries(child))
         finally:
-            for directory, _, _ in stack:
+            for directory, _, _, _ in stack:
                 if directory != fd:
                     os.close(directory)
+            if current is not None and current[0] != fd:
+                os.close(current[0])
         return entries
 
     def usage(self) -> int:
@@ -258,9 +287,13 @@ def _read_at_most(fd: int, expected: int, limit: int) -> bytes | None:
         chunks.append(chunk)
 
 
+_S_IFMT = 0o170000
+_by_name = operator.attrgetter("name")
+
+
 def _sorted_entries(fd: int) -> Iterator[os.DirEntry[str]]:
     with os.scandir(fd) as iterator:
-        return iter(sorted(iterator, key=lambda entry: entry.name))
+        return iter(sorted(iterator, key=_by_name))
 
 
 def _file_info(path: str, info: os.stat_result) -> FileInfo | None:

@@ -26,6 +26,7 @@ from langchain_sandbox.providers.local._bubblewrap import (
     sealed_file,
 )
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
+from langchain_sandbox.providers.shipped_pickler import cloudpickle_path
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 Isolation = Literal["bubblewrap", "none"]
@@ -124,20 +125,23 @@ class Launcher:
             return "/bin/bash"
         return next((p for p in _BASH_CANDIDATES if os.path.exists(p)), "bash")
 
-    def _runtime_files(self) -> tuple[str, str, str]:
-        """(worker to run, kernel_state source, guest module) as the session's processes see
-        them; the worker and the guest module precompiled when :func:`compile_worker` could."""
+    def _runtime_files(self) -> tuple[str, str, str, str]:
+        """(worker to run, kernel_state source, cloudpickle source, guest module) as the
+        session's processes see them; the worker and the guest module precompiled when
+        :func:`compile_worker` could."""
         bytecode = self.worker_bytecode
         if self.isolated:
             worker, guest = ("worker.pyc", "guest.pyc") if bytecode else ("worker.py", "guest.py")
             return (
                 f"{SANDBOX_RUNTIME_DIR}/{worker}",
                 f"{SANDBOX_RUNTIME_DIR}/kernel_state.py",
+                f"{SANDBOX_RUNTIME_DIR}/cloudpickle.py",
                 f"{SANDBOX_RUNTIME_DIR}/{guest}",
             )
+        pickler = str(cloudpickle_path())
         if bytecode:
-            return bytecode, str(_KERNEL_STATE_SOURCE), _guest_bytecode(bytecode)
-        return str(_WORKER_SOURCE), str(_KERNEL_STATE_SOURCE), str(_GUEST_SOURCE)
+            return bytecode, str(_KERNEL_STATE_SOURCE), pickler, _guest_bytecode(bytecode)
+        return str(_WORKER_SOURCE), str(_KERNEL_STATE_SOURCE), pickler, str(_GUEST_SOURCE)
 
     def environment(self) -> dict[str, str]:
         """The allow-listed environment of every process in the session; never the host's."""
@@ -163,7 +167,7 @@ class Launcher:
 
     def worker_command(self, request_fd: int, event_fd: int, control_fd: int) -> list[str]:
         """The argv that starts the session's persistent Python worker."""
-        worker, kernel_state, guest = self._runtime_files()
+        worker, kernel_state, pickler, guest = self._runtime_files()
         inner = [
             self.python_executable,
             "-I",
@@ -173,6 +177,7 @@ class Launcher:
             str(event_fd),
             str(control_fd),
             kernel_state,
+            pickler,
             guest,
             self.packages_dir,
             *self.site_packages,
@@ -236,12 +241,13 @@ class Launcher:
 
 def sandbox_files(worker_bytecode: str | None) -> dict[str, str]:
     """The files every sandbox gets as copies (no host path of them is visible inside):
-    the generated ``/etc`` files, the worker, the guest module and the variables module
-    (``{sandbox path: source}``).
+    the generated ``/etc`` files, the worker, the guest module and the variables module with the
+    cloudpickle it pickles with (``{sandbox path: source}``).
     """
     sources = {
         f"{SANDBOX_RUNTIME_DIR}/worker.py": _WORKER_SOURCE,
         f"{SANDBOX_RUNTIME_DIR}/kernel_state.py": _KERNEL_STATE_SOURCE,
+        f"{SANDBOX_RUNTIME_DIR}/cloudpickle.py": cloudpickle_path(),
         f"{SANDBOX_RUNTIME_DIR}/guest.py": _GUEST_SOURCE,
     }
     if worker_bytecode:

@@ -15,7 +15,8 @@ prints (or closes) can break the protocol:
   main thread is busy running user code;
 * events (worker -> host): JSON lines, because the host must parse what a hostile sandbox sends:
   ``{"ev": "ready"}`` once, then per request any number of ``{"id", "ev": "out", "stream",
-  "data"}`` and one ``{"id", "ev": "done", ...}``.
+  "data"}`` and one ``{"id", "ev": "done", ...}``. A variables dump travels as ``out`` events of
+  the ``variables`` stream (base64 chunks of :data:`_DUMP_CHUNK` bytes), never as one line.
 
 Output bytes travel as latin-1 text (one character per byte), so they round-trip exactly through
 JSON and the host decodes them once, whole. Each stream is capped here, inside the sandbox: the
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 _READ_CHUNK = 65536
+_DUMP_CHUNK = 4 * 1024 * 1024
 
 
 def _to_json(value: Any) -> str:
@@ -171,13 +173,18 @@ class Worker:
     """The worker's state: the user's namespace, captures, and the request loop."""
 
     def __init__(
-        self, request_fd: int, event_fd: int, control_fd: int, kernel_state: str, guest: Any
+        self,
+        request_fd: int,
+        event_fd: int,
+        control_fd: int,
+        kernel_state: tuple[str, str],
+        guest: Any,
     ) -> None:
         self.guest = guest
         self.events = _Events(event_fd)
         self.requests = os.fdopen(request_fd, "rb")
         self.control_fd = control_fd
-        self.kernel_state_path = kernel_state
+        self.kernel_state_path, self.cloudpickle_path = kernel_state
         self.module = type(sys)("__main__")
         self.module.__dict__["__builtins__"] = __builtins__
         # Pickle and inspect look user classes and functions up in sys.modules["__main__"].
@@ -185,6 +192,7 @@ class Worker:
         self.namespace: dict[str, Any] = self.module.__dict__
         self.cells = guest.Cells(self.namespace)
         self.pid = os.getpid()
+        self._pids_seen: bytes | None = None
         self.stdout = guest.FdCapture(1)
         self.stderr = guest.FdCapture(2)
         self.interrupter = _Interrupter()
@@ -240,7 +248,7 @@ class Worker:
             elif op == "command":
                 reply = self._command(request_id, request)
             elif op == "dump":
-                reply = self._dump()
+                reply = self._dump(request_id, request)
             elif op == "load":
                 reply = self._load(request)
             elif op == "invalidate_caches":
@@ -300,8 +308,22 @@ class Worker:
         self.stderr.detach()
         reply["dropped"] = {"stdout": out.finish(), "stderr": err.finish()}
         if os.getpid() == self.pid:
-            _end_strays()
+            self._end_strays()
         return reply
+
+    def _end_strays(self) -> None:
+        """:func:`_end_strays`, unless no process was made since it last ran.
+
+        Walking ``/proc`` is most of a warm call's time in here. Every process needs a pid, so
+        when the pid namespace's counter has not moved since the last walk (which ended the
+        strays there were), nothing new can be running. The counter is read before the walk:
+        a process forked during it moves the counter, and the next call walks again.
+        """
+        counter = _pid_counter()
+        if counter is not None and counter == self._pids_seen:
+            return
+        self._pids_seen = counter
+        _end_strays()
 
     # --------------------------------------------------------------- commands
 
@@ -373,13 +395,19 @@ class Worker:
             with open(self.kernel_state_path, encoding="utf-8") as handle:
                 source = handle.read()
             exec(compile(source, self.kernel_state_path, "exec"), module.__dict__)
+            with open(self.cloudpickle_path, encoding="utf-8") as handle:
+                module.prepare(handle.read())
             sys.modules["_sandbox_kernel_state"] = module
         return module
 
-    def _dump(self) -> dict[str, Any]:
-        kernel_state = self._kernel_state()  # imports linecache: pending cell sources land there
-        blob, saved, skipped = kernel_state.dump_namespace(self.namespace)
-        return {"data": _base64(blob), "saved": saved, "skipped": skipped}
+    def _dump(self, request_id: int, request: dict[str, Any]) -> dict[str, Any]:
+        max_bytes = request.get("max_bytes")
+        blob, saved, skipped = self._kernel_state().dump_namespace(self.namespace, max_bytes)
+        view = memoryview(blob)
+        for start in range(0, len(blob), _DUMP_CHUNK):
+            chunk = _base64(view[start : start + _DUMP_CHUNK])
+            self.events.send({"id": request_id, "ev": "out", "stream": "variables", "data": chunk})
+        return {"size": len(blob), "saved": saved, "skipped": skipped}
 
     def _load(self, request: dict[str, Any]) -> dict[str, Any]:
         blob = bytes(request["data"])
@@ -409,6 +437,20 @@ def _end_strays() -> None:
             continue  # gone already, or not our child (its parent or pid 1 reaps it)
 
 
+def _pid_counter() -> bytes | None:
+    """The last pid the sandbox's pid namespace gave out (``None`` if it cannot be read)."""
+    try:
+        fd = os.open("/proc/sys/kernel/ns_last_pid", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 32)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def _kill_group(pgid: int, *, wait: float = 0.0) -> None:
     """SIGKILL a process group; with ``wait``, until it is gone (reaped) or ``wait`` seconds pass.
 
@@ -426,7 +468,7 @@ def _kill_group(pgid: int, *, wait: float = 0.0) -> None:
         time.sleep(0.001)
 
 
-def _base64(data: bytes) -> str:
+def _base64(data: bytes | memoryview) -> str:
     import binascii
 
     return binascii.b2a_base64(data, newline=False).decode("ascii")
@@ -450,14 +492,16 @@ _OWN_FILE = _load_guest.__code__.co_filename
 
 
 def main(argv: list[str]) -> None:
-    """Entry point: ``_worker.py REQUEST_FD EVENT_FD CONTROL_FD KERNEL_STATE GUEST [SYS_PATH...]``
-    (``GUEST``: the guest module's source or bytecode)."""
+    """Entry point: ``_worker.py REQUEST_FD EVENT_FD CONTROL_FD KERNEL_STATE CLOUDPICKLE GUEST
+    [SYS_PATH...]`` (``GUEST``: the guest module's source or bytecode; ``CLOUDPICKLE``: the
+    source kernel_state pickles with)."""
     request_fd, event_fd, control_fd = (int(arg) for arg in argv[:3])
     for fd in (request_fd, event_fd, control_fd):
         os.set_inheritable(fd, False)
-    sys.path[:0] = argv[5:]
+    sys.path[:0] = argv[6:]
     sys.dont_write_bytecode = True
-    worker = Worker(request_fd, event_fd, control_fd, argv[3], _load_guest(argv[4]))
+    guest = _load_guest(argv[5])
+    worker = Worker(request_fd, event_fd, control_fd, (argv[3], argv[4]), guest)
     worker.serve()
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_sandbox.environment import validate_env
-from langchain_sandbox.errors import InvalidInputError
+from langchain_sandbox.errors import InvalidInputError, SandboxError
 from langchain_sandbox.paths import HOME_ENV, state_dir
 from langchain_sandbox.paths import environments_dir as default_environments_dir
 from langchain_sandbox.providers.base import (
@@ -198,7 +198,12 @@ class LocalProvider(Provider):
         memory_mb = spec.limits.memory_mb
         cgroup = SessionCgroup()
         try:
-            await asyncio.to_thread(self._make_directory, directory, session_id, spec, created_at)
+            try:
+                await asyncio.to_thread(
+                    self._make_directory, directory, session_id, spec, created_at
+                )
+            except OSError as exc:
+                raise _directory_error(exc) from None
             cgroup = await asyncio.to_thread(
                 SessionCgroup.create,
                 support,
@@ -234,7 +239,10 @@ class LocalProvider(Provider):
             await session.start()
         except BaseException:
             await asyncio.to_thread(cgroup.remove)
-            await asyncio.to_thread(remove_directory, directory)
+            # A directory that could not be made may not be removable either; the first error
+            # is the one to report.
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(remove_directory, directory)
             raise
         self._sessions[session_id] = session
         await install_spec_packages(session)
@@ -408,6 +416,17 @@ def _process_exists(pid: object) -> bool:
         os.kill(pid, 0)
         return True
     return False
+
+
+def _directory_error(exc: OSError) -> SandboxError:
+    # The model reads this (a tool's error) and logs keep it: it names the failure and how to
+    # fix it, never the directory itself, which lies in the user's home.
+    return SandboxError(
+        "The local provider could not create the session's directory "
+        f"({exc.strerror or type(exc).__name__}). Give it a writable one: its base_dir, "
+        f"or ${HOME_ENV} (default $XDG_STATE_HOME/langchain-sandbox).",
+        provider=LOCAL,
+    )
 
 
 __all__ = ["HOME_ENV", "LocalProvider", "default_base_dir"]

@@ -254,11 +254,18 @@ class LocalSession(Session):
             self._worker = None
         self._restart_notice = True
 
-    async def _simple_request(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:
+    async def _simple_request(
+        self,
+        op: str,
+        payload: dict[str, Any],
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
         """A request whose failure is an infrastructure error (variables, cache refresh)."""
         async with self._lock:
             worker = await self._ready_worker()
-            outcome = await self._request(worker, op, payload, timeout=self.spec.limits.timeout)
+            outcome = await self._request(
+                worker, op, payload, timeout=self.spec.limits.timeout, on_event=on_event
+            )
         if outcome.reply is None or outcome.timed_out:
             raise SandboxError(
                 f"The worker could not {op}: {outcome.lost or 'it timed out'}.", provider=LOCAL
@@ -387,7 +394,7 @@ class LocalSession(Session):
 
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
         self._check_open()
-        return await asyncio.to_thread(lambda: {p: self._files.read(p) for p in paths})
+        return await asyncio.to_thread(self._files.read_many, list(paths))
 
     async def list_files(self, path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
         self._check_open()
@@ -430,23 +437,38 @@ class LocalSession(Session):
 
     # ------------------------------------------------------------------ variables
 
-    async def dump_variables(self) -> VariablesDump:
-        reply = await self._simple_request("dump", {})
+    async def _dump_variables(self, max_bytes: int) -> VariablesDump:
+        # The dump arrives in chunks (a line of the event pipe is bounded); past what the worker
+        # was allowed to send, the rest is not kept, and the dump is refused below.
+        received = bytearray()
+        overflow = False
+
+        def on_event(event: dict[str, Any]) -> None:
+            nonlocal overflow
+            if event.get("stream") != "variables" or overflow:
+                return
+            received.extend(base64.b64decode(event["data"], validate=True))
+            overflow = len(received) > max_bytes
+
+        reply = await self._simple_request("dump", {"max_bytes": max_bytes}, on_event)
         try:
+            size = int(reply["size"])
+            if overflow or size != len(received):
+                raise ValueError(f"the dump is {len(received)} bytes, not the {size} announced")
+            reasons = {str(name): str(why) for name, why in dict(reply["skipped"]).items()}
             return VariablesDump(
-                data=base64.b64decode(reply["data"], validate=True),
-                saved=tuple(str(name) for name in reply.get("saved", ())),
-                skipped=tuple(str(name) for name in reply.get("skipped", ())),
+                data=bytes(received),
+                saved=tuple(str(name) for name in reply["saved"]),
+                skipped=tuple(reasons),
+                reasons=reasons,
             )
         except _MALFORMED as exc:
             raise _malformed_reply(exc) from None
 
-    async def load_variables(self, data: bytes) -> list[str]:
-        if not isinstance(data, bytes):
-            raise InvalidInputError("Variables must be the bytes of a VariablesDump.")
+    async def _load_variables(self, data: bytes) -> dict[str, str]:
         reply = await self._simple_request("load", {"data": data})
         try:
-            return [str(name) for name in reply.get("failed", [])]
+            return {str(name): str(why) for name, why in dict(reply["failed"]).items()}
         except _MALFORMED as exc:
             raise _malformed_reply(exc) from None
 

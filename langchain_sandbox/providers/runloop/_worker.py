@@ -11,16 +11,26 @@ bytecode is cached; ``REQUEST`` is base64 JSON, or ``@path`` of a JSON file the 
 after reading):
 
 * ``code`` / ``dump`` / ``load`` / ``save``: talk to the persistent interpreter (``save`` writes the
-  variables to disk so they survive a suspend, which keeps the disk but not the memory);
+  variables to disk so they survive a suspend, which keeps the disk but not the memory; a ``dump``
+  larger than :data:`INLINE_DUMP_BYTES` is left in files (:data:`DUMP_NAME` ``.0``, ``.1``...)
+  for the provider to download, not put in the answer line);
 * ``cmd``: run ``bash -c`` with a cwd, extra environment, a timeout and capped output;
 * ``ls``: list a directory without following symlinks;
+* ``changes``: ``ls`` of the whole workspace, plus the contents of the regular files whose
+  ``(size, mtime_ns)`` differ from the ``known`` ones the request carries (each up to
+  ``max_file_bytes``, together up to ``max_bytes``), so a capture lists and reads in one call;
 * ``serve``: the interpreter itself (internal).
 
-The provider sends this file together with :mod:`~langchain_sandbox.providers.kernel_state`,
-:mod:`~langchain_sandbox.providers.guest` (how a cell runs, the same in every sandbox) and
-:class:`~langchain_sandbox.results.OutputCapture` (one implementation of each, see
-:func:`langchain_sandbox.providers.runloop.provider._worker_script`); the lines between the
-``package-imports`` markers below are cut out when it does.
+Any request may carry ``head`` (``{"name": ..., "value": ...}``): the interpreter sets that global
+before the operation (for ``cmd`` and ``ls``, the short-lived client hands it over first), so the
+sandbox's head marker travels with the user's call instead of costing a call of its own.
+
+The provider sends this file together with :mod:`~langchain_sandbox.providers.kernel_state` and
+the cloudpickle it pickles with, :mod:`~langchain_sandbox.providers.guest` (how a cell runs, the
+same in every sandbox) and :class:`~langchain_sandbox.results.OutputCapture` (one implementation of
+each, see :func:`langchain_sandbox.providers.runloop.provider._worker_script`; the modules'
+sources compressed); the lines between the ``package-imports`` markers below are cut out when it
+does.
 
 Why one module over 500 lines: it is shipped into the devbox as one script, so the interpreter
 server, its short-lived client, commands and listings travel together; how a cell runs is in
@@ -55,10 +65,18 @@ from typing import Any
 
 from langchain_sandbox.providers import guest as _guest_module
 from langchain_sandbox.providers import kernel_state as _kernel_state_module
+from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 from langchain_sandbox.results import OutputCapture
 
 _SHIPPED: dict[str, Any] = {"kernel_state": _kernel_state_module, "guest": _guest_module}
-SHIPPED_SOURCES: dict[str, str] = {}  # the devbox copy carries the modules' sources here instead
+# The devbox copy carries the modules' sources here instead (zlib-compressed, then base64).
+SHIPPED_SOURCES: dict[str, str] = {}
+
+
+def _cloudpickle() -> str:
+    return cloudpickle_source()
+
+
 # </package-imports>
 
 RESULT_MARKER = "LCSB-RESULT:"
@@ -66,6 +84,9 @@ WORKSPACE = "/home/user"  # workspace.WORKSPACE_ROOT; this file runs without the
 SOCKET_NAME = "kernel.sock"
 PID_NAME = "kernel.pid"
 SAVED_NAME = "saved-variables.pkl"
+DUMP_NAME = "variables-dump.pkl"
+INLINE_DUMP_BYTES = 1024 * 1024
+DUMP_PART_BYTES = 16 * 1024 * 1024  # a large dump is downloaded in files of this size
 KILL_GRACE = 3.0
 
 
@@ -76,8 +97,21 @@ def _shipped(name: str) -> Any:
     module = _SHIPPED.get(name)
     if module is None:
         module = types.ModuleType(name)
-        exec(compile(SHIPPED_SOURCES[name], f"{name}.py", "exec"), module.__dict__)
+        exec(compile(_unpacked(name), f"{name}.py", "exec"), module.__dict__)
         _SHIPPED[name] = module
+    return module
+
+
+def _unpacked(name: str) -> str:
+    import zlib
+
+    return zlib.decompress(binascii.a2b_base64(SHIPPED_SOURCES[name])).decode()
+
+
+def _kernel_state() -> Any:
+    """:mod:`~langchain_sandbox.providers.kernel_state`, ready to pickle."""
+    module = _shipped("kernel_state")
+    module.prepare(_cloudpickle())
     return module
 
 
@@ -149,7 +183,7 @@ class _Interpreter:
             return
         try:
             with open(path, "rb") as handle:
-                failed = _shipped("kernel_state").load_namespace(self.namespace, handle.read())
+                failed = _kernel_state().load_namespace(self.namespace, handle.read())
             skipped: list[str] = []
             if os.path.exists(path + ".skipped"):
                 with open(path + ".skipped", encoding="utf-8") as handle:
@@ -222,18 +256,36 @@ class _Interpreter:
         self, request: dict[str, Any], echo: Callable[[str, str], None] | None = None
     ) -> dict[str, Any]:
         op = request.get("op")
+        head = request.get("head")
+        if head:
+            # The head marker rides with the call it follows (see the provider's carry_head).
+            self.namespace[head["name"]] = head["value"]
+        if op == "head":
+            return {}
         if op == "code":
             return self.run(request, echo)
         if op == "dump":
-            blob, saved, skipped = _shipped("kernel_state").dump_namespace(self.namespace)
-            return {"data": _b64(blob), "saved": saved, "skipped": skipped}
+            for name in os.listdir(self.state_dir):
+                if name.startswith(DUMP_NAME):  # the last dump's parts, downloaded since
+                    os.unlink(os.path.join(self.state_dir, name))
+            max_bytes = request.get("max_bytes")
+            blob, saved, skipped = _kernel_state().dump_namespace(self.namespace, max_bytes)
+            answer: dict[str, Any] = {"size": len(blob), "saved": saved, "skipped": skipped}
+            if len(blob) <= INLINE_DUMP_BYTES:
+                return {**answer, "data": _b64(blob)}
+            paths: list[str] = []
+            for start in range(0, len(blob), DUMP_PART_BYTES):
+                paths.append(os.path.join(self.state_dir, f"{DUMP_NAME}.{len(paths)}"))
+                with open(paths[-1], "wb") as handle:
+                    handle.write(blob[start : start + DUMP_PART_BYTES])
+            return {**answer, "paths": paths}
         if op == "load":
             with open(request["path"], "rb") as handle:
                 blob = handle.read()
             os.unlink(request["path"])
-            return {"failed": _shipped("kernel_state").load_namespace(self.namespace, blob)}
+            return {"failed": _kernel_state().load_namespace(self.namespace, blob)}
         if op == "save":
-            blob, saved, skipped = _shipped("kernel_state").dump_namespace(self.namespace)
+            blob, saved, skipped = _kernel_state().dump_namespace(self.namespace)
             path = os.path.join(self.state_dir, SAVED_NAME)
             # The names that cannot be saved go beside the blob, so the notice after the resume
             # can tell the model what was lost.
@@ -538,6 +590,60 @@ def list_directory(request: dict[str, Any]) -> dict[str, Any]:
     return {"entries": entries}
 
 
+def list_changes(request: dict[str, Any]) -> dict[str, Any]:
+    """A recursive ``ls`` of ``path`` with the contents (base64, in ``contents``) of the regular
+    files not in ``known`` with the same ``[size, mtime_ns]``, smallest first while they fit
+    ``max_bytes`` and ``max_file_bytes`` each.
+
+    Only regular files are opened (a FIFO would block the read). A file whose stat changed while
+    it was read is listed as it is now, without contents (the host reads it again); one that
+    vanished is left out of the listing; a bundled file's entry is its stat after the read.
+    """
+    import stat
+
+    answer = list_directory(dict(request, recursive=True))
+    if "entries" not in answer:
+        return answer
+    known: dict[str, list[int]] = request.get("known", {})
+    per_file = int(request["max_file_bytes"])
+    room = int(request["max_bytes"])
+    wanted = [
+        entry
+        for entry in answer["entries"]
+        if entry["kind"] == "file"
+        and entry["size"] <= per_file
+        and known.get(entry["path"]) != [entry["size"], entry["mtime_ns"]]
+    ]
+    contents: dict[str, str] = {}
+    gone: set[str] = set()
+    for entry in sorted(wanted, key=lambda item: item["size"]):
+        if entry["size"] > room:
+            break
+        path = os.path.join(WORKSPACE, entry["path"])
+        try:
+            before = os.lstat(path)
+            if not stat.S_ISREG(before.st_mode):
+                continue
+            with open(path, "rb") as handle:
+                data = handle.read(per_file + 1)
+            after = os.lstat(path)
+        except FileNotFoundError:
+            gone.add(entry["path"])
+            continue
+        except OSError:
+            continue  # not readable: the host's read says why
+        entry.update(_entry(path, after))
+        if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or len(
+            data
+        ) != after.st_size:
+            continue  # changed while read: listed as it is now, read again by the host
+        contents[entry["path"]] = _b64(data)
+        room -= len(data)
+    answer["entries"] = [entry for entry in answer["entries"] if entry["path"] not in gone]
+    answer["contents"] = contents
+    return answer
+
+
 def _entry(path: str, info: os.stat_result) -> dict[str, Any]:
     import stat
 
@@ -563,10 +669,16 @@ def main(argv: list[str]) -> None:
     request = _read_request(argument)
     if op in ("code", "dump", "load", "save"):
         _emit(call_interpreter(state_dir, dict(request, op=op)))
-    elif op == "cmd":
+        return
+    head = request.pop("head", None)
+    if head is not None:
+        call_interpreter(state_dir, {"op": "head", "head": head})
+    if op == "cmd":
         _emit(run_command(request))
     elif op == "ls":
         _emit(list_directory(request))
+    elif op == "changes":
+        _emit(list_changes(request))
     else:
         _emit({"failure": f"unknown operation {op!r}"})
 

@@ -40,6 +40,7 @@ import posixpath
 import shlex
 import time
 import uuid
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -58,6 +59,7 @@ from langchain_sandbox.errors import (
 from langchain_sandbox.providers import guest, kernel_state
 from langchain_sandbox.providers.base import (
     Capabilities,
+    ChangeListing,
     FileInfo,
     Limits,
     OutputCallback,
@@ -77,6 +79,7 @@ from langchain_sandbox.providers.remote import (
     tag_metadata,
 )
 from langchain_sandbox.providers.runloop import _worker as _runloop_worker
+from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 from langchain_sandbox.results import (
     DEFAULT_CAPTURE_BYTES,
     Artifact,
@@ -99,6 +102,10 @@ _WORKER_SLACK = 20.0
 _FOLLOW_GRACE = 5.0
 _MAX_INLINE_REQUEST = 64 * 1024
 _MAX_RESULT_BYTES = 128 * 1024 * 1024
+# A listing with changed files carries each file up to the dump's inline size, and no more in all
+# than a bounded answer line (the rest is downloaded one request per file, as before).
+_BUNDLE_FILE_BYTES = _runloop_worker.INLINE_DUMP_BYTES
+_BUNDLE_BYTES = 16 * 1024 * 1024
 _LISTED_STATUSES = (
     "queued",
     "provisioning",
@@ -147,6 +154,8 @@ def _worker_script() -> str:
         [
             "_SHIPPED = {}",
             f"SHIPPED_SOURCES = {_shipped_sources()!r}",
+            "def _cloudpickle():",
+            "    return _unpacked('cloudpickle')",
             f"DEFAULT_CAPTURE_BYTES = {DEFAULT_CAPTURE_BYTES}",
             inspect.getsource(OutputCapture),
         ]
@@ -155,7 +164,17 @@ def _worker_script() -> str:
 
 
 def _shipped_sources() -> dict[str, str]:
-    return {"kernel_state": inspect.getsource(kernel_state), "guest": inspect.getsource(guest)}
+    """The modules the worker builds in the devbox, compressed (the script travels in a command
+    line, whose length is bounded)."""
+    sources = {
+        "kernel_state": inspect.getsource(kernel_state),
+        "guest": inspect.getsource(guest),
+        "cloudpickle": cloudpickle_source(),
+    }
+    return {
+        name: base64.b64encode(zlib.compress(source.encode(), 9)).decode()
+        for name, source in sources.items()
+    }
 
 
 def _translate(exc: BaseException, *, what: str) -> SandboxError:
@@ -491,6 +510,8 @@ class RunloopSession(RemoteSession):
         self._paused = False
         self._worker_installed = False
         self._interpreter_turn = asyncio.Lock()
+        self._staged_head: dict[str, str] | None = None
+        self._carried_head: str | None = None
 
     def __repr__(self) -> str:
         return f"RunloopSession(devbox_id={self.devbox_id!r}, session_id={self.session_id!r})"
@@ -505,6 +526,16 @@ class RunloopSession(RemoteSession):
             metadata=dict(self.spec.metadata),
             state=json.loads(json.dumps(self._state)),
         )
+
+    def carry_head(self, name: str, value: str) -> bool:
+        """The next worker call sets the head global in the interpreter (every call goes through
+        the worker, so a warm call stays one ``execute_async`` and its long-poll)."""
+        self._staged_head = {"name": name, "value": value}
+        return True
+
+    @property
+    def carried_head(self) -> str | None:
+        return self._carried_head
 
     # ---- executions ---------------------------------------------------------------------------
 
@@ -701,6 +732,9 @@ class RunloopSession(RemoteSession):
         wait: float,
         on_output: OutputCallback | None = None,
     ) -> dict[str, Any]:
+        staged = self._staged_head
+        if staged is not None:
+            request = {**request, "head": staged}
         argument = base64.b64encode(json.dumps(request).encode()).decode()
         if len(argument) > _MAX_INLINE_REQUEST:
             if not self._worker_installed:
@@ -736,6 +770,8 @@ class RunloopSession(RemoteSession):
             raise SandboxError(
                 f"The devbox worker failed: {answer['failure']}", provider=PROVIDER_NAME
             )
+        if staged is not None and self._staged_head is staged and "not_running" not in answer:
+            self._staged_head, self._carried_head = None, staged["value"]
         return answer
 
     # ---- the contract -------------------------------------------------------------------------
@@ -822,8 +858,8 @@ class RunloopSession(RemoteSession):
         await self._ready()
         return {path: await self._download(path, absolute) for path, absolute in resolved}
 
-    async def _download(self, given: str, path: str) -> bytes:
-        limit = self.spec.limits.max_file_bytes
+    async def _download(self, given: str, path: str, *, limit: int | None = None) -> bytes:
+        limit = self.spec.limits.max_file_bytes if limit is None else limit
 
         async def download() -> bytes:
             data = bytearray()
@@ -858,6 +894,28 @@ class RunloopSession(RemoteSession):
             raise InvalidPathError(f"No such path in the workspace: {path}")
         return [FileInfo(**entry) for entry in answer["entries"]]
 
+    async def list_changes(
+        self, known: Mapping[str, tuple[int, int]], *, max_bytes: int
+    ) -> ChangeListing:
+        """One worker call: the listing and the changed files' contents in its answer line (a
+        ``known`` map over the inline request limit costs one upload more)."""
+        await self._ready()
+        request = {
+            "path": WORKSPACE_ROOT,
+            "known": {path: list(stat) for path, stat in known.items()},
+            "max_bytes": min(max_bytes, _BUNDLE_BYTES),
+            "max_file_bytes": _BUNDLE_FILE_BYTES,
+        }
+        answer = await self.worker("changes", request, wait=120.0)
+        if answer.get("timed_out"):
+            raise SandboxTimeoutError("Listing files timed out.", provider=PROVIDER_NAME)
+        if "missing" in answer:
+            raise InvalidPathError("The workspace is gone.")
+        return ChangeListing(
+            files=tuple(FileInfo(**entry) for entry in answer["entries"]),
+            contents={path: base64.b64decode(data) for path, data in answer["contents"].items()},
+        )
+
     async def remove_files(self, paths: Sequence[str]) -> None:
         resolved = [resolve_path(path) for path in paths]
         if WORKSPACE_ROOT in resolved:
@@ -867,18 +925,31 @@ class RunloopSession(RemoteSession):
         await self._ready()
         await self._shell(f"rm -rf -- {shlex.join(resolved)}", "Removing files")
 
-    async def dump_variables(self) -> VariablesDump:
+    async def _dump_variables(self, max_bytes: int) -> VariablesDump:
         await self._ready()
-        answer = await self.worker("dump", {}, wait=120.0)
+        answer = await self.worker("dump", {"max_bytes": max_bytes}, wait=120.0)
         if answer.get("timed_out"):
             raise SandboxTimeoutError("Capturing variables timed out.", provider=PROVIDER_NAME)
+        if "paths" in answer:  # a large dump is files of the devbox, not a line of output
+            data = b"".join(
+                [
+                    await self._download("the variables dump", path, limit=max_bytes)
+                    for path in answer["paths"]
+                ]
+            )
+        else:
+            data = base64.b64decode(answer["data"])
+        if len(data) != answer["size"]:
+            raise SandboxError(
+                f"The variables dump is {len(data)} bytes, not the {answer['size']} announced.",
+                provider=PROVIDER_NAME,
+            )
+        reasons = {str(name): str(why) for name, why in answer["skipped"].items()}
         return VariablesDump(
-            data=base64.b64decode(answer["data"]),
-            saved=tuple(answer["saved"]),
-            skipped=tuple(answer["skipped"]),
+            data=data, saved=tuple(answer["saved"]), skipped=tuple(reasons), reasons=reasons
         )
 
-    async def load_variables(self, data: bytes) -> list[str]:
+    async def _load_variables(self, data: bytes) -> dict[str, str]:
         await self._ready()
         remote = f"{WORKER_DIR}/variables-{uuid.uuid4().hex}.pkl"
         if not self._worker_installed:
@@ -887,7 +958,7 @@ class RunloopSession(RemoteSession):
         answer = await self.worker("load", {"path": remote}, wait=120.0)
         if answer.get("timed_out"):
             raise SandboxTimeoutError("Restoring variables timed out.", provider=PROVIDER_NAME)
-        return list(answer["failed"])
+        return {str(name): str(why) for name, why in answer["failed"].items()}
 
     async def is_alive(self) -> bool:
         if self._closed:

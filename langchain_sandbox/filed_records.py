@@ -1,0 +1,135 @@
+"""Where sandbox records are filed by their place in a conversation, readable without Deep Agents.
+
+The Deep Agents backend cannot add a ``sandbox`` channel to a deep agent's graph, so it files each
+record (naming the snapshot of the sandbox after a call) in the snapshot store under a key derived
+from ``(thread, last human message id, AI message id, tool call id)``; see
+:mod:`langchain_sandbox.deepagents._lineage`. ``langchain-sandbox gc`` must find those records
+from the checkpoints' conversations to keep them and their snapshots, and it runs where the
+``deepagents`` extra may not be installed: so the key scheme lives here, below both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+Turn = tuple[str, str]
+"""An AI message's place: ``(id of the last human message before it, its own id)``."""
+
+
+def record_key(thread_id: str, turn: Turn, call_id: str) -> str:
+    """The store key of the record the tool call ``call_id`` of ``turn`` filed."""
+    name = json.dumps(["langchain-sandbox/deepagents-record", thread_id, *turn, call_id])
+    return hashlib.sha256(name.encode()).hexdigest()
+
+
+def conversation_turns(
+    messages: Iterable[BaseMessage], *, human: str = ""
+) -> list[tuple[Turn, AIMessage]]:
+    """The AI messages that call tools, oldest first, each with its turn (``human``: the id of
+    the last human message before ``messages``, for a conversation read in parts)."""
+    turns: list[tuple[Turn, AIMessage]] = []
+    for message in messages:
+        if isinstance(message, HumanMessage):
+            human = str(message.id or "")
+        elif isinstance(message, AIMessage) and message.tool_calls and message.id:
+            turns.append(((human, str(message.id)), message))
+    return turns
+
+
+def _last_human(messages: Sequence[BaseMessage], human: str) -> str:
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            return str(message.id or "")
+    return human
+
+
+class RecordKeys:
+    """The keys of every record the tool calls of a thread's checkpoints may have filed.
+
+    Fed one checkpoint at a time, in any order (``BaseCheckpointSaver.alist`` order). A
+    checkpoint holds its conversation either in full (a plain ``messages`` channel, or the
+    periodic snapshot of a LangGraph delta channel, as Deep Agents uses) or not at all (a delta
+    channel between snapshots: the messages are the writes stored with its ancestors). Each
+    turn needs the last human message before its AI message, which for written messages may sit
+    in an ancestor, so writes are resolved once every checkpoint is known. Messages a
+    ``RemoveMessage`` took out still count: more keys only keep more.
+    """
+
+    def __init__(self) -> None:
+        self._keys: set[str] = set()
+        # (thread, namespace, checkpoint id) -> parent id, last human of a full conversation
+        # stored there (None: not stored), messages written with it
+        self._nodes: dict[
+            tuple[str, str, str], tuple[str | None, str | None, list[BaseMessage]]
+        ] = {}
+
+    def add(
+        self,
+        thread_id: str,
+        namespace: str,
+        checkpoint_id: str,
+        parent_id: str | None,
+        stored: Sequence[BaseMessage] | None,
+        written: Sequence[BaseMessage],
+    ) -> None:
+        """One checkpoint: its ``stored`` conversation (``None``: not stored there) and the
+        messages ``written`` with it (its pending writes)."""
+        human = None
+        if stored is not None:
+            self._keys |= _keys_of(thread_id, conversation_turns(stored))
+            human = _last_human(stored, "")
+        self._nodes[(thread_id, namespace, checkpoint_id)] = (parent_id, human, list(written))
+
+    def keys(self) -> set[str]:
+        """Every key the checkpoints added so far name."""
+        found = set(self._keys)
+        humans: dict[tuple[str, str, str], str] = {}
+        for node, (_, _, written) in self._nodes.items():
+            if written:
+                turns = conversation_turns(written, human=self._human_at(node, humans))
+                found |= _keys_of(node[0], turns)
+        return found
+
+    def _human_at(self, node: tuple[str, str, str], memo: dict[tuple[str, str, str], str]) -> str:
+        """The last human message id of the conversation at ``node`` (before its own writes)."""
+        chain: list[tuple[str, str, str]] = []
+        human = ""
+        cursor: tuple[str, str, str] | None = node
+        while cursor is not None:
+            if cursor in memo:
+                human = memo[cursor]
+                break
+            entry = self._nodes.get(cursor)
+            if entry is None:
+                break
+            parent_id, stored_human, _ = entry
+            if stored_human is not None:
+                human = stored_human
+                memo[cursor] = human
+                break
+            chain.append(cursor)
+            cursor = (cursor[0], cursor[1], parent_id) if parent_id else None
+        # Walk back down: each checkpoint sees its parent's conversation plus the parent's writes.
+        for below in reversed(chain):
+            parent_id = self._nodes[below][0]
+            parent = (below[0], below[1], parent_id) if parent_id else None
+            if parent is not None and parent in self._nodes:
+                human = _last_human(self._nodes[parent][2], memo.get(parent, human))
+            memo[below] = human
+        return memo.get(node, human)
+
+
+def _keys_of(thread_id: str, turns: list[tuple[Turn, AIMessage]]) -> set[str]:
+    return {
+        record_key(thread_id, turn, str(call["id"]))
+        for turn, message in turns
+        for call in message.tool_calls
+        if call.get("id")
+    }
+
+
+__all__ = ["RecordKeys", "Turn", "conversation_turns", "record_key"]

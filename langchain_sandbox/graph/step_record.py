@@ -1,0 +1,261 @@
+"""The record a sandbox tool call in a graph continues from, when its own state does not say.
+
+A tool call reads its record from the state its node was given (``state["sandbox"]``). Three graph
+shapes hand a call less than the whole story, and without help each lost work silently:
+
+* **parallel calls re-run after a crash.** LangGraph saves each finished task's writes (its
+  *pending writes*) as soon as it finishes. When the process dies mid-step, the resume keeps those
+  writes and re-runs only the calls that had not finished, with the state from before the step.
+  The finished calls' records are in the step checkpoint's pending writes: written to the
+  ``sandbox`` channel (a ``Send`` per call, as under ``create_agent``), or returned by a
+  ``sandbox_tool_call`` task (:mod:`~langchain_sandbox.graph.tool_calls`). The re-run continues
+  from them merged with the state's record (by the channel's reducer), so it starts from their
+  files and variables, and its own record's revision is above theirs, so the step's merge keeps
+  everything. A time-travel re-run starts a fork checkpoint of its own, whose pending writes hold
+  only what the re-run itself did, so nothing of the abandoned run leaks in.
+* **``Send`` payloads without ``sandbox``.** A node sent ``{"messages": [...]}`` does not see the
+  graph's ``sandbox`` channel; the call continues from the channel's value at the start of the
+  step, read through LangGraph's per-task reader.
+* **a subgraph whose parent does not pass ``sandbox``.** A subgraph added as a node keeps its state
+  only for one invocation (unless compiled with ``checkpointer=True``); the record survives the
+  invocation only in the parent's state. If the parent's state does not declare the channel, the
+  subgraph's first checkpoint has no ``sandbox`` version, and the call is refused with a
+  :class:`~langchain_sandbox.errors.ConfigurationError` that says how to wire it (under
+  ``create_agent``, ``SandboxMiddleware.before_agent`` checks the same before the model runs). So is a node in
+  a graph with no ``sandbox`` channel at all: LangGraph would drop every record it returns.
+
+What this reads from LangGraph: the task config's ``checkpoint_ns``, ``checkpoint_map`` and
+``thread_id``, and three private keys, ``__pregel_read`` (the channel reader Deep Agents'
+``StateBackend`` uses too), ``__pregel_checkpointer`` (through
+:func:`~langchain_sandbox.checkpointer_names.run_checkpointer`) and ``__pregel_task_id``. The checks and
+reads only happen in a graph run with a checkpointer: without one nothing outlives the process.
+``tests/graph/test_tool_node_hooks.py`` pins them on the installed LangGraph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any, cast
+
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.errors import EmptyChannelError
+from langgraph.prebuilt.tool_node import ToolCallRequest
+
+from langchain_sandbox.checkpointer_names import run_checkpointer
+from langchain_sandbox.errors import ConfigurationError
+from langchain_sandbox.state import SandboxState, merge_sandbox_state
+from langchain_sandbox.tools.base import graph_record
+
+CHANNEL = "sandbox"
+_READ_KEY = "__pregel_read"
+_TASK_ID_KEY = "__pregel_task_id"
+_RETURN_CHANNEL = "__return__"
+"""Channel under which LangGraph saves a ``@task``'s result among the pending writes."""
+
+_NO_CHANNEL = (
+    "This sandbox tool runs in a graph whose state has no `sandbox` channel, so LangGraph would "
+    "drop the record of every call and a resume would find an empty sandbox. Declare it in the "
+    "state schema: `sandbox: NotRequired[SandboxChannel]` (or use SandboxGraphState)."
+)
+_NOT_PASSED = (
+    "This sandbox tool runs in a subgraph whose parent graph does not pass it a `sandbox` "
+    "record: the subgraph's state lasts one invocation, so the record of its calls would be lost "
+    "and the next invocation (or a resume in a new process) would find an empty sandbox. "
+    "Declare `sandbox: NotRequired[SandboxChannel]` in the parent graph's state too, or compile "
+    "the subgraph with `checkpointer=True` so LangGraph keeps its state per thread."
+)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """Where in a checkpointed graph run a tool call's node runs."""
+
+    config: RunnableConfig
+    checkpointer: Any
+    graph_ns: str
+    checkpoint_id: str
+    thread_id: str
+    task_id: str | None
+
+    @classmethod
+    def of(cls, config: RunnableConfig | None) -> _Step | None:
+        config = config or {}
+        configurable = config.get("configurable") or {}
+        checkpointer = run_checkpointer(config)
+        task_ns = configurable.get("checkpoint_ns")
+        checkpoints = configurable.get("checkpoint_map")
+        thread_id = configurable.get("thread_id")
+        if checkpointer is None or not isinstance(task_ns, str) or thread_id is None:
+            return None
+        graph_ns = task_ns.rpartition("|")[0]
+        checkpoint_id = checkpoints.get(graph_ns) if isinstance(checkpoints, Mapping) else None
+        if not checkpoint_id:
+            return None
+        return cls(
+            config, checkpointer, graph_ns, checkpoint_id, str(thread_id),
+            configurable.get(_TASK_ID_KEY),
+        )  # fmt: skip
+
+    @property
+    def checkpoint_config(self) -> RunnableConfig:
+        return {
+            "configurable": {
+                "thread_id": self.thread_id,
+                "checkpoint_ns": self.graph_ns,
+                "checkpoint_id": self.checkpoint_id,
+            }
+        }
+
+    @property
+    def latest_config(self) -> RunnableConfig:
+        """The newest saved checkpoint of the node's graph (this invocation, for a subgraph)."""
+        configurable = dict(self.checkpoint_config["configurable"])
+        del configurable["checkpoint_id"]
+        return {"configurable": configurable}
+
+    @property
+    def in_transient_subgraph(self) -> bool:
+        """The node runs in a subgraph whose state LangGraph keeps for one invocation only: a
+        namespace segment carries a task id (``node:<task id>``); ``checkpointer=True``
+        subgraphs have stable namespaces (``node``)."""
+        return any(":" in part for part in self.graph_ns.split("|") if part)
+
+    def channel_value(self) -> tuple[bool, SandboxState | None]:
+        """Whether the node's graph declares the channel, and its value at the step's start."""
+        read = (self.config.get("configurable") or {}).get(_READ_KEY)
+        if read is None:
+            return True, None
+        try:
+            value = read(CHANNEL, False)
+        except KeyError:
+            return False, None
+        except EmptyChannelError:
+            return True, None
+        return True, _as_record(value)
+
+
+def _as_record(value: Any) -> SandboxState | None:
+    return cast("SandboxState", value) if isinstance(value, dict) and value else None
+
+
+def _record_of_write(channel: str, value: Any) -> SandboxState | None:
+    """The sandbox record in one pending write: a ``sandbox`` channel write, or the result of a
+    ``sandbox_tool_call`` task (a tool message carrying the record in its artifact)."""
+    if channel == CHANNEL:
+        return _as_record(value)
+    if channel == _RETURN_CHANNEL and isinstance(value, ToolMessage):
+        artifact = value.artifact
+        return _as_record(artifact.get(CHANNEL) if isinstance(artifact, Mapping) else None)
+    return None
+
+
+def _start_record(request: ToolCallRequest, step: _Step) -> SandboxState | None:
+    """The record before the step: the state's, else the graph channel's (a ``Send`` payload
+    without it).
+
+    Raises:
+        ConfigurationError: the node's graph has no ``sandbox`` channel.
+    """
+    record = graph_record(request.runtime)
+    if record is not None:
+        return record
+    declared, record = step.channel_value()
+    if not declared:
+        raise ConfigurationError(_NO_CHANNEL)
+    return record
+
+
+def _check_passed(checkpoint: Any) -> None:
+    """In a one-invocation subgraph with no record yet: refuse unless the parent passed the
+    ``sandbox`` key (the subgraph's checkpoints then carry a version of it from its input on).
+    ``checkpoint`` is ``None`` where none is saved (``durability="exit"``): nothing to tell by.
+    """
+    if checkpoint is not None and CHANNEL not in checkpoint.checkpoint.get("channel_versions", {}):
+        raise ConfigurationError(_NOT_PASSED)
+
+
+def _with_record(
+    request: ToolCallRequest, step: _Step, record: SandboxState | None, checkpoint: Any
+) -> ToolCallRequest:
+    """``request`` continuing from ``record`` merged with the records of the step's finished
+    calls saved in ``checkpoint`` (``None`` if the step's checkpoint is not saved yet: the step
+    then has no saved writes either)."""
+    finished = [
+        found
+        for task_id, channel, value in (checkpoint.pending_writes or [] if checkpoint else [])
+        if task_id != step.task_id and (found := _record_of_write(channel, value)) is not None
+    ]
+    if not finished and record is graph_record(request.runtime):
+        return request
+    merged = reduce(merge_sandbox_state, finished, record or SandboxState())
+    return request.override(state={**request.state, CHANNEL: merged})
+
+
+def _config(request: ToolCallRequest) -> RunnableConfig:
+    return cast("RunnableConfig", getattr(request.runtime, "config", None) or {})
+
+
+def require_record_home(config: RunnableConfig | None) -> None:
+    """For a node that starts a sandbox's life in a graph run with no record in its state
+    (``SandboxMiddleware.before_agent``): refuse a one-invocation subgraph whose parent does
+    not pass ``sandbox`` (see the module docstring).
+
+    Raises:
+        ConfigurationError: the record would be lost at the end of the invocation.
+    """
+    step = _Step.of(config)
+    if step is not None and step.in_transient_subgraph:
+        checkpointer = step.checkpointer
+        checkpoint = checkpointer.get_tuple(step.checkpoint_config)
+        _check_passed(checkpoint or checkpointer.get_tuple(step.latest_config))
+
+
+async def arequire_record_home(config: RunnableConfig | None) -> None:
+    """Async twin of :func:`require_record_home`."""
+    step = _Step.of(config)
+    if step is not None and step.in_transient_subgraph:
+        checkpointer = step.checkpointer
+        checkpoint = await checkpointer.aget_tuple(step.checkpoint_config)
+        _check_passed(checkpoint or await checkpointer.aget_tuple(step.latest_config))
+
+
+def continue_from_step(request: ToolCallRequest) -> ToolCallRequest:
+    """``request``, its state's ``sandbox`` set to the record the call continues from (see the
+    module docstring).
+
+    Raises:
+        ConfigurationError: the record has nowhere to live in this graph.
+    """
+    step = _Step.of(_config(request))
+    if step is None or not isinstance(request.state, Mapping):
+        return request
+    record = _start_record(request, step)
+    checkpoint = step.checkpointer.get_tuple(step.checkpoint_config)
+    if record is None and step.in_transient_subgraph:
+        # The step's own checkpoint may still be being saved (``durability="async"``); any
+        # earlier one of this invocation tells the same.
+        _check_passed(checkpoint or step.checkpointer.get_tuple(step.latest_config))
+    return _with_record(request, step, record, checkpoint)
+
+
+async def acontinue_from_step(request: ToolCallRequest) -> ToolCallRequest:
+    """Async twin of :func:`continue_from_step`."""
+    step = _Step.of(_config(request))
+    if step is None or not isinstance(request.state, Mapping):
+        return request
+    record = _start_record(request, step)
+    checkpoint = await step.checkpointer.aget_tuple(step.checkpoint_config)
+    if record is None and step.in_transient_subgraph:
+        _check_passed(checkpoint or await step.checkpointer.aget_tuple(step.latest_config))
+    return _with_record(request, step, record, checkpoint)
+
+
+__all__ = [
+    "acontinue_from_step",
+    "arequire_record_home",
+    "continue_from_step",
+    "require_record_home",
+]

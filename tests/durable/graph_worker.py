@@ -1,0 +1,299 @@
+"""One worker process of the graph-shape durability tests: parallel calls, ``Send``, subgraphs.
+
+Like ``agent_worker.py`` (whose savers, runtime and ``emit`` it shares), every run is a fresh
+process, so what it finds came through the checkpointer and the snapshot store. Shapes
+(``--shape``):
+
+* ``parallel``: create_agent + SandboxMiddleware; one AI message with two sandbox calls (``A``
+  sets ``x`` and writes ``a.txt``, ``B`` writes ``b.txt`` and reports what it found), then a call
+  that prints everything. With ``--block-call B`` the process blocks call B, once call A's
+  record is saved among the step's pending writes, and prints ``blocked``: the test SIGKILLs it;
+* ``tasks``: the same two calls plus a human approval (``interrupt()``) in one message, in a
+  plain ``ToolNode`` with the public ``SandboxToolCallWrapper``, so each sandbox call runs as a
+  task whose result LangGraph saves; ``--block-call B`` blocks B once A's task result is saved;
+* ``send-with`` / ``send-messages``: a hand-built graph whose planner fans each call of its AI
+  message out to ``SandboxToolNode`` with its own ``Send``, the payload carrying the ``sandbox``
+  record or messages only;
+* ``sub-undeclared`` / ``sub-declared`` / ``sub-stateful``: the agent loop (model + SandboxToolNode)
+  is a subgraph of a parent graph whose state lacks ``sandbox``, declares it, or lacks it while
+  the subgraph is compiled with ``checkpointer=True``.
+
+Each human message (``--message``) is one turn; the model's calls name the turn, so every turn
+writes files of its own and lists what it sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Annotated, Any, NotRequired, TypedDict
+
+from agent_worker import async_saver, emit, sandbox_runtime, sync_saver
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command, Send
+
+from langchain_sandbox.graph import SandboxChannel, SandboxGraphState, SandboxToolNode
+from langchain_sandbox.runtime import SandboxRuntime
+from langchain_sandbox.testing.scripted_model import ScriptedToolModel, ToolCallSpec, call
+from langchain_sandbox.tools import SandboxExecTool
+
+LIST = "import os\nprint(sorted(f for f in os.listdir('.') if f.endswith('.txt')))"
+
+
+def _human_turn(messages: list[BaseMessage]) -> int:
+    return sum(isinstance(m, HumanMessage) for m in messages)
+
+
+def parallel_script(messages: list[BaseMessage]) -> Any:
+    """Turn 1: calls A and B in one message; then a call that shows the whole state."""
+    ai = sum(isinstance(m, AIMessage) for m in messages)
+    if ai == 0:
+        return [
+            ToolCallSpec(
+                name="sandbox_exec", args={"code": "x = 1\nopen('a.txt', 'w').write('a')"}, id="A"
+            ),
+            ToolCallSpec(
+                name="sandbox_exec",
+                args={"code": f"open('b.txt', 'w').write('b')\nprint('x' in globals())\n{LIST}"},
+                id="B",
+            ),
+        ]
+    if ai == 1:
+        return call("sandbox_exec", code=f"print('x =', x)\n{LIST}")
+    return "done"
+
+
+def fan_out_script(messages: list[BaseMessage]) -> Any:
+    """Per human turn: two calls that each write a file of their own, then a listing."""
+    turn = _human_turn(messages)
+    if isinstance(messages[-1], HumanMessage):
+        return [
+            call("sandbox_exec", code=f"open('t{turn}_{i}.txt', 'w').write('x')\n{LIST}")
+            for i in (1, 2)
+        ]
+    if sum(isinstance(m, ToolMessage) for m in messages) % 3 == 2:
+        return call("sandbox_exec", code=LIST)
+    return f"turn {turn} done"
+
+
+def _wait_for_a_saved_write(saver: Any, request: ToolCallRequest, channel: str) -> None:
+    """Wait until the step's checkpoint holds a pending write to ``channel`` (another call's
+    record, or a task's result): the other call finished and LangGraph saved what it did."""
+    configurable = request.runtime.config["configurable"]
+    config = {
+        "configurable": {
+            "thread_id": configurable["thread_id"],
+            "checkpoint_ns": "",
+            "checkpoint_id": configurable["checkpoint_map"][""],
+        }
+    }
+    while True:
+        # From a worker thread, the async savers' get_tuple runs on their own loop.
+        checkpoint = saver.get_tuple(config)
+        writes = checkpoint.pending_writes or [] if checkpoint is not None else []
+        if any(written == channel for _, written, _ in writes):
+            return
+        time.sleep(0.05)
+
+
+class _BlockCall:
+    """A middleware outside SandboxMiddleware that stops one call, once the step's other call
+    has saved its record, and hangs there so the test can SIGKILL the process mid-step."""
+
+    def __init__(self, call_id: str, saver: Any) -> None:
+        from langchain.agents.middleware import AgentMiddleware
+
+        self.call_id = call_id
+        self.saver = saver
+        self.middleware = type(
+            "BlockCall",
+            (AgentMiddleware,),
+            {"wrap_tool_call": self._wrap, "awrap_tool_call": self._awrap},
+        )()
+
+    def _wrap(self, request: ToolCallRequest, handler: Any) -> Any:
+        if request.tool_call["id"] == self.call_id:
+            _wait_for_a_saved_write(self.saver, request, "sandbox")
+            emit("blocked", call=self.call_id)
+            time.sleep(3600)
+        return handler(request)
+
+    async def _awrap(self, request: ToolCallRequest, handler: Any) -> Any:
+        if request.tool_call["id"] == self.call_id:
+            await asyncio.to_thread(_wait_for_a_saved_write, self.saver, request, "sandbox")
+            emit("blocked", call=self.call_id)
+            await asyncio.sleep(3600)
+        return await handler(request)
+
+
+def tasks_script(messages: list[BaseMessage]) -> Any:
+    """Calls A and B with a human approval in one message (so each sandbox call runs as a
+    task), then a call that shows the whole state."""
+    if not any(isinstance(m, AIMessage) for m in messages):
+        return [*parallel_script(messages), call("ask_approval", question="Go on?")]
+    return parallel_script(messages)
+
+
+def tasks_graph(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -> Any:
+    """A plain ToolNode with the public SandboxToolCallWrapper, and a wrapper outside it that
+    can block call B once call A's task result is saved (``--block-call B``)."""
+    from agent_worker import ask_approval
+
+    from langchain_sandbox.graph import SandboxToolCallWrapper
+
+    tools = [SandboxExecTool(), ask_approval]
+    model = ScriptedToolModel(script=tasks_script).bind_tools(tools)
+    inner = SandboxToolCallWrapper(runtime=runtime, ordered_tools=["sandbox_exec"])
+
+    def wrap(request: ToolCallRequest, handler: Any) -> Any:
+        if request.tool_call["id"] == args.block_call:
+            _wait_for_a_saved_write(saver, request, "__return__")
+            emit("blocked", call=args.block_call)
+            time.sleep(3600)
+        return inner.wrap(request, handler)
+
+    graph = StateGraph(SandboxGraphState)
+    graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    graph.add_node("tools", ToolNode(tools, wrap_tool_call=wrap, handle_tool_errors=True))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=saver)
+
+
+def parallel_agent(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -> Any:
+    from langchain.agents import create_agent
+
+    from langchain_sandbox.graph import SandboxMiddleware
+
+    middleware: list[Any] = []
+    if args.block_call:
+        middleware.append(_BlockCall(args.block_call, saver).middleware)
+    middleware.append(SandboxMiddleware(runtime=runtime, tools=[SandboxExecTool()]))
+    model = ScriptedToolModel(script=parallel_script)
+    return create_agent(model, middleware=middleware, checkpointer=saver)
+
+
+def _agent_loop(runtime: SandboxRuntime, schema: Any = SandboxGraphState) -> StateGraph[Any]:
+    tools = [SandboxExecTool()]
+    model = ScriptedToolModel(script=fan_out_script).bind_tools(tools)
+    graph = StateGraph(schema)
+    graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    graph.add_node("tools", SandboxToolNode(tools, runtime=runtime))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph
+
+
+def send_graph(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -> Any:
+    tools = [SandboxExecTool()]
+    model = ScriptedToolModel(script=fan_out_script).bind_tools(tools)
+    with_record = args.shape == "send-with"
+
+    def fan_out(state: dict[str, Any]) -> Any:
+        last = state["messages"][-1]
+        if not getattr(last, "tool_calls", None):
+            return END
+        sends = []
+        for tool_call in last.tool_calls:
+            payload: dict[str, Any] = {
+                "messages": [AIMessage("", tool_calls=[tool_call], id=last.id)]
+            }
+            if with_record:
+                payload["sandbox"] = state.get("sandbox")
+            sends.append(Send("tools", payload))
+        return sends
+
+    graph = StateGraph(SandboxGraphState)
+    graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    graph.add_node("tools", SandboxToolNode(tools, runtime=runtime))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", fan_out, ["tools", END])
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=saver)
+
+
+class ParentWithout(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+class ParentWith(ParentWithout):
+    sandbox: NotRequired[SandboxChannel]
+
+
+def subgraph_parent(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -> Any:
+    inner = _agent_loop(runtime).compile(
+        checkpointer=True if args.shape == "sub-stateful" else None
+    )
+    parent = StateGraph(ParentWith if args.shape == "sub-declared" else ParentWithout)
+    parent.add_node("assistant", inner)
+    parent.add_edge(START, "assistant")
+    parent.add_edge("assistant", END)
+    return parent.compile(checkpointer=saver)
+
+
+BUILDERS = {
+    "parallel": parallel_agent,
+    "tasks": tasks_graph,
+    "send-with": send_graph,
+    "send-messages": send_graph,
+    "sub-undeclared": subgraph_parent,
+    "sub-declared": subgraph_parent,
+    "sub-stateful": subgraph_parent,
+}
+
+
+def emit_done(result: dict[str, Any]) -> None:
+    emit(
+        "done",
+        tools=[m.text for m in result.get("messages", []) if isinstance(m, ToolMessage)],
+        last=result["messages"][-1].text,
+        interrupted=bool(result.get("__interrupt__")),
+        sandbox=result.get("sandbox"),
+    )
+
+
+def payload(args: argparse.Namespace) -> Any:
+    if args.resume is not None:
+        return Command(resume=args.resume)
+    return {"messages": [HumanMessage(args.message)]} if args.message is not None else None
+
+
+async def run_async(args: argparse.Namespace) -> None:
+    with sandbox_runtime(args) as runtime:
+        async with async_saver(args.saver, args.target) as saver:
+            graph = BUILDERS[args.shape](args, runtime, saver)
+            config = {"configurable": {"thread_id": args.thread}}
+            emit_done(await graph.ainvoke(payload(args), config, durability="sync"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shape", choices=sorted(BUILDERS), required=True)
+    parser.add_argument("--saver", choices=["sqlite", "postgres"], required=True)
+    parser.add_argument("--target", required=True, help="SQLite file or Postgres DSN")
+    parser.add_argument("--blobs", required=True, help="blob directory, or a Postgres DSN")
+    parser.add_argument("--thread", required=True)
+    parser.add_argument("--provider", default="local")
+    parser.add_argument("--message")
+    parser.add_argument("--block-call")
+    parser.add_argument("--resume", help="Command(resume=...) with this answer")
+    parser.add_argument("--async", dest="use_async", action="store_true")
+    args = parser.parse_args()
+    if args.use_async:
+        asyncio.run(run_async(args))
+        return
+    with sandbox_runtime(args) as runtime, sync_saver(args.saver, args.target) as saver:
+        graph = BUILDERS[args.shape](args, runtime, saver)
+        config = {"configurable": {"thread_id": args.thread}}
+        emit_done(graph.invoke(payload(args), config, durability="sync"))
+
+
+if __name__ == "__main__":
+    main()

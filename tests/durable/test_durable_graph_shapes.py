@@ -1,0 +1,164 @@
+"""Durability of the graph shapes where a sandbox call's own state is not the whole story (issue #9):
+parallel calls re-run after a SIGKILL mid-step, ``Send`` fan-out to ``SandboxToolNode``, and a
+tool node inside a subgraph. Every run is a fresh process (``graph_worker.py``); only the
+checkpointer (SQLite file or a real Postgres server) and the snapshot store connect them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_durable_sessions import HANG_GUARD, read_event
+
+WORKER = Path(__file__).with_name("graph_worker.py")
+
+
+class Thread:
+    """One thread of one graph shape, run by a fresh worker process per turn."""
+
+    def __init__(self, shape: str, saver: tuple[str, str], blobs: str, *extra: str) -> None:
+        kind, target = saver
+        self.base = [
+            sys.executable, str(WORKER), "--shape", shape, "--saver", kind, "--target", target,
+            "--blobs", blobs, "--thread", f"t-{uuid.uuid4().hex[:8]}", *extra,
+        ]  # fmt: skip
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*self.base, *args], capture_output=True, text=True, timeout=HANG_GUARD, check=False
+        )
+
+    def done(self, *args: str) -> dict[str, Any]:
+        proc = self.run(*args)
+        events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        done = [e for e in events if e["event"] == "done"]
+        if proc.returncode != 0 or not done:
+            raise AssertionError(f"worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        return done[-1]
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [*self.base, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+
+@pytest.fixture
+def sqlite(tmp_path: Path) -> tuple[str, str]:
+    return "sqlite", str(tmp_path / "checkpoints.sqlite")
+
+
+# -- parallel calls, SIGKILL mid-step ------------------------------------------------------------
+
+
+def _kill_while_b_waits(thread: Thread) -> None:
+    """Start turn 1 with call B blocked once call A's work is saved, then SIGKILL the process."""
+    doomed = thread.start("--message", "go", "--block-call", "B")
+    try:
+        assert read_event(doomed, "blocked")["call"] == "B"
+    finally:
+        os.kill(doomed.pid, signal.SIGKILL)
+        doomed.communicate(timeout=HANG_GUARD)
+    assert doomed.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_call_rerun_after_sigkill_mid_step_starts_from_the_finished_calls_state(
+    saver: tuple[str, str], blobs: str, flavour: str
+) -> None:
+    """One AI message, calls A and B. A finishes (its record is saved among the step's pending
+    writes); the process is SIGKILLed while B runs. The resume re-runs only B: it must start
+    from A's files and variables, and the step's merged record must keep both calls' work."""
+    extra = ["--async"] if flavour == "async" else []
+    thread = Thread("parallel", saver, blobs, *extra)
+    _kill_while_b_waits(thread)
+
+    resumed = thread.done()  # invoke(None): LangGraph re-runs B only
+    b_sees, after = resumed["tools"][-2:]
+    assert "True\n['a.txt', 'b.txt']" in b_sees, b_sees  # B ran on top of A: x and a.txt
+    assert "x = 1\n['a.txt', 'b.txt']" in after, after  # the merged record kept both calls
+    assert resumed["sandbox"]["revision"] == 3  # A: 1, B: 2 (not a second 1), the listing: 3
+    assert resumed["last"] == "done"
+
+
+def test_a_call_rerun_beside_a_replayed_task_starts_from_the_tasks_state(
+    sqlite: tuple[str, str], blobs: str
+) -> None:
+    """The same two calls plus a human approval, in one ToolNode run: each sandbox call is a
+    task. A's task result is saved; SIGKILL while B waits. The resume replays A's result and
+    runs B, which must start from A's state (the record in A's saved task result)."""
+    thread = Thread("tasks", sqlite, blobs)
+    _kill_while_b_waits(thread)
+
+    assert thread.done()["interrupted"]  # B ran; the approval asks again
+    approved = thread.done("--resume", "yes")  # A and B replay, the approval returns
+    _, b, answer, after = approved["tools"]
+    assert answer == "yes"
+    assert "True\n['a.txt', 'b.txt']" in b, b
+    assert "x = 1\n['a.txt', 'b.txt']" in after, after
+    assert approved["sandbox"]["revision"] == 3
+
+
+# -- Send fan-out to SandboxToolNode ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", ["send-with", "send-messages"])
+def test_send_fan_out_keeps_every_branchs_files_across_processes(
+    sqlite: tuple[str, str], blobs: str, shape: str
+) -> None:
+    """Each call of an AI message goes to SandboxToolNode in a Send of its own, the payload
+    carrying the sandbox record or messages only. Turn 2 runs in a new process: every branch
+    starts from turn 1's state, and no branch's file is lost from the record."""
+    thread = Thread(shape, sqlite, blobs)
+    first = thread.done("--message", "one")
+    assert "['t1_1.txt', 't1_2.txt']" in first["tools"][-1]
+    assert first["sandbox"]["revision"] == 3
+
+    second = thread.done("--message", "two")
+    fan = second["tools"][3:5]
+    assert any(
+        "[notice] The sandbox was restored from the snapshot of revision 3" in t for t in fan
+    )
+    assert "['t1_1.txt', 't1_2.txt', 't2_1.txt', 't2_2.txt']" in second["tools"][-1]
+    assert second["sandbox"]["revision"] == 6
+
+
+# -- subgraphs -------------------------------------------------------------------------------------
+
+
+def test_a_subgraph_whose_parent_drops_the_record_is_refused_at_the_first_call(
+    sqlite: tuple[str, str], blobs: str
+) -> None:
+    """The agent loop is a subgraph of a parent whose state has no `sandbox` key: the record
+    would die with each invocation. The first sandbox call refuses, to the developer."""
+    proc = Thread("sub-undeclared", sqlite, blobs).run("--message", "one")
+    assert proc.returncode != 0
+    assert "ConfigurationError" in proc.stderr
+    assert "Declare `sandbox: NotRequired[SandboxChannel]` in the parent graph's state" in (
+        proc.stderr
+    )
+    assert '"event": "done"' not in proc.stdout
+
+
+@pytest.mark.parametrize("shape", ["sub-declared", "sub-stateful"])
+def test_a_subgraph_keeps_its_sandbox_across_processes_when_the_record_has_a_home(
+    sqlite: tuple[str, str], blobs: str, shape: str
+) -> None:
+    """The parent declares `sandbox`, or the subgraph keeps its own state
+    (`checkpointer=True`): turn 2, in a new process, finds turn 1's files."""
+    thread = Thread(shape, sqlite, blobs)
+    first = thread.done("--message", "one")
+    assert "['t1_1.txt', 't1_2.txt']" in first["tools"][-1]
+    second = thread.done("--message", "two")
+    assert any("restored from the snapshot of revision 3" in t for t in second["tools"][-3:-1])
+    assert "['t1_1.txt', 't1_2.txt', 't2_1.txt', 't2_2.txt']" in second["tools"][-1]

@@ -1,0 +1,96 @@
+"""Wiring that cannot keep the sandbox's record is refused, to the developer, at the first call.
+
+A graph with a checkpointer promises that a resume finds the sandbox as the checkpoint left it;
+a graph whose state has no ``sandbox`` channel would drop every record, so the promise would be
+broken silently. (Subgraphs whose parent drops the record: ``tests/durable``, across processes.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import tools_condition
+
+from langchain_sandbox.errors import ConfigurationError
+from langchain_sandbox.graph import SandboxGraphState, SandboxMiddleware, SandboxToolNode
+from langchain_sandbox.runtime import SandboxRuntime
+from langchain_sandbox.testing.scripted_model import ScriptedToolModel, call
+from langchain_sandbox.tools import SandboxExecTool
+
+
+def _graph_without_the_channel(runtime: SandboxRuntime, checkpointer: Any) -> Any:
+    tools = [SandboxExecTool()]
+    model = ScriptedToolModel(script=[call("sandbox_exec", code="x = 1"), "done"]).bind_tools(tools)
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    graph.add_node("tools", SandboxToolNode(tools, runtime=runtime))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=checkpointer)
+
+
+def test_a_checkpointed_graph_without_the_channel_is_refused(
+    runtime: SandboxRuntime, thread: str
+) -> None:
+    app = _graph_without_the_channel(runtime, InMemorySaver())
+    with pytest.raises(ConfigurationError, match=r"sandbox: NotRequired\[SandboxChannel\]"):
+        app.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": thread}})
+    assert thread not in runtime.live_sessions(), "refused before any sandbox was made"
+
+
+async def test_the_refusal_reaches_async_runs_too(runtime: SandboxRuntime, thread: str) -> None:
+    app = _graph_without_the_channel(runtime, InMemorySaver())
+    with pytest.raises(ConfigurationError, match="has no `sandbox` channel"):
+        await app.ainvoke(
+            {"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": thread}}
+        )
+
+
+def test_without_a_checkpointer_nothing_is_promised_and_the_graph_runs(
+    runtime: SandboxRuntime, thread: str
+) -> None:
+    app = _graph_without_the_channel(runtime, None)
+    state = app.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": thread}})
+    assert state["messages"][-1].text == "done"
+
+
+def _agent_as_a_subgraph(runtime: SandboxRuntime, parent_state: Any) -> Any:
+    agent = create_agent(
+        ScriptedToolModel(script=[call("sandbox_exec", code="x = 1"), "done"]),
+        middleware=[SandboxMiddleware(runtime=runtime, tools=[SandboxExecTool()])],
+    )
+    parent = StateGraph(parent_state)
+    parent.add_node("agent", agent)  # a subgraph: its state lasts one invocation
+    parent.add_edge(START, "agent")
+    return parent.compile(checkpointer=InMemorySaver())
+
+
+@pytest.mark.parametrize("durability", ["async", "sync"])
+def test_an_agent_subgraph_whose_parent_drops_the_record_is_refused_before_the_model(
+    runtime: SandboxRuntime, thread: str, durability: Any
+) -> None:
+    """``create_agent`` + SandboxMiddleware as a node of a parent without ``sandbox``: the
+    record would end with the invocation. ``before_agent`` refuses, before any sandbox exists."""
+    app = _agent_as_a_subgraph(runtime, MessagesState)
+    with pytest.raises(ConfigurationError, match="parent graph's state"):
+        app.invoke(
+            {"messages": [HumanMessage("go")]},
+            {"configurable": {"thread_id": thread}},
+            durability=durability,
+        )
+    assert thread not in runtime.live_sessions()
+
+
+def test_an_agent_subgraph_whose_parent_keeps_the_record_runs(
+    runtime: SandboxRuntime, thread: str
+) -> None:
+    app = _agent_as_a_subgraph(runtime, SandboxGraphState)
+    config = {"configurable": {"thread_id": thread}}
+    state = app.invoke({"messages": [HumanMessage("go")]}, config)
+    assert state["sandbox"]["revision"] == 1, "the record reached the parent's state"
