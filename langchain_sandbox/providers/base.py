@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Any, ClassVar, Literal, TypedDict
 
 from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import InvalidInputError, SandboxError
@@ -195,19 +195,43 @@ class FileInfo:
 
 @dataclass(frozen=True)
 class ChangeListing:
-    """A recursive listing of the workspace with the contents of the files that changed, as
+    """How the workspace differs from a listing the caller already holds, as
     :meth:`Session.list_changes` returns it.
 
     Attributes:
-        files: Every entry, as :meth:`Session.list_files` lists them (``recursive=True``); a
-            file with contents is listed with its stat after its contents were read.
-        contents: path -> bytes of some of the regular files not in ``known`` with that size and
-            mtime (a file over the provider's bundling cap, one that changed while it was read,
-            or one that is not a regular file has none: read those with :meth:`Session.read_files`).
+        changed: Every entry (any kind) of the recursive listing that is not in ``known`` exactly
+            as it is now: new paths, and paths whose size, mtime, mode or kind differ. A file
+            with contents is listed with its stat after its contents were read.
+        gone: The paths of ``known`` the workspace no longer has (or that a listing no longer
+            reaches: FIFOs, sockets and devices are never listed).
+        contents: path -> bytes of some of the regular files in ``changed`` (a file over the
+            provider's bundling cap, one that changed while it was read, or one that is not a
+            regular file has none: read those with :meth:`Session.read_files`).
+        variables: The interpreter's globals, when the provider dumps them in the same request
+            (:attr:`Session.lists_variables`) and the caller asked for them.
     """
 
-    files: tuple[FileInfo, ...]
-    contents: Mapping[str, bytes]
+    changed: tuple[FileInfo, ...]
+    gone: tuple[str, ...]
+    contents: Mapping[str, bytes] = field(default_factory=dict)
+    variables: VariablesDump | None = None
+
+
+def changes_between(
+    known: Mapping[str, FileInfo],
+    listing: Iterable[FileInfo],
+    contents: Mapping[str, bytes] | None = None,
+) -> ChangeListing:
+    """The :class:`ChangeListing` of a full ``listing`` against ``known`` (for providers that
+    list everything and compare on the host)."""
+    changed: list[FileInfo] = []
+    seen: set[str] = set()
+    for info in listing:
+        seen.add(info.path)
+        if known.get(info.path) != info:
+            changed.append(info)
+    gone = tuple(path for path in known if path not in seen)
+    return ChangeListing(tuple(changed), gone, contents or {})
 
 
 @dataclass(frozen=True)
@@ -397,17 +421,30 @@ class Session(ABC):
     async def list_files(self, path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
         """List a directory of the workspace (every descendant when ``recursive``)."""
 
-    async def list_changes(
-        self, known: Mapping[str, tuple[int, int]], *, max_bytes: int
-    ) -> ChangeListing | None:
-        """List the whole workspace and read, in the same request where the provider allows it,
-        the regular files whose ``(size, mtime_ns)`` differ from ``known`` (up to ``max_bytes`` of
-        contents in all), so a snapshot of a changed workspace costs one round trip.
+    lists_variables: ClassVar[bool] = False
+    """Whether :meth:`list_changes` dumps the variables in its own request when asked (the
+    caller then makes no separate :meth:`dump_variables` request)."""
 
-        The default returns ``None``: the provider has no cheaper way than :meth:`list_files`
-        then :meth:`read_files`, which the caller uses instead.
+    async def list_changes(
+        self,
+        known: Mapping[str, FileInfo],
+        *,
+        max_bytes: int,
+        variables_max_bytes: int | None = None,
+    ) -> ChangeListing:
+        """What differs between the whole workspace and ``known`` (the caller's last listing,
+        path -> entry), with, in the same request where the provider allows it, the contents of
+        changed regular files (up to ``max_bytes`` in all), so a snapshot of a changing workspace
+        costs one round trip and host work proportional to what changed.
+
+        ``variables_max_bytes`` asks a provider that :attr:`lists_variables` for the variables
+        dump too (see :meth:`dump_variables`); other providers ignore it.
+
+        The default lists everything with :meth:`list_files` and compares on the host; it reads
+        no contents.
         """
-        return None
+        listing = await self.list_files(".", recursive=True)
+        return changes_between(known, listing)
 
     @abstractmethod
     async def remove_files(self, paths: Sequence[str]) -> None:
@@ -557,6 +594,7 @@ __all__ = [
     "SessionRecord",
     "SessionSpec",
     "VariablesDump",
+    "changes_between",
     "checked_timeout",
     "install_spec_packages",
     "installed_notice",

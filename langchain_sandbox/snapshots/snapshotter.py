@@ -57,7 +57,7 @@ from langchain_sandbox.errors import (
     SnapshotNotFoundError,
     UnsafeArchiveError,
 )
-from langchain_sandbox.providers.base import FileInfo, Session
+from langchain_sandbox.providers.base import ChangeListing, FileInfo, Session
 from langchain_sandbox.snapshots.local_store import LocalDirectoryBlobStore
 from langchain_sandbox.snapshots.manifest import (
     FileEntry,
@@ -447,20 +447,8 @@ class Snapshotter:
         try:
             listed_at_ns = time.time_ns()
             known = self._known.get(session)
-            # In a session it knows, the provider may send the changed files with the listing
-            # (one round trip instead of one per file); what it leaves out is read as below.
-            bundle = (
-                await session.list_changes(
-                    known.seen.trusted_stats(self._corrupt), max_bytes=self.limits.batch_bytes
-                )
-                if known is not None
-                else None
-            )
-            listing = (
-                bundle.files
-                if bundle is not None
-                else await session.list_files(".", recursive=True)
-            )
+            listing = await session.list_files(".", recursive=True)
+            bundle: ChangeListing | None = None
             selected, dirs, omitted = _select(listing, max_file, known.entries if known else {})
             self._check_capacity(selected, dirs, omitted)
             _check_quota(selected, session.spec.limits.workspace_bytes)

@@ -66,6 +66,7 @@ from langchain_sandbox.providers.base import (
     SessionRecord,
     SessionSpec,
     VariablesDump,
+    changes_between,
     install_spec_packages,
 )
 from langchain_sandbox.providers.names import RUNLOOP as PROVIDER_NAME
@@ -895,14 +896,22 @@ class RunloopSession(RemoteSession):
         return [FileInfo(**entry) for entry in answer["entries"]]
 
     async def list_changes(
-        self, known: Mapping[str, tuple[int, int]], *, max_bytes: int
+        self,
+        known: Mapping[str, FileInfo],
+        *,
+        max_bytes: int,
+        variables_max_bytes: int | None = None,
     ) -> ChangeListing:
         """One worker call: the listing and the changed files' contents in its answer line (a
         ``known`` map over the inline request limit costs one upload more)."""
         await self._ready()
         request = {
             "path": WORKSPACE_ROOT,
-            "known": {path: list(stat) for path, stat in known.items()},
+            "known": {
+                path: [info.size, info.mtime_ns]
+                for path, info in known.items()
+                if info.kind == "file"
+            },
             "max_bytes": min(max_bytes, _BUNDLE_BYTES),
             "max_file_bytes": _BUNDLE_FILE_BYTES,
         }
@@ -911,9 +920,10 @@ class RunloopSession(RemoteSession):
             raise SandboxTimeoutError("Listing files timed out.", provider=PROVIDER_NAME)
         if "missing" in answer:
             raise InvalidPathError("The workspace is gone.")
-        return ChangeListing(
-            files=tuple(FileInfo(**entry) for entry in answer["entries"]),
-            contents={path: base64.b64decode(data) for path, data in answer["contents"].items()},
+        return changes_between(
+            known,
+            (FileInfo(**entry) for entry in answer["entries"]),
+            {path: base64.b64decode(data) for path, data in answer["contents"].items()},
         )
 
     async def remove_files(self, paths: Sequence[str]) -> None:
