@@ -146,6 +146,8 @@ class RestoreReport:
         variables_lost: Names that could not be restored (skipped at capture or failed to load).
         files_lost: Files of the snapshot that could not be restored because their blob is
             missing from the store or does not match its hash (everything else was restored).
+        files_unlisted: Files of the snapshot that could not be restored because the manifest
+            part listing them is missing or corrupt (so their names are unknown).
         notices: Messages for the model ("restored the workspace to revision N; ...").
     """
 
@@ -158,6 +160,7 @@ class RestoreReport:
     variables_restored: tuple[str, ...] = ()
     variables_lost: tuple[str, ...] = ()
     files_lost: tuple[str, ...] = ()
+    files_unlisted: int = 0
     notices: tuple[str, ...] = ()
 
 
@@ -370,15 +373,32 @@ class Snapshotter:
             SnapshotNotFoundError: the store has no such snapshot (or one of its parts).
             UnsafeArchiveError: the manifest or a part does not match its hash or is malformed.
         """
+        manifest, bad_parts = await self._load_readable(ref)
+        if bad_parts:
+            key = min(bad_parts)
+            await self.store.get(key)  # a missing part raises the store's own error
+            raise _corrupt_blob(key)
+        return manifest
+
+    async def _load_readable(self, ref: str) -> tuple[Manifest, dict[str, int]]:
+        """The manifest of ``ref`` with the files of every part that could be read, and the
+        parts that could not (missing or corrupt), each with how many files it lists. What a
+        restore restores and gc keeps: one bad part costs its own files, not the snapshot.
+
+        Raises:
+            InvalidInputError, SnapshotNotFoundError, UnsafeArchiveError: as
+                :meth:`load_manifest`, for the root.
+        """
         if not is_digest(ref):
             raise InvalidInputError(f"Snapshot ref {ref!r} is not a sha256 hex digest.")
         data = await self.store.get(ref)
         _verify(ref, data, None)
         root = parse_root(data, self.limits)
         if not root.parts:
-            return root.manifest
-        parts = await self._fetch_verified({part.sha256: part.size for part in root.parts})
-        return root.assemble(parts, self.limits)
+            return root.manifest, {}
+        parts, bad = await self._fetch_checked({part.sha256: part.size for part in root.parts})
+        unread = {part.sha256: part.files for part in root.parts if part.sha256 in bad}
+        return root.assemble(parts, self.limits), unread
 
     async def referenced_blobs(self, ref: str) -> set[str]:
         """Every blob snapshot ``ref`` needs: its manifest (root and parts), the file contents
@@ -691,7 +711,8 @@ class Snapshotter:
 
         A file whose blob is missing or does not match its hash is not written (and not left
         with other content): it is named in ``files_lost`` and in a notice, and everything else
-        is restored. A damaged variables blob costs the variables the same way.
+        is restored. A damaged variables blob costs the variables the same way, and a damaged
+        part of a format 2 manifest the files it lists (counted in ``files_unlisted``).
 
         Raises:
             InvalidInputError: ``ref`` is not a sha256 hex digest.
@@ -701,7 +722,7 @@ class Snapshotter:
                 of a restore larger than the memory budget (possible only if the store changes
                 during the restore).
         """
-        manifest = await self.load_manifest(ref)
+        manifest, unread = await self._load_readable(ref)
         listing = await session.list_files(".", recursive=True)
         views = [_Seen.of_manifest(manifest)]
         if (known := self._known.get(session)) is not None:
@@ -727,7 +748,7 @@ class Snapshotter:
         # files that could not be are named.
         in_memory = sum(needed.values()) <= self.limits.restore_memory_bytes
         blobs: dict[str, bytes] = {}
-        bad = gone & needed.keys()
+        bad = (gone & needed.keys()) | unread.keys()
         present = {key: size for key, size in needed.items() if key not in gone}
         if in_memory:
             blobs, corrupt = await self._fetch_checked(present)
@@ -762,10 +783,12 @@ class Snapshotter:
             await session.remove_files(placeholders)
 
         restored_files = [e for p, e in manifest.files.items() if p not in lost_files]
+        unlisted = sum(unread.values())
         notices = [
             f"Restored the workspace to revision {manifest.revision} ({len(restored_files)} "
-            f"of {len(manifest.files)} files, {_human_bytes(sum(e.size for e in restored_files))})."
-            if lost_files
+            f"of {len(manifest.files) + unlisted} files, "
+            f"{_human_bytes(sum(e.size for e in restored_files))})."
+            if lost_files or unlisted
             else f"Restored the workspace to revision {manifest.revision} "
             f"({len(manifest.files)} files, {_human_bytes(manifest.total_bytes)})."
         ]
@@ -798,6 +821,12 @@ class Snapshotter:
                 f"missing or corrupt: {_describe_paths(sorted(lost_files))}. Everything else was "
                 "restored; re-create those files if you need them."
             )
+        if unlisted:
+            notices.append(
+                f"{unlisted} file(s) could not be restored because the part of the snapshot's "
+                "manifest that lists them is missing or corrupt, so their names are unknown. "
+                "Everything else was restored; re-create those files if you need them."
+            )
         if stuck:
             notices.append(
                 f"{len(stuck)} path(s) not in the snapshot were left in place: {_describe(stuck)}."
@@ -818,6 +847,7 @@ class Snapshotter:
             variables_restored=restored,
             variables_lost=lost,
             files_lost=tuple(sorted(lost_files)),
+            files_unlisted=unlisted,
             notices=tuple(notices),
         )
 
@@ -956,7 +986,8 @@ class Snapshotter:
         missing: list[str] = []
         for ref in roots:
             try:
-                manifest = await self.load_manifest(ref)
+                # A damaged part costs its own files at a restore, not the rest: keep the rest.
+                manifest, _ = await self._load_readable(ref)
             except SnapshotNotFoundError:
                 missing.append(ref)
                 continue

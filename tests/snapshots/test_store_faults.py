@@ -117,3 +117,34 @@ async def test_a_corrupt_variables_blob_costs_the_variables_not_the_files(
     assert await fresh.read_files(["a.txt"]) == {"a.txt": CONTENT}
     assert report.variables_lost == ("x",)
     assert any("variables were not restored" in n and "x" in n for n in report.notices)
+
+
+async def test_a_corrupt_manifest_part_costs_the_files_it_lists_and_gc_keeps_the_rest(
+    new_session: SessionFactory, any_store: BlobStore
+) -> None:
+    """A format 2 manifest lists its files in parts. One part is damaged: gc keeps what the
+    other parts, and the root (the variables), need (only the contents no readable part names
+    go); a restore brings all of that back and counts the files it could not (their names were
+    in the damaged part)."""
+    source = await new_session()
+    snapshotter = Snapshotter(any_store)
+    files = {f"f{i:03}.txt": f"file {i}".encode() for i in range(400)}
+    await source.write_files(files)
+    await source.run_code("x = 7")
+    info = await snapshotter.capture(source, revision=1)
+    parts = (await snapshotter.load_manifest(info.ref)).parts
+    assert len(parts) >= 2
+    await garble(any_store, parts[0].sha256)
+
+    report = await Snapshotter(any_store).collect_garbage([info.ref], grace_seconds=0)
+    assert report.deleted_blobs == parts[0].files, report  # every file's content is its own
+
+    fresh = await new_session()
+    restored = await Snapshotter(any_store).restore(fresh, info.ref)
+    assert restored.files_unlisted == parts[0].files
+    assert restored.variables_restored == ("x",)
+    kept = sorted(files)[parts[0].files :]
+    assert await fresh.read_files(kept) == {path: files[path] for path in kept}
+    assert f"{parts[0].files} file(s) could not be restored because the part" in " ".join(
+        restored.notices
+    )
