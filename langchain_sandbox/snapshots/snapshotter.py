@@ -883,7 +883,8 @@ class Snapshotter:
             for path, (size, mtime, sha) in seen.files.items()
         }
         entries = {path: entries[path] for path in sorted(entries)}
-        parts = _part_index(manifest)
+        # A manifest missing an unreadable part's files cannot be indexed by part.
+        parts = {} if unread else _part_index(manifest)
         if any(entries.get(path) != entry for chunk, _ in parts.values() for path, entry in chunk):
             parts = {}
         self._known[session] = _Known(
