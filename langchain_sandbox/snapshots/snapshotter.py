@@ -582,6 +582,15 @@ class Snapshotter:
                 variables=variables,
             )
             captured = _Captured(revision, manifest.dirs, manifest.omitted, variables)
+            if variables is not None:
+                # The dump is in hand, as a changed file's content is: a stored copy damaged
+                # since it was written is found (one read of what was just dumped) and
+                # rewritten, never named again by this snapshot.
+                puts.append(
+                    asyncio.ensure_future(
+                        self._put_new({variables.sha256: variables_blob}, verify_stored=True)
+                    )
+                )
             unchanged = _unchanged_since(known, trusted, base, files, captured)
             if unchanged is not None and base is not None:
                 # Nothing changed since the base this snapshotter captured, and the store still
@@ -593,8 +602,6 @@ class Snapshotter:
                 encoded = manifest.encode_root([part for _, part in parts])
                 ref = digest(encoded)
                 final = {**part_blobs, ref: encoded}
-                if variables is not None:
-                    final[variables.sha256] = variables_blob
                 # The manifest may land before the file blobs: nothing names it until this
                 # returns.
                 puts.append(asyncio.ensure_future(self._put_new(final, verify_stored=False)))
