@@ -37,15 +37,15 @@ import json
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
 from langchain_sandbox.errors import SnapshotNotFoundError
-from langchain_sandbox.filed_records import conversation_turns, record_key
+from langchain_sandbox.filed_records import Turn, record_key
 from langchain_sandbox.runtime import SandboxRuntime, StepCall
 from langchain_sandbox.snapshots import BlobStore, Snapshotter
 from langchain_sandbox.state import SandboxState
@@ -62,19 +62,35 @@ class Position:
         turn: The AI message whose tool call is running, as ``(last human message id, AI
             message id)``.
         step_call: That tool call and its siblings (for the runtime's parallel-call handling).
-        earlier: The AI messages before it, newest first, each as its turn and tool call ids.
+        messages: The conversation, up to and including that AI message.
     """
 
-    turn: tuple[str, str]
+    turn: Turn
     step_call: StepCall
-    earlier: tuple[tuple[tuple[str, str], tuple[str, ...]], ...]
+    messages: Sequence[BaseMessage]
+
+    def earlier(self) -> Iterator[tuple[Turn, tuple[str, ...]]]:
+        """The AI messages that call tools before this one, newest first, each as its turn and
+        tool call ids; read backwards only as far as the caller goes (usually one turn)."""
+        block: list[AIMessage] = []
+        for index in range(len(self.messages) - 2, -2, -1):
+            message = self.messages[index] if index >= 0 else None
+            if message is None or isinstance(message, HumanMessage):
+                human = str(message.id or "") if message is not None else ""
+                for ai in block:
+                    yield (human, str(ai.id)), _call_ids(ai)
+                block = []
+            elif _calls_tools(message):
+                block.append(message)  # type: ignore[arg-type]
 
 
 def position_of(config: RunnableConfig | None) -> Position | None:
     """The position of the tool call running under ``config``; ``None`` outside a tool task.
 
     ``create_agent`` sends each pending tool call of the last AI message as its own task, in the
-    order of the message; the task's path (``metadata.langgraph_path``) holds that index.
+    order of the message; the task's path (``metadata.langgraph_path``) holds that index. The
+    conversation is read from its end: a call costs what follows the last human message, not the
+    whole conversation.
     """
     configurable = (config or {}).get("configurable", {})
     read = configurable.get(_READ_KEY)
@@ -87,20 +103,29 @@ def position_of(config: RunnableConfig | None) -> Position | None:
         messages: Sequence[BaseMessage] = read("messages", False) or []
     except (KeyError, TypeError):
         return None
-    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    turns = conversation_turns(messages)
-    if not turns:
+    last = next((i for i in range(len(messages) - 1, -1, -1) if _calls_tools(messages[i])), None)
+    if last is None:
         return None
-    turn, current = turns[-1]
+    current: AIMessage = messages[last]  # type: ignore[assignment]
+    answered = {m.tool_call_id for m in messages[last + 1 :] if isinstance(m, ToolMessage)}
     pending = [c for c in current.tool_calls if c.get("id") not in answered]
     if path[1] >= len(pending):
         return None
     call_id = pending[path[1]].get("id")
     if not call_id:
         return None
+    human = next(
+        (str(m.id or "") for m in reversed(messages[:last]) if isinstance(m, HumanMessage)), ""
+    )
     ids = frozenset(_call_ids(current))
-    earlier = tuple((t, _call_ids(m)) for t, m in reversed(turns[:-1]))
-    return Position(turn, StepCall(call_id, ids - {call_id}), earlier)
+    return Position(
+        (human, str(current.id)), StepCall(call_id, ids - {call_id}), messages[: last + 1]
+    )
+
+
+def _calls_tools(message: BaseMessage) -> bool:
+    """Whether ``message`` is an AI message that calls tools and has an id (a turn)."""
+    return isinstance(message, AIMessage) and bool(message.tool_calls) and bool(message.id)
 
 
 def _call_ids(message: AIMessage) -> tuple[str, ...]:
@@ -191,7 +216,7 @@ class RecordBook:
     async def latest(self, thread_id: str, position: Position) -> SandboxState | None:
         """The record the conversation before ``position`` left the sandbox in (``None``: no
         earlier call changed it)."""
-        for turn, call_ids in position.earlier:
+        for turn, call_ids in position.earlier():
             keys = {record_key(thread_id, turn, c) for c in call_ids}
             found = self._memory.get(keys)
             rest = keys - found.keys()
