@@ -31,6 +31,7 @@ from langchain_sandbox.errors import (
 )
 from langchain_sandbox.providers.base import (
     Capabilities,
+    ChangeListing,
     FileInfo,
     OutputCallback,
     Session,
@@ -424,6 +425,21 @@ class LocalSession(Session):
     async def list_files(self, path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
         self._check_open()
         return await asyncio.to_thread(self._files.listdir, path, recursive=recursive)
+
+    async def list_changes(
+        self,
+        known: Mapping[str, FileInfo],
+        *,
+        max_bytes: int,
+        variables_max_bytes: int | None = None,
+        since: object | None = None,
+    ) -> ChangeListing:
+        """One walk of the workspace on the host: one ``lstat`` per entry and a ``FileInfo``
+        only for what changed. No contents: reading the files is as cheap after the listing, and
+        then waits out the snapshotter's racy window (the interpreter is not involved either, so
+        the variables dump runs beside the walk)."""
+        self._check_open()
+        return await asyncio.to_thread(self._files.changes, known, since)
 
     async def remove_files(self, paths: Sequence[str]) -> None:
         self._check_open()

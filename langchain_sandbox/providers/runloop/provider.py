@@ -901,6 +901,7 @@ class RunloopSession(RemoteSession):
         *,
         max_bytes: int,
         variables_max_bytes: int | None = None,
+        since: object | None = None,
     ) -> ChangeListing:
         """One worker call: the listing and the changed files' contents in its answer line (a
         ``known`` map over the inline request limit costs one upload more)."""
