@@ -550,8 +550,8 @@ class Snapshotter:
             files, same_paths = _entries(
                 known.entries if known is not None else {}, rebuilt, hashes, sizes, listing
             )
-            unread = len(listing.files) - len(files)
-            if unread != sum(1 for info in to_read if info.path in omitted):
+            unread = sum(1 for info in to_read if info.path not in hashes)
+            if known is not None and len(files) != len(listing.files) - unread:
                 # The session's knowledge no longer adds up (a bug, never expected): start over
                 # from a full listing rather than write a snapshot that misses a file.
                 logger.error("snapshot knowledge of a session was inconsistent; capturing again")

@@ -59,8 +59,19 @@ def _operations(rng: random.Random, files: list[str], dirs: list[str]) -> list[s
     return [rng.choice(choices) for _ in range(rng.randint(1, 4))]
 
 
+@pytest.fixture(params=["find", "python walk"])
+def comparison(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which way the session compares: ``find``'s ctime filter (used from a size on, here from
+    the first entry) or the walk in Python."""
+    threshold = 0 if request.param == "find" else 10**9
+    monkeypatch.setattr(_files, "_FIND_FROM_ENTRIES", threshold)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
-async def test_reported_changes_rebuild_the_full_listing(session: LocalSession, seed: int) -> None:
+async def test_reported_changes_rebuild_the_full_listing(
+    session: LocalSession, seed: int, comparison: str
+) -> None:
     rng = random.Random(seed)
     setup = " && ".join(
         f"mkdir -p d{i}/sub && printf {i} > d{i}/f{i} && printf {i} > d{i}/sub/g{i}"
@@ -83,6 +94,7 @@ async def test_reported_changes_rebuild_the_full_listing(session: LocalSession, 
 async def test_an_unchanged_workspace_reports_nothing_without_walking_it_in_python(
     session: LocalSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(_files, "_FIND_FROM_ENTRIES", 0)
     await session.run_command("mkdir -p a/b && printf 1 > a/b/c && printf 2 > top")
     first = await session.list_changes({}, max_bytes=0)
     known = _apply({}, first)
@@ -93,7 +105,8 @@ async def test_an_unchanged_workspace_reports_nothing_without_walking_it_in_pyth
         _files._Scan, "walk", lambda self, *a, **k: walks.append(self) or walk(self, *a, **k)
     )
     again = await session.list_changes(known, max_bytes=0, since=first.cursor)
-    assert again.changed == () and again.gone == ()
+    assert again.changed == ()
+    assert again.gone == ()
     # With the cursor, find's ctime filter did the comparing; without it, Python walks it all.
     assert walks == []
     await session.list_changes(known, max_bytes=0)

@@ -178,7 +178,11 @@ class HostWorkspace:
         with self._directory([], create=False, display=".") as root:
             cursor = _Cursor.now(root)
             changed, gone, dirs = None, None, 0
-            if isinstance(since, _Cursor) and since.vouches_for(cursor):
+            if (
+                len(known) >= _FIND_FROM_ENTRIES
+                and isinstance(since, _Cursor)
+                and since.vouches_for(cursor)
+            ):
                 found = _recently_changed(self.root, since)
                 if found is not None:
                     changed, gone = _changes_among(root, known, since, cursor, *found)
@@ -338,6 +342,10 @@ class _Scan:
         with os.scandir(fd) as iterator:
             return iter(sorted(iterator, key=_by_name) if self.ordered else list(iterator))
 
+
+_FIND_FROM_ENTRIES = 2000
+"""Below this many entries a walk in Python costs less than starting ``find`` (measured: 2.5 ms
+against 4.2 ms at 1,000 files, 35 ms against 22 ms at 10,000)."""
 
 _CTIME_MARGIN_NS = 100_000_000
 """How much older than a listing an inode's ``ctime`` must be to prove the entry unchanged since:
