@@ -386,13 +386,16 @@ def main() -> None:
     parser.add_argument("--block-call")
     parser.add_argument("--resume", help="Command(resume=...) with this answer")
     parser.add_argument("--async", dest="use_async", action="store_true")
+    parser.add_argument("--update-message", help="update_state with this message, then continue")
     args = parser.parse_args()
     if args.use_async:
         asyncio.run(run_async(args))
         return
     with sandbox_runtime(args) as runtime, sync_saver(args.saver, args.target) as saver:
         graph = BUILDERS[args.shape](args, runtime, saver)
-        config = {"configurable": {"thread_id": args.thread}}
+        config: Any = {"configurable": {"thread_id": args.thread}}
+        if args.update_message is not None:
+            config = graph.update_state(config, {"messages": [HumanMessage(args.update_message)]})
         emit_done(graph.invoke(payload(args), config, durability="sync"))
 
 

@@ -130,6 +130,22 @@ def test_a_call_rerun_after_sigkill_finds_a_snapshot_written_behind_when_the_san
     assert "x = 1 y = None\n['a.txt', 'b.txt']" in after, after
 
 
+def test_update_state_on_a_step_cut_by_sigkill_reruns_the_step_without_the_abandoned_writes(
+    sqlite: tuple[str, str], blobs: str
+) -> None:
+    """After the SIGKILL mid-step, a new process edits the state (``update_state``) and goes on
+    from the checkpoint it returns: a fork with no pending writes, so LangGraph runs A and B
+    again. The abandoned run's saved record (A's, on the step's checkpoint) must not leak into
+    the fork: the calls get revisions 1 and 2, and the record keeps both calls' work."""
+    thread = Thread("parallel", sqlite, blobs)
+    _kill_while_b_waits(thread)
+
+    resumed = thread.done("--update-message", "a note")
+    after = resumed["tools"][-1]
+    assert "x = 1 y = None\n['a.txt', 'b.txt']" in after, after
+    assert resumed["sandbox"]["revision"] == 3  # a leaked record would make it 4
+
+
 def test_the_one_call_rerun_of_three_starts_from_both_finished_calls(
     saver: tuple[str, str], blobs: str
 ) -> None:
