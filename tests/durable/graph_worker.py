@@ -371,7 +371,8 @@ async def run_async(args: argparse.Namespace) -> None:
         async with async_saver(args.saver, args.target) as saver:
             graph = BUILDERS[args.shape](args, runtime, saver)
             config = {"configurable": {"thread_id": args.thread}}
-            emit_done(await graph.ainvoke(payload(args), config, durability="sync"))
+            run = graph.ainvoke(payload(args), config, durability=args.durability)
+            emit_done(await run)
 
 
 def main() -> None:
@@ -386,6 +387,7 @@ def main() -> None:
     parser.add_argument("--block-call")
     parser.add_argument("--resume", help="Command(resume=...) with this answer")
     parser.add_argument("--async", dest="use_async", action="store_true")
+    parser.add_argument("--durability", choices=["sync", "async", "exit"], default="sync")
     parser.add_argument("--update-message", help="update_state with this message, then continue")
     args = parser.parse_args()
     if args.use_async:
@@ -396,7 +398,7 @@ def main() -> None:
         config: Any = {"configurable": {"thread_id": args.thread}}
         if args.update_message is not None:
             config = graph.update_state(config, {"messages": [HumanMessage(args.update_message)]})
-        emit_done(graph.invoke(payload(args), config, durability="sync"))
+        emit_done(graph.invoke(payload(args), config, durability=args.durability))
 
 
 if __name__ == "__main__":

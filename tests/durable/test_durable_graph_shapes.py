@@ -88,7 +88,13 @@ def _kill_while_b_waits(thread: Thread, blocked: str = "B") -> None:
 
 
 @pytest.mark.parametrize(
-    ("shape", "flavour"), [("parallel", "sync"), ("parallel", "async"), ("sub-parallel", "sync")]
+    ("shape", "flavour"),
+    [
+        ("parallel", "sync"),
+        ("parallel", "async"),
+        ("sub-parallel", "sync"),
+        ("parallel", "durability-async"),
+    ],
 )
 def test_a_call_rerun_after_sigkill_mid_step_starts_from_the_finished_calls_state(
     saver: tuple[str, str], blobs: str, shape: str, flavour: str
@@ -97,7 +103,7 @@ def test_a_call_rerun_after_sigkill_mid_step_starts_from_the_finished_calls_stat
     writes); the process is SIGKILLed while B runs. The resume re-runs only B: it must start
     from A's files and variables, and the step's merged record must keep both calls' work. So
     too when the agent is a subgraph (its step's pending writes are the subgraph's)."""
-    extra = ["--async"] if flavour == "async" else []
+    extra = {"async": ["--async"], "durability-async": ["--durability", "async"]}.get(flavour, [])
     thread = Thread(shape, saver, blobs, *extra)
     _kill_while_b_waits(thread)
 
