@@ -72,6 +72,24 @@ def test_a_corrupt_latest_manifest_costs_one_restore_not_every_later_step(
     assert "could not be restored" not in third["tools"][-1]
 
 
+def test_a_manifest_corrupted_while_the_session_is_live_is_not_named_again(
+    tmp_path: Path,
+) -> None:
+    """The latest snapshot's manifest is damaged while its session is live, then a call changes
+    nothing (its snapshot would be the same one). The record must not name the damaged manifest
+    again: a restart restores the files and the variables."""
+    blobs = str(tmp_path / "blobs")
+    story = Story("code", "sqlite", str(tmp_path / "cp.sqlite"), blobs)
+    with _live(story) as turn:
+        first = turn("x = 1\nopen('a.txt', 'w').write('A')")
+        _garble(_blob(blobs, first["sandbox"]["snapshot"]))
+        second = turn("print('nothing changes')")
+    assert second["sandbox"]["snapshot"] != first["sandbox"]["snapshot"]
+
+    after = story.run("--message", "print(x, open('a.txt').read())")
+    assert _stdout(after["tools"][-1]) == "1 A", after["tools"][-1]
+
+
 def test_a_blob_corrupted_while_the_session_is_live_is_rewritten_from_the_file(
     tmp_path: Path,
 ) -> None:
