@@ -6,12 +6,13 @@ Like ``agent_worker.py`` it prints JSON lines: ``{"event": "blocked"}`` when the
 The script answers from the conversation, so a new process replaying the thread picks up where
 the dead one stopped (``--block-call call_0_1`` holds the second call of turn 0 mid-step instead):
 
-* turn 0: ``cd`` + ``export`` + a file through ``execute``, and a CSV through ``write_file``, in
-  one message (two parallel calls);
+* turn 0: ``cd`` + ``export`` + a file and the time of the run (``run.txt``, different in every
+  run of the call) through ``execute``, and a CSV through ``write_file``, in one message (two
+  parallel calls);
 * turn 1: ``edit_file`` on the first file;
-* turn 2: ``execute`` printing the directory, the variable and both files;
+* turn 2: ``execute`` printing the directory, the variable and the files;
 * then a final answer. A human message ``fork: <text>`` after that makes the model write
-  ``<text>`` into the first file and print it.
+  ``<text>`` into the first file and print it; ``show`` makes it print ``run.txt``.
 """
 
 from __future__ import annotations
@@ -35,12 +36,15 @@ STEPS: list[Any] = [
     [
         call(
             "execute",
-            command=f"mkdir -p {APP} && cd {APP} && export STAGE=one && echo first > notes.txt",
+            command=(
+                f"mkdir -p {APP} && cd {APP} && export STAGE=one && echo first > notes.txt"
+                " && date +%s%N > run.txt"
+            ),
         ),
         call("write_file", file_path=f"{APP}/data.csv", content="a,b\n1,2\n"),
     ],
     call("edit_file", file_path=f"{APP}/notes.txt", old_string="first", new_string="first second"),
-    call("execute", command='pwd; echo "$STAGE"; cat notes.txt data.csv'),
+    call("execute", command='pwd; echo "$STAGE"; cat notes.txt data.csv run.txt'),
     "done",
 ]
 
@@ -52,6 +56,9 @@ def script_for(block_at: int | None) -> Any:
             emit("blocked", turn=turn)
             time.sleep(3600)
         last_human = next(m for m in reversed(messages) if isinstance(m, HumanMessage))
+        if last_human.text == "show":
+            done = isinstance(messages[-1], ToolMessage)
+            return "shown" if done else call("execute", command=f"cat {APP}/run.txt")
         if last_human.text.startswith("fork: ") and not isinstance(messages[-1], ToolMessage):
             text = last_human.text.removeprefix("fork: ")
             return call("execute", command=f"cat notes.txt; echo {text} > notes.txt; cat notes.txt")

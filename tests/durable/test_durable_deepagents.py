@@ -127,6 +127,35 @@ def test_fork_from_an_old_checkpoint_sees_its_own_files(saver: tuple[str, str], 
     assert _shown(again) == "first\nagain"
 
 
+def test_a_replayed_step_keeps_its_own_files_across_processes(
+    saver: tuple[str, str], blobs: str
+) -> None:
+    """Time travel to the checkpoint between turn 0's model call and its tools, then run on: the
+    very same AI message's tool calls run again (same message and tool call ids, as with any
+    model: the message is in the checkpoint), and ``run.txt`` gets this run's time. New
+    processes continuing either branch read ``run.txt`` of their own branch, not the run that
+    filed first."""
+    thread = Thread(saver, blobs)
+    original = thread.run("--message", "go")
+    before_tools = next(  # turn 0's two calls: two tool tasks
+        row["id"] for row in original["history"] if row["tools"] == 0 and "tools" in row["next"]
+    )
+    replayed = thread.run("--checkpoint-id", before_tools)
+    stamps = [_last_line(run["tools"][-1]) for run in (original, replayed)]
+    assert stamps[0] != stamps[1]
+
+    assert _last_line(thread.run("--message", "show")["tools"][-1]) == stamps[1]
+    end_of_original = original["history"][0]["id"]
+    shown = thread.run("--checkpoint-id", end_of_original, "--message", "show")
+    assert _last_line(shown["tools"][-1]) == stamps[0]
+
+
+def _last_line(output: str) -> str:
+    """The last line a command printed, before Deep Agents' exit code line."""
+    lines = [line for line in output.splitlines() if line and not line.startswith("[")]
+    return lines[-1]
+
+
 def after_first_tools(run: dict[str, Any]) -> str:
     """The checkpoint after turn 0's two tool calls, before the model's next turn."""
     return str(
