@@ -2,7 +2,12 @@
 
 The Deep Agents backend cannot add a ``sandbox`` channel to a deep agent's graph, so it files each
 record (naming the snapshot of the sandbox after a call) in the snapshot store under a key derived
-from ``(thread, last human message id, AI message id, tool call id)``; see
+from ``(thread, last human message id, AI message id, tool call id, step)``, the step being the id
+of the checkpoint the call's tool step started from: a time-travel re-run of the same AI message's
+calls starts from a fork checkpoint, so each branch files its own record. The step's checkpoint
+holds the call's tool message among its pending writes, which is how a later call, and gc, find
+it. Records filed before steps were part of the key (and under ``durability="exit"``, where no
+step's checkpoint is saved) have no step; they are still read and kept. See
 :mod:`langchain_sandbox.deepagents._lineage`. ``langchain-sandbox gc`` must find those records
 from the checkpoints' conversations to keep them and their snapshots, and it runs where the
 ``deepagents`` extra may not be installed: so the key scheme lives here, below both.
@@ -14,15 +19,17 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 Turn = tuple[str, str]
 """An AI message's place: ``(id of the last human message before it, its own id)``."""
 
 
-def record_key(thread_id: str, turn: Turn, call_id: str) -> str:
-    """The store key of the record the tool call ``call_id`` of ``turn`` filed."""
-    name = json.dumps(["langchain-sandbox/deepagents-record", thread_id, *turn, call_id])
+def record_key(thread_id: str, turn: Turn, call_id: str, step: str | None = None) -> str:
+    """The store key of the record the tool call ``call_id`` of ``turn`` filed in the step that
+    started from checkpoint ``step`` (``None``: a record filed without its step)."""
+    parts = [thread_id, *turn, call_id, *([step] if step is not None else [])]
+    name = json.dumps(["langchain-sandbox/deepagents-record", *parts])
     return hashlib.sha256(name.encode()).hexdigest()
 
 
@@ -56,11 +63,15 @@ class RecordKeys:
     channel between snapshots: the messages are the writes stored with its ancestors). Each
     turn needs the last human message before its AI message, which for written messages may sit
     in an ancestor, so writes are resolved once every checkpoint is known. Messages a
-    ``RemoveMessage`` took out still count: more keys only keep more.
+    ``RemoveMessage`` took out still count: more keys only keep more. A tool message among a
+    checkpoint's writes names the step its call ran in: the call's records are kept under that
+    step, and without one (records filed before steps were keyed).
     """
 
     def __init__(self) -> None:
         self._keys: set[str] = set()
+        # thread -> tool call id -> the turns whose AI message made that call
+        self._turns: dict[str, dict[str, set[Turn]]] = {}
         # (thread, namespace, checkpoint id) -> parent id, last human of a full conversation
         # stored there (None: not stored), messages written with it
         self._nodes: dict[
@@ -80,19 +91,32 @@ class RecordKeys:
         messages ``written`` with it (its pending writes)."""
         human = None
         if stored is not None:
-            self._keys |= _keys_of(thread_id, conversation_turns(stored))
+            self._note(thread_id, conversation_turns(stored))
             human = _last_human(stored, "")
         self._nodes[(thread_id, namespace, checkpoint_id)] = (parent_id, human, list(written))
 
     def keys(self) -> set[str]:
         """Every key the checkpoints added so far name."""
-        found = set(self._keys)
         humans: dict[tuple[str, str, str], str] = {}
         for node, (_, _, written) in self._nodes.items():
             if written:
-                turns = conversation_turns(written, human=self._human_at(node, humans))
-                found |= _keys_of(node[0], turns)
+                self._note(node[0], conversation_turns(written, human=self._human_at(node, humans)))
+        found = set(self._keys)
+        for (thread_id, _, checkpoint_id), (_, _, written) in self._nodes.items():
+            calls = self._turns.get(thread_id, {})
+            for message in written:
+                if isinstance(message, ToolMessage):
+                    for turn in calls.get(message.tool_call_id, ()):
+                        found.add(record_key(thread_id, turn, message.tool_call_id, checkpoint_id))
         return found
+
+    def _note(self, thread_id: str, turns: list[tuple[Turn, AIMessage]]) -> None:
+        self._keys |= _keys_of(thread_id, turns)
+        calls = self._turns.setdefault(thread_id, {})
+        for turn, message in turns:
+            for call in message.tool_calls:
+                if call.get("id"):
+                    calls.setdefault(str(call["id"]), set()).add(turn)
 
     def _human_at(self, node: tuple[str, str, str], memo: dict[tuple[str, str, str], str]) -> str:
         """The last human message id of the conversation at ``node`` (before its own writes)."""

@@ -8,14 +8,19 @@ lineage of a checkpoint: a resume, an ``interrupt()`` or a fork from an old chec
 the AI messages and tool calls of its own branch.
 
 So each call that changes the sandbox files its record (the snapshot of the sandbox after the
-call) under the key ``(thread, last human message id, AI message id, tool call id)`` in the
-snapshot store, next to the snapshot it names (the key scheme is
-:mod:`langchain_sandbox.filed_records`, which ``gc`` reads too). The human message's id is there
-because a fork usually starts with a new human message, while a deterministic model (a test's
-scripted one) may reuse AI message and tool call ids on the new branch. A later call reads the
-conversation (``messages``, through the same LangGraph read hook Deep Agents' own
-``StateBackend`` uses) and continues from the newest record filed by a tool call of an earlier AI
-message: the record its checkpoint implies, in this process or another. A call re-run after a
+call) under the key ``(thread, last human message id, AI message id, tool call id, step)`` in
+the snapshot store, next to the snapshot it names (the key scheme is
+:mod:`langchain_sandbox.filed_records`, which ``gc`` reads too). The step is the checkpoint the
+call's tool step started from: time travel to the checkpoint between a model call and its tools
+runs the very same AI message's calls again (whatever the model), from a fork checkpoint, so the
+two runs file apart. A later call reads the conversation (``messages``, through the same
+LangGraph read hook Deep Agents' own ``StateBackend`` uses) and continues from the newest record
+filed by a tool call of an earlier AI message: the record its checkpoint implies, in this process
+or another. Which step ran that earlier call on this branch is the checkpoint that saved its tool
+message (whose id LangGraph made for this branch), found by walking the checkpoints back
+(:class:`~langchain_sandbox.graph.step_record.ToolSteps`: a few reads of the checkpointer per
+turn, remembered per process). A record filed without a step (by an earlier version, or under
+``durability="exit"``, which saves no step's checkpoint) is read when none with it is there. A call re-run after a
 crash in the middle of its step continues instead from the records of the siblings that finished
 before the crash (:attr:`Position.finished`, from the step's saved writes), as a ``create_agent``
 call does through its ``sandbox`` channel.
@@ -36,7 +41,6 @@ Two things keep this off the path of a call, in a process that keeps running:
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
 import weakref
@@ -50,6 +54,7 @@ from langchain_core.runnables import RunnableConfig
 
 from langchain_sandbox.errors import SnapshotNotFoundError
 from langchain_sandbox.filed_records import Turn, record_key
+from langchain_sandbox.graph.step_record import ToolSteps
 from langchain_sandbox.runtime import SandboxRuntime, StepCall
 from langchain_sandbox.snapshots import BlobStore, Snapshotter
 from langchain_sandbox.state import SandboxState
@@ -69,30 +74,44 @@ class Position:
         messages: The conversation, up to and including that AI message.
         finished: Siblings that finished in this run of the step before it (a call re-run
             after a crash continues from their records, not from the earlier turn's).
+        steps: Which steps of the branch ran earlier calls (``None``: no saved steps; records
+            are then filed and read without one).
     """
 
     turn: Turn
     step_call: StepCall
     messages: Sequence[BaseMessage]
     finished: frozenset[str] = frozenset()
+    steps: ToolSteps | None = None
 
-    def earlier(self) -> Iterator[tuple[Turn, tuple[str, ...]]]:
-        """The AI messages that call tools before this one, newest first, each as its turn and
-        tool call ids; read backwards only as far as the caller goes (usually one turn)."""
+    @property
+    def step(self) -> str | None:
+        """The checkpoint the call's step started from, which its record's key names."""
+        return self.steps.step_id if self.steps is not None else None
+
+    def earlier(self) -> Iterator[tuple[Turn, tuple[str, ...], dict[str, str]]]:
+        """The AI messages that call tools before this one, newest first, each as its turn, tool
+        call ids and the ids of the tool messages answering them; read backwards only as far as
+        the caller goes (usually one turn)."""
         block: list[AIMessage] = []
+        answers: dict[str, str] = {}
         for index in range(len(self.messages) - 2, -2, -1):
             message = self.messages[index] if index >= 0 else None
             if message is None or isinstance(message, HumanMessage):
                 human = str(message.id or "") if message is not None else ""
                 for ai in block:
-                    yield (human, str(ai.id)), _call_ids(ai)
+                    calls = _call_ids(ai)
+                    yield (human, str(ai.id)), calls, {c: answers[c] for c in calls if c in answers}
                 block = []
+            elif isinstance(message, ToolMessage) and message.id:
+                answers[message.tool_call_id] = str(message.id)
             elif _calls_tools(message):
                 block.append(message)  # type: ignore[arg-type]
 
 
-def position_of(config: RunnableConfig | None) -> Position | None:
-    """The position of the tool call running under ``config``; ``None`` outside a tool task.
+def position_of(config: RunnableConfig | None, *, blocking: bool) -> Position | None:
+    """The position of the tool call running under ``config``; ``None`` outside a tool task
+    (``blocking``: the call reads the checkpointer through its blocking methods).
 
     ``create_agent`` sends each pending tool call of the last AI message as its own task, in the
     order of the message; the task's path (``metadata.langgraph_path``) holds that index. The
@@ -126,7 +145,10 @@ def position_of(config: RunnableConfig | None) -> Position | None:
     )
     ids = frozenset(_call_ids(current))
     return Position(
-        (human, str(current.id)), StepCall(call_id, ids - {call_id}), messages[: last + 1]
+        (human, str(current.id)),
+        StepCall(call_id, ids - {call_id}),
+        messages[: last + 1],
+        steps=ToolSteps.of(config, blocking=blocking),
     )
 
 
@@ -147,6 +169,8 @@ class _Remembered:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # one store may serve runtimes on several loops
         self._records: OrderedDict[str, SandboxState] = OrderedDict()
+        # the step a call was last filed in by this process (key without a step -> step)
+        self._steps: OrderedDict[str, str] = OrderedDict()
 
     def get(self, keys: Iterable[str]) -> dict[str, SandboxState]:
         with self._lock:
@@ -161,6 +185,17 @@ class _Remembered:
             self._records.move_to_end(key)
             while len(self._records) > REMEMBERED_RECORDS:
                 self._records.popitem(last=False)
+
+    def put_step(self, call: str, step: str) -> None:
+        with self._lock:
+            self._steps[call] = step
+            self._steps.move_to_end(call)
+            while len(self._steps) > REMEMBERED_RECORDS:
+                self._steps.popitem(last=False)
+
+    def last_step(self, calls: Iterable[str]) -> str | None:
+        with self._lock:
+            return next((self._steps[c] for c in calls if c in self._steps), None)
 
 
 REMEMBERED_RECORDS = 10_000
@@ -214,25 +249,59 @@ class RecordBook:
     ) -> None:
         """File the record a tool call left the sandbox in (``continued_from``: the record
         :meth:`latest` gave the call)."""
-        key = record_key(thread_id, position.turn, position.step_call.call_id)
+        call_id = position.step_call.call_id
+        key = record_key(thread_id, position.turn, call_id, position.step)
         if not (self.skip_unchanged and _same_snapshot(record, continued_from)):
             data = json.dumps(dict(record), sort_keys=True).encode()
             await self.store.put(key, data)
         self._memory.put(key, {**record, "exec_count": 0})
+        if position.step is not None:
+            self._memory.put_step(record_key(thread_id, position.turn, call_id), position.step)
 
     async def latest(self, thread_id: str, position: Position) -> SandboxState | None:
         """The record the conversation before ``position`` left the sandbox in (``None``: no
         earlier call changed it): that of the finished siblings of its step, if any filed one
         (they built on the earlier turns), else that of the newest earlier turn."""
-        turns = position.earlier()
         if position.finished:
-            turns = itertools.chain([(position.turn, tuple(position.finished))], turns)
-        for turn, call_ids in turns:
-            found = await self._filed({record_key(thread_id, turn, c) for c in call_ids})
-            if found:
-                # Calls of one turn run one at a time: the highest revision saw the others.
-                return max(found, key=lambda r: r.get("revision", 0))
+            finished = tuple(position.finished)
+            if found := await self._filed_in(thread_id, position.turn, finished, position.step):
+                return _newest(found)
+        for turn, call_ids, answers in position.earlier():
+            step = await self._step_of(thread_id, position, turn, call_ids, answers)
+            if found := await self._filed_in(thread_id, turn, call_ids, step):
+                return _newest(found)
         return None
+
+    async def _step_of(
+        self,
+        thread_id: str,
+        position: Position,
+        turn: Turn,
+        call_ids: tuple[str, ...],
+        answers: dict[str, str],
+    ) -> str | None:
+        """The step that ran the calls of ``turn`` on the position's branch: the checkpoint
+        that saved their tool messages. When the walk cannot tell while the position's own
+        checkpoint is not saved yet (``durability="async"``), this live run ran them: the step
+        this process last filed them in."""
+        steps = position.steps
+        if steps is None:
+            return None
+        step = await steps.find(list(answers.values()), turn[1]) if answers else None
+        if step is None and not steps.saved:
+            step = self._memory.last_step(record_key(thread_id, turn, c) for c in call_ids)
+        return step
+
+    async def _filed_in(
+        self, thread_id: str, turn: Turn, call_ids: tuple[str, ...], step: str | None
+    ) -> list[SandboxState]:
+        """The records the calls ``call_ids`` of ``turn`` filed in ``step``; else those filed
+        without a step (by an earlier version, or under ``durability="exit"``)."""
+        if step is not None:
+            found = await self._filed({record_key(thread_id, turn, c, step) for c in call_ids})
+            if found:
+                return found
+        return await self._filed({record_key(thread_id, turn, c) for c in call_ids})
 
     async def _filed(self, keys: set[str]) -> list[SandboxState]:
         """The records filed under ``keys`` (remembered, else read from the store)."""
@@ -243,6 +312,11 @@ class RecordBook:
             found[key] = _parse(data)
             self._memory.put(key, found[key])
         return list(found.values())
+
+
+def _newest(records: list[SandboxState]) -> SandboxState:
+    """Calls of one turn run one at a time: the highest revision saw the others."""
+    return max(records, key=lambda r: r.get("revision", 0))
 
 
 def _same_snapshot(record: SandboxState, before: SandboxState | None) -> bool:

@@ -203,10 +203,10 @@ class SandboxBackend(BaseSandbox):
                 )
             return self._owned
 
-    def _call(self, config: RunnableConfig | None) -> _Call:
+    def _call(self, config: RunnableConfig | None, *, blocking: bool = True) -> _Call:
         runtime = resolve_runtime(self._explicit_runtime(), None, config)
         thread_id = resolve_thread_id(config, self.default_thread_id)
-        position = position_of(config)
+        position = position_of(config, blocking=blocking)
         resumable = is_resumable(config)
         book = RecordBook.of(runtime, resumable) if position is not None else None
         return _Call(runtime, thread_id, position, book, resumable)
@@ -221,7 +221,7 @@ class SandboxBackend(BaseSandbox):
 
     async def _async(self, work: Callable[[_Call], Awaitable[T]]) -> T:
         config = _graph_config()
-        call = self._call(config)
+        call = self._call(config, blocking=False)
         if siblings := call.siblings:
             call = call.after(await afinished_calls(config, siblings))
         await anote_checkpointer(call.runtime, config)

@@ -29,7 +29,11 @@ shapes hand a call less than the whole story, and without help each lost work si
   returns.
 
 A graph with no ``sandbox`` channel at all (Deep Agents) learns the same about a re-run call
-from :func:`finished_calls`: which of its siblings' tool messages the step saved.
+from :func:`finished_calls`: which of its siblings' tool messages the step saved. It also learns
+from :class:`ToolSteps` which step of its own branch ran an earlier turn's calls: the checkpoint
+whose pending writes hold their tool messages (LangGraph gives every saved message an id of its
+own, so a tool message names one branch; a time-travel re-run of a step starts from a fork
+checkpoint with an id of its own).
 
 What this reads from LangGraph: the task config's ``checkpoint_ns``, ``checkpoint_map`` and
 ``thread_id``, and three private keys, ``__pregel_read`` (the channel reader Deep Agents'
@@ -41,12 +45,15 @@ reads only happen in a graph run with a checkpointer: without one nothing outliv
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any, cast
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import EmptyChannelError
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -59,6 +66,7 @@ from langchain_sandbox.tools.base import graph_record
 CHANNEL = "sandbox"
 _READ_KEY = "__pregel_read"
 _TASK_ID_KEY = "__pregel_task_id"
+_DURABILITY_KEY = "__pregel_durability"
 _RETURN_CHANNEL = "__return__"
 """Channel under which LangGraph saves a ``@task``'s result among the pending writes."""
 
@@ -272,6 +280,99 @@ async def afinished_calls(
     return _answered(await step.checkpointer.aget_tuple(step.checkpoint_config), step, call_ids)
 
 
+STEPS_REMEMBERED = 10_000
+"""Tool messages whose step :class:`ToolSteps` remembers (a fact that never changes)."""
+
+_steps_lock = threading.Lock()
+_steps: OrderedDict[tuple[str, str], str] = OrderedDict()
+
+
+def _remember_step(thread_id: str, message_id: str, checkpoint_id: str) -> None:
+    with _steps_lock:
+        _steps[(thread_id, message_id)] = checkpoint_id
+        _steps.move_to_end((thread_id, message_id))
+        while len(_steps) > STEPS_REMEMBERED:
+            _steps.popitem(last=False)
+
+
+def _remembered_step(thread_id: str, message_ids: Collection[str]) -> str | None:
+    with _steps_lock:
+        return next((_steps[k] for m in message_ids if (k := (thread_id, m)) in _steps), None)
+
+
+class ToolSteps:
+    """Which step of a tool call's branch ran an earlier call: the id of the checkpoint whose
+    pending writes hold the call's tool message, found by walking the checkpoints back from
+    the call's own step (one read per checkpoint; what was found is remembered per process).
+
+    Attributes:
+        step_id: The checkpoint the call's own step started from.
+        saved: Whether that checkpoint was saved when the walk began. Under
+            ``durability="async"`` it may not be yet: the walk then starts from the newest saved
+            checkpoint of the graph, and a tool message written by this run may not be saved
+            either (the caller knows its own filings).
+    """
+
+    def __init__(self, step: _Step, get: Callable[[RunnableConfig], Awaitable[Any]]) -> None:
+        self.step_id = step.checkpoint_id
+        self.saved = True
+        self._step = step
+        self._get = get
+        self._cursor: Any = None
+        self._started = False
+
+    @classmethod
+    def of(cls, config: RunnableConfig | None, *, blocking: bool) -> ToolSteps | None:
+        """The walker for a tool call running under ``config`` (``blocking``: the checkpointer
+        is read through its blocking methods, in a worker thread); ``None`` without saved
+        steps (no checkpointer, or ``durability="exit"``: no step before the last is saved)."""
+        step = _Step.of(config)
+        if (
+            step is None
+            or ((config or {}).get("configurable") or {}).get(_DURABILITY_KEY) == "exit"
+        ):
+            return None
+        saver = step.checkpointer
+
+        async def _blocking_get(checkpoint: RunnableConfig) -> Any:
+            return await asyncio.to_thread(saver.get_tuple, checkpoint)
+
+        return cls(step, _blocking_get if blocking else saver.aget_tuple)
+
+    async def find(self, message_ids: Collection[str], issued_by: str) -> str | None:
+        """The checkpoint whose step wrote one of ``message_ids`` (the tool messages answering
+        the AI message ``issued_by``); ``None`` if no checkpoint back to the step that wrote
+        ``issued_by`` did. Calls ask for older turns after newer ones: the walk goes on."""
+        thread_id = self._step.thread_id
+        while True:
+            if (found := _remembered_step(thread_id, message_ids)) is not None:
+                return found
+            if not self._started:
+                self._started = True
+                self._cursor = await self._get(self._step.checkpoint_config)
+                if self._cursor is None:
+                    self.saved = False
+                    latest = {"thread_id": thread_id, "checkpoint_ns": self._step.graph_ns}
+                    self._cursor = await self._get({"configurable": latest})
+            cursor = self._cursor
+            if cursor is None:
+                return None
+            issued_here = False
+            for _, _, value in cursor.pending_writes or ():
+                for message in value if isinstance(value, list | tuple) else [value]:
+                    if isinstance(message, ToolMessage) and message.id:
+                        _remember_step(
+                            thread_id, message.id, cursor.config["configurable"]["checkpoint_id"]
+                        )
+                    issued_here |= isinstance(message, AIMessage) and message.id == issued_by
+            if (found := _remembered_step(thread_id, message_ids)) is not None:
+                return found
+            if issued_here:
+                return None  # the turn's calls ran after this step: not on this branch's record
+            parent = cursor.parent_config
+            self._cursor = await self._get(parent) if parent else None
+
+
 def _config(request: ToolCallRequest) -> RunnableConfig:
     return cast("RunnableConfig", getattr(request.runtime, "config", None) or {})
 
@@ -326,6 +427,7 @@ async def acontinue_from_step(request: ToolCallRequest) -> ToolCallRequest:
 
 
 __all__ = [
+    "ToolSteps",
     "acontinue_from_step",
     "afinished_calls",
     "arequire_record_home",

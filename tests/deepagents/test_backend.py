@@ -248,7 +248,15 @@ def test_a_call_that_changes_nothing_is_not_filed_and_a_new_process_still_resume
         result = agent.invoke({"messages": [HumanMessage("go")]}, config)
         assert result["messages"][-1].text == "done"
         turns = conversation_turns(result["messages"])
-        keys = [record_key("quiet", turn, str(m.tool_calls[0]["id"])) for turn, m in turns]
+        ran_in = {  # the checkpoint whose step ran each call (its tool message is written there)
+            m.tool_call_id: t.config["configurable"]["checkpoint_id"]
+            for t in saver.list(config)
+            for _, _, value in t.pending_writes or ()
+            for m in (value if isinstance(value, list) else [value])
+            if isinstance(m, ToolMessage)
+        }
+        calls = [(turn, str(m.tool_calls[0]["id"])) for turn, m in turns]
+        keys = [record_key("quiet", turn, c, ran_in[c]) for turn, c in calls]
         missing = runtime.run_sync(store.missing(set(keys)))
     assert [key in missing for key in keys] == [False, False, True, True]
 

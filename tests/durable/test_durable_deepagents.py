@@ -136,21 +136,32 @@ def test_a_replayed_step_keeps_its_own_files_across_processes(
     processes continuing either branch read ``run.txt`` of their own branch, not the run that
     filed first."""
     thread = Thread(saver, blobs)
+    original, stamps = replay_first_tools(thread)
+    assert branch_stamps(thread, original) == stamps
+
+
+def replay_first_tools(thread: Thread) -> tuple[dict[str, Any], list[str]]:
+    """Run the thread, then replay it from before turn 0's tools (each in its own process);
+    return the original run and the ``run.txt`` each branch printed at its end."""
     original = thread.run("--message", "go")
     before_tools = next(  # turn 0's two calls: two tool tasks
         row["id"] for row in original["history"] if row["tools"] == 0 and "tools" in row["next"]
     )
     replayed = thread.run("--checkpoint-id", before_tools)
-    stamps = [_last_line(run["tools"][-1]) for run in (original, replayed)]
+    stamps = [last_line(run["tools"][-1]) for run in (original, replayed)]
     assert stamps[0] != stamps[1]
-
-    assert _last_line(thread.run("--message", "show")["tools"][-1]) == stamps[1]
-    end_of_original = original["history"][0]["id"]
-    shown = thread.run("--checkpoint-id", end_of_original, "--message", "show")
-    assert _last_line(shown["tools"][-1]) == stamps[0]
+    return original, stamps
 
 
-def _last_line(output: str) -> str:
+def branch_stamps(thread: Thread, original: dict[str, Any]) -> list[str]:
+    """``run.txt`` as new processes continuing the original branch and the replay see it."""
+    on_replay = thread.run("--message", "show")  # the thread's head (before the next fork)
+    end_of_original = original["history"][0]["id"]  # history is newest first
+    on_original = thread.run("--checkpoint-id", end_of_original, "--message", "show")
+    return [last_line(on_original["tools"][-1]), last_line(on_replay["tools"][-1])]
+
+
+def last_line(output: str) -> str:
     """The last line a command printed, before Deep Agents' exit code line."""
     lines = [line for line in output.splitlines() if line and not line.startswith("[")]
     return lines[-1]

@@ -111,6 +111,23 @@ def test_gc_keeps_what_a_deep_agent_thread_needs(saver: tuple[str, str], blobs: 
     assert "[notice] The sandbox was restored from the snapshot" in resumed["tools"][-1]
 
 
+def test_gc_keeps_both_branches_of_a_replayed_deep_agent_step(
+    saver: tuple[str, str], blobs: str
+) -> None:
+    """Time travel replays turn 0's tool calls (the same AI message): each branch's records are
+    filed under the step its calls ran in. gc keeps both branches' records and snapshots, and
+    new processes continuing either branch read the ``run.txt`` of their own."""
+    pytest.importorskip("deepagents")
+    from test_durable_deepagents import Thread, branch_stamps, replay_first_tools
+
+    thread = Thread(saver, blobs)
+    original, stamps = replay_first_tools(thread)
+
+    report = gc([checkpointer_url(saver)], blobs)
+    assert report["blobs"]["deleted_blobs"] == 0, report
+    assert branch_stamps(thread, original) == stamps
+
+
 def gc_refused(checkpointers: list[str], blobs: str, *extra: str) -> str:
     """Run ``gc --yes --grace 0`` expecting a refusal (exit code 2); return its message."""
     command = [sys.executable, "-m", "langchain_sandbox.cli", "gc", "--blobs", blobs]
