@@ -267,3 +267,59 @@ def test_a_call_that_changes_nothing_is_not_filed_and_a_new_process_still_resume
     assert "two\nkept\n" in shown
     assert "restored from the snapshot" in shown
     assert isinstance(result["messages"][-1], AIMessage)
+
+
+async def test_records_filed_without_their_step_are_still_read(tmp_path: Path) -> None:
+    """A thread filed before records were keyed by their step (an earlier version filed the
+    same record under ``(thread, human, AI message, tool call)``) resumes with its files: the
+    store's records are moved to those keys, then a runtime with a store of its own (as a new
+    process) continues the thread, through ``ainvoke`` (the checkpointer read async)."""
+    from deepagents import create_deep_agent
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_sandbox.filed_records import conversation_turns, record_key
+    from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+    from langchain_sandbox.testing import ScriptedToolModel, call
+
+    def script(messages: list[Any]) -> Any:
+        if isinstance(messages[-1], ToolMessage):
+            return "done"
+        if messages[-1].text == "again":
+            return call("execute", command="cat /home/user/notes.txt")
+        return call("execute", command="echo kept > /home/user/notes.txt")
+
+    saver = InMemorySaver()
+    config: Any = {"configurable": {"thread_id": "old"}}
+
+    async def turn(base: str, message: str) -> list[Any]:
+        store = LocalDirectoryBlobStore(tmp_path / "blobs")
+        options = {"base_dir": tmp_path / base}
+        async with SandboxRuntime(
+            "local", provider_options=options, snapshotter=Snapshotter(store)
+        ) as runtime:
+            backend = SandboxBackend(runtime=runtime)
+            agent = create_deep_agent(
+                ScriptedToolModel(script=script), backend=backend, checkpointer=saver
+            )
+            result = await agent.ainvoke({"messages": [HumanMessage(message)]}, config)
+        messages: list[Any] = result["messages"]
+        return messages
+
+    messages = await turn("first", "go")
+    [(first_turn, ai)] = conversation_turns(messages)
+    call_id = str(ai.tool_calls[0]["id"])
+    [step] = [
+        t.config["configurable"]["checkpoint_id"]
+        for t in saver.list(config)
+        for _, _, value in t.pending_writes or ()
+        if any(isinstance(m, ToolMessage) for m in (value if isinstance(value, list) else [value]))
+    ]
+    store = LocalDirectoryBlobStore(tmp_path / "blobs")
+    new_key = record_key("old", first_turn, call_id, step)
+    await store.put(record_key("old", first_turn, call_id), await store.get(new_key))
+    await store.delete([new_key])
+
+    shown = [m.text for m in await turn("second", "again") if isinstance(m, ToolMessage)][-1]
+    assert "kept" in shown
+    assert "restored from the snapshot" in shown
