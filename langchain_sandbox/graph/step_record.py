@@ -368,7 +368,7 @@ class ToolSteps:
             if (found := _remembered_step(thread_id, message_ids)) is not None:
                 return found
             if issued_here:
-                return None  # the turn's calls ran after this step: not on this branch's record
+                return None  # its calls can only have run after the step that wrote it
             parent = cursor.parent_config
             self._cursor = await self._get(parent) if parent else None
 
