@@ -10,6 +10,9 @@
   exception into the package's taxonomy (which says whether it is retryable). Running code or a
   command is never passed through it.
 * **Packages**: a remote sandbox installs with pip run as a command (:func:`pip_install_command`).
+* **Change listings**: the sandbox compares its workspace with the host's last listing itself
+  (:mod:`~langchain_sandbox.providers.guest_changes`); :class:`ListingMemory` lets the host name
+  that listing by the token the sandbox gave it instead of sending it again.
 """
 
 from __future__ import annotations
@@ -20,10 +23,17 @@ import shlex
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from langchain_sandbox.errors import InvalidInputError, MissingDependencyError, SandboxError
-from langchain_sandbox.providers.base import OutputCallback, Provider, Session
+from langchain_sandbox.providers.base import (
+    ChangeListing,
+    FileInfo,
+    OutputCallback,
+    Provider,
+    Session,
+    VariablesDump,
+)
 from langchain_sandbox.results import ExecutionResult
 from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE, retry_async
 
@@ -72,6 +82,54 @@ def pip_install_command(names: Sequence[str]) -> str:
         "PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --disable-pip-version-check "
         f"--no-input --progress-bar off -- {shlex.join(names)}"
     )
+
+
+class ListingMemory:
+    """The listing a sandbox answered last, and the token it named it by.
+
+    The sandbox keeps its last answered listing too. When the caller's ``known`` is that listing
+    (the usual case: a capture passes the listing the previous capture returned), the request
+    carries the token, a few bytes, instead of one entry per file; otherwise, or when the sandbox
+    no longer has it (``stale``: a restarted kernel, another process's capture since), the
+    listing itself goes.
+    """
+
+    def __init__(self) -> None:
+        self._token: str | None = None
+        self._listing: dict[str, FileInfo] = {}
+
+    def reference(self, known: Mapping[str, FileInfo]) -> dict[str, Any]:
+        """``{"since": token}`` when the sandbox holds ``known`` already, else ``{"known": ...}``."""
+        if self._token is not None and known == self._listing:
+            return {"since": self._token}
+        return {"known": _known_entries(known)}
+
+    def forget(self) -> None:
+        """The sandbox answered ``stale``: the next request carries the listing itself."""
+        self._token, self._listing = None, {}
+
+    def answered(
+        self,
+        known: Mapping[str, FileInfo],
+        answer: Mapping[str, Any],
+        contents: Mapping[str, bytes],
+        variables: VariablesDump | None,
+    ) -> ChangeListing:
+        """The :class:`ChangeListing` of a sandbox's answer to ``known``, remembering the listing
+        it leaves under the answer's token."""
+        changed = tuple(FileInfo(*entry) for entry in answer["changed"])
+        gone = tuple(answer["gone"])
+        listing = dict(known)
+        for path in gone:
+            listing.pop(path, None)
+        listing.update((info.path, info) for info in changed)
+        self._token, self._listing = answer["token"], listing
+        return ChangeListing(changed, gone, contents, variables)
+
+
+def _known_entries(known: Mapping[str, FileInfo]) -> dict[str, list[Any]]:
+    """``known`` in the form :func:`~langchain_sandbox.providers.guest_changes.changes` takes."""
+    return {path: [info.size, info.mtime_ns, info.mode, info.kind] for path, info in known.items()}
 
 
 class RemoteSession(Session):
@@ -134,6 +192,7 @@ class RemoteProvider(Provider):
 __all__ = [
     "SESSION_KEY",
     "TAG_KEY",
+    "ListingMemory",
     "RemoteProvider",
     "RemoteSession",
     "load_sdk",
