@@ -44,9 +44,7 @@ async def _one_request(
     return _applied(known, listing), len(listing.contents)
 
 
-async def _old_way(
-    session: Session, known: dict[str, FileInfo]
-) -> tuple[dict[str, FileInfo], int]:
+async def _old_way(session: Session, known: dict[str, FileInfo]) -> tuple[dict[str, FileInfo], int]:
     listing = await Session.list_changes(session, known, max_bytes=_MAX_BYTES)
     files = [info.path for info in listing.changed if info.kind == "file"]
     contents = await session.read_files(files)
@@ -62,7 +60,7 @@ async def change_listing_rows(
     await session.run_code("n = 0")
     for size in WORKSPACE_SIZES:
         made = await session.run_command(
-            "rm -rf ws && python3 -c \"import os\n"
+            'rm -rf ws && python3 -c "import os\n'
             f"for i in range({size}):\n"
             "    os.makedirs(f'ws/d{i // 100}', exist_ok=True)\n"
             "    open(f'ws/d{i // 100}/f{i}.txt', 'w').write(str(i))\""
