@@ -21,8 +21,12 @@ shapes hand a call less than the whole story, and without help each lost work si
   invocation only in the parent's state. If the parent's state does not declare the channel, the
   subgraph's first checkpoint has no ``sandbox`` version, and the call is refused with a
   :class:`~langchain_sandbox.errors.ConfigurationError` that says how to wire it (under
-  ``create_agent``, ``SandboxMiddleware.before_agent`` checks the same before the model runs). So is a node in
-  a graph with no ``sandbox`` channel at all: LangGraph would drop every record it returns.
+  ``create_agent``, ``SandboxMiddleware.before_agent`` checks the same before the model runs).
+  Nested subgraphs are checked level by level, up to the first graph that keeps its state per
+  thread (the root, or a ``checkpointer=True`` subgraph): a parent that declares ``sandbox`` but
+  is itself a one-invocation subgraph of a graph without it loses the record just the same. So
+  is a node in a graph with no ``sandbox`` channel at all: LangGraph would drop every record it
+  returns.
 
 What this reads from LangGraph: the task config's ``checkpoint_ns``, ``checkpoint_map`` and
 ``thread_id``, and three private keys, ``__pregel_read`` (the channel reader Deep Agents'
@@ -61,11 +65,12 @@ _NO_CHANNEL = (
     "state schema: `sandbox: NotRequired[SandboxChannel]` (or use SandboxGraphState)."
 )
 _NOT_PASSED = (
-    "This sandbox tool runs in a subgraph whose parent graph does not pass it a `sandbox` "
-    "record: the subgraph's state lasts one invocation, so the record of its calls would be lost "
-    "and the next invocation (or a resume in a new process) would find an empty sandbox. "
-    "Declare `sandbox: NotRequired[SandboxChannel]` in the parent graph's state too, or compile "
-    "the subgraph with `checkpointer=True` so LangGraph keeps its state per thread."
+    "This sandbox tool runs in a subgraph, and the subgraph `{graph}` is not passed a `sandbox` "
+    "record by its parent graph: its state lasts one invocation, so the record of the tool's "
+    "calls would be lost and the next invocation (or a resume in a new process) would find an "
+    "empty sandbox. Declare `sandbox: NotRequired[SandboxChannel]` in the parent graph's state "
+    "too (in every graph above the tool node, up to one that keeps its state per thread), or "
+    "compile the subgraph with `checkpointer=True` so LangGraph keeps its state per thread."
 )
 
 
@@ -79,6 +84,8 @@ class _Step:
     checkpoint_id: str
     thread_id: str
     task_id: str | None
+    checkpoints: Mapping[str, str]
+    """The run's checkpoint id of every graph from the root down to the node's (by namespace)."""
 
     @classmethod
     def of(cls, config: RunnableConfig | None) -> _Step | None:
@@ -91,12 +98,11 @@ class _Step:
         if checkpointer is None or not isinstance(task_ns, str) or thread_id is None:
             return None
         graph_ns = task_ns.rpartition("|")[0]
-        checkpoint_id = checkpoints.get(graph_ns) if isinstance(checkpoints, Mapping) else None
-        if not checkpoint_id:
+        if not isinstance(checkpoints, Mapping) or not checkpoints.get(graph_ns):
             return None
         return cls(
-            config, checkpointer, graph_ns, checkpoint_id, str(thread_id),
-            configurable.get(_TASK_ID_KEY),
+            config, checkpointer, graph_ns, checkpoints[graph_ns], str(thread_id),
+            configurable.get(_TASK_ID_KEY), checkpoints,
         )  # fmt: skip
 
     @property
@@ -109,19 +115,28 @@ class _Step:
             }
         }
 
-    @property
-    def latest_config(self) -> RunnableConfig:
-        """The newest saved checkpoint of the node's graph (this invocation, for a subgraph)."""
-        configurable = dict(self.checkpoint_config["configurable"])
-        del configurable["checkpoint_id"]
-        return {"configurable": configurable}
+    def transient_levels(self) -> list[tuple[str, RunnableConfig | None, RunnableConfig]]:
+        """The node's graph and the graphs above it whose state LangGraph keeps for one
+        invocation only, innermost first, up to the first that keeps it per thread: each as its
+        namespace, its checkpoint of this run (``None`` if unknown) and its newest one.
 
-    @property
-    def in_transient_subgraph(self) -> bool:
-        """The node runs in a subgraph whose state LangGraph keeps for one invocation only: a
-        namespace segment carries a task id (``node:<task id>``); ``checkpointer=True``
-        subgraphs have stable namespaces (``node``)."""
-        return any(":" in part for part in self.graph_ns.split("|") if part)
+        Such a graph's namespace segment carries a task id (``node:<task id>``);
+        ``checkpointer=True`` subgraphs (and the root) have stable ones (``node``, ``""``).
+        """
+        parts = self.graph_ns.split("|") if self.graph_ns else []
+        levels: list[tuple[str, RunnableConfig | None, RunnableConfig]] = []
+        while parts and ":" in parts[-1]:
+            ns = "|".join(parts)
+            latest = {"thread_id": self.thread_id, "checkpoint_ns": ns}
+            checkpoint_id = self.checkpoints.get(ns)
+            at_run: RunnableConfig | None = (
+                {"configurable": {**latest, "checkpoint_id": checkpoint_id}}
+                if checkpoint_id
+                else None
+            )
+            levels.append((ns, at_run, {"configurable": latest}))
+            parts.pop()
+        return levels
 
     def channel_value(self) -> tuple[bool, SandboxState | None]:
         """Whether the node's graph declares the channel, and its value at the step's start."""
@@ -168,13 +183,38 @@ def _start_record(request: ToolCallRequest, step: _Step) -> SandboxState | None:
     return record
 
 
-def _check_passed(checkpoint: Any) -> None:
-    """In a one-invocation subgraph with no record yet: refuse unless the parent passed the
-    ``sandbox`` key (the subgraph's checkpoints then carry a version of it from its input on).
-    ``checkpoint`` is ``None`` where none is saved (``durability="exit"``): nothing to tell by.
+def _check_passed(ns: str, checkpoint: Any) -> None:
+    """For one one-invocation graph level: refuse unless its parent passed it the ``sandbox``
+    key (its checkpoints then carry a version of it from its input on). ``checkpoint`` is
+    ``None`` where none is saved (``durability="exit"``): nothing to tell by.
     """
     if checkpoint is not None and CHANNEL not in checkpoint.checkpoint.get("channel_versions", {}):
-        raise ConfigurationError(_NOT_PASSED)
+        graph = " > ".join(part.partition(":")[0] for part in ns.split("|"))
+        raise ConfigurationError(_NOT_PASSED.format(graph=graph))
+
+
+def _require_home(step: _Step, own: Any = None) -> None:
+    """Refuse (see :func:`_check_passed`) unless every one-invocation graph from the node's up to
+    the first that keeps its state per thread is passed ``sandbox`` by its parent. ``own``: the
+    node's graph's checkpoint of this step, if already read. A checkpoint of this run that is
+    not saved yet (``durability="async"``) is stood in for by the level's newest: any earlier
+    one of the same invocation tells the same."""
+    saver = step.checkpointer
+    for index, (ns, at_run, latest) in enumerate(step.transient_levels()):
+        checkpoint = own if index == 0 else None
+        if checkpoint is None and at_run is not None:
+            checkpoint = saver.get_tuple(at_run)
+        _check_passed(ns, checkpoint or saver.get_tuple(latest))
+
+
+async def _arequire_home(step: _Step, own: Any = None) -> None:
+    """Async twin of :func:`_require_home`."""
+    saver = step.checkpointer
+    for index, (ns, at_run, latest) in enumerate(step.transient_levels()):
+        checkpoint = own if index == 0 else None
+        if checkpoint is None and at_run is not None:
+            checkpoint = await saver.aget_tuple(at_run)
+        _check_passed(ns, checkpoint or await saver.aget_tuple(latest))
 
 
 def _with_record(
@@ -207,19 +247,15 @@ def require_record_home(config: RunnableConfig | None) -> None:
         ConfigurationError: the record would be lost at the end of the invocation.
     """
     step = _Step.of(config)
-    if step is not None and step.in_transient_subgraph:
-        checkpointer = step.checkpointer
-        checkpoint = checkpointer.get_tuple(step.checkpoint_config)
-        _check_passed(checkpoint or checkpointer.get_tuple(step.latest_config))
+    if step is not None:
+        _require_home(step)
 
 
 async def arequire_record_home(config: RunnableConfig | None) -> None:
     """Async twin of :func:`require_record_home`."""
     step = _Step.of(config)
-    if step is not None and step.in_transient_subgraph:
-        checkpointer = step.checkpointer
-        checkpoint = await checkpointer.aget_tuple(step.checkpoint_config)
-        _check_passed(checkpoint or await checkpointer.aget_tuple(step.latest_config))
+    if step is not None:
+        await _arequire_home(step)
 
 
 def continue_from_step(request: ToolCallRequest) -> ToolCallRequest:
@@ -234,10 +270,8 @@ def continue_from_step(request: ToolCallRequest) -> ToolCallRequest:
         return request
     record = _start_record(request, step)
     checkpoint = step.checkpointer.get_tuple(step.checkpoint_config)
-    if record is None and step.in_transient_subgraph:
-        # The step's own checkpoint may still be being saved (``durability="async"``); any
-        # earlier one of this invocation tells the same.
-        _check_passed(checkpoint or step.checkpointer.get_tuple(step.latest_config))
+    if record is None:
+        _require_home(step, checkpoint)
     return _with_record(request, step, record, checkpoint)
 
 
@@ -248,8 +282,8 @@ async def acontinue_from_step(request: ToolCallRequest) -> ToolCallRequest:
         return request
     record = _start_record(request, step)
     checkpoint = await step.checkpointer.aget_tuple(step.checkpoint_config)
-    if record is None and step.in_transient_subgraph:
-        _check_passed(checkpoint or await step.checkpointer.aget_tuple(step.latest_config))
+    if record is None:
+        await _arequire_home(step, checkpoint)
     return _with_record(request, step, record, checkpoint)
 
 

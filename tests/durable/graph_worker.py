@@ -8,6 +8,7 @@ process, so what it finds came through the checkpointer and the snapshot store. 
   sets ``x`` and writes ``a.txt``, ``B`` writes ``b.txt`` and reports what it found), then a call
   that prints everything. With ``--block-call B`` the process blocks call B, once call A's
   record is saved among the step's pending writes, and prints ``blocked``: the test SIGKILLs it;
+* ``parallel3``: the same with three calls (``--block-call C`` once A and B are saved);
 * ``tasks``: the same two calls plus a human approval (``interrupt()``) in one message, in a
   plain ``ToolNode`` with the public ``SandboxToolCallWrapper``, so each sandbox call runs as a
   task whose result LangGraph saves; ``--block-call B`` blocks B once A's task result is saved;
@@ -16,7 +17,8 @@ process, so what it finds came through the checkpointer and the snapshot store. 
   record or messages only;
 * ``sub-undeclared`` / ``sub-declared`` / ``sub-stateful``: the agent loop (model + SandboxToolNode)
   is a subgraph of a parent graph whose state lacks ``sandbox``, declares it, or lacks it while
-  the subgraph is compiled with ``checkpointer=True``.
+  the subgraph is compiled with ``checkpointer=True``;
+* ``sub2-*``: the agent loop two subgraphs deep (see ``SUBGRAPHS``).
 
 Each human message (``--message``) is one turn; the model's calls name the turn, so every turn
 writes files of its own and lists what it sees.
@@ -49,23 +51,39 @@ def _human_turn(messages: list[BaseMessage]) -> int:
     return sum(isinstance(m, HumanMessage) for m in messages)
 
 
-def parallel_script(messages: list[BaseMessage]) -> Any:
-    """Turn 1: calls A and B in one message; then a call that shows the whole state."""
-    ai = sum(isinstance(m, AIMessage) for m in messages)
-    if ai == 0:
-        return [
-            ToolCallSpec(
-                name="sandbox_exec", args={"code": "x = 1\nopen('a.txt', 'w').write('a')"}, id="A"
-            ),
-            ToolCallSpec(
-                name="sandbox_exec",
-                args={"code": f"open('b.txt', 'w').write('b')\nprint('x' in globals())\n{LIST}"},
-                id="B",
-            ),
-        ]
-    if ai == 1:
-        return call("sandbox_exec", code=f"print('x =', x)\n{LIST}")
-    return "done"
+STEP_CALLS = {
+    # A sets x and writes a.txt; B writes b.txt and reports what it found.
+    "parallel": {
+        "A": "x = 1\nopen('a.txt', 'w').write('a')",
+        "B": f"open('b.txt', 'w').write('b')\nprint('x' in globals())\n{LIST}",
+    },
+    # Three calls; C is the one re-run after A and B finished.
+    "parallel3": {
+        "A": "x = 1\nopen('a.txt', 'w').write('a')",
+        "B": "y = 2\nopen('b.txt', 'w').write('b')",
+        "C": f"open('c.txt', 'w').write('c')\nprint('x' in globals(), 'y' in globals())\n{LIST}",
+    },
+}
+"""Per shape, the calls of the one AI message of turn 1, by call id."""
+
+SHOW = "print('x =', globals().get('x'), 'y =', globals().get('y'))"
+
+
+def parallel_script(shape: str) -> Any:
+    """Turn 1: the step's calls in one message; then a call that shows the whole state."""
+
+    def script(messages: list[BaseMessage]) -> Any:
+        ai = sum(isinstance(m, AIMessage) for m in messages)
+        if ai == 0:
+            return [
+                ToolCallSpec(name="sandbox_exec", args={"code": code}, id=call_id)
+                for call_id, code in STEP_CALLS[shape].items()
+            ]
+        if ai == 1:
+            return call("sandbox_exec", code=f"{SHOW}\n{LIST}")
+        return "done"
+
+    return script
 
 
 def fan_out_script(messages: list[BaseMessage]) -> Any:
@@ -81,9 +99,11 @@ def fan_out_script(messages: list[BaseMessage]) -> Any:
     return f"turn {turn} done"
 
 
-def _wait_for_a_saved_write(saver: Any, request: ToolCallRequest, channel: str) -> None:
-    """Wait until the step's checkpoint holds a pending write to ``channel`` (another call's
-    record, or a task's result): the other call finished and LangGraph saved what it did."""
+def _wait_for_saved_writes(
+    saver: Any, request: ToolCallRequest, channel: str, count: int = 1
+) -> None:
+    """Wait until the step's checkpoint holds ``count`` pending writes to ``channel`` (other
+    calls' records, or tasks' results): they finished and LangGraph saved what they did."""
     configurable = request.runtime.config["configurable"]
     config = {
         "configurable": {
@@ -96,47 +116,67 @@ def _wait_for_a_saved_write(saver: Any, request: ToolCallRequest, channel: str) 
         # From a worker thread, the async savers' get_tuple runs on their own loop.
         checkpoint = saver.get_tuple(config)
         writes = checkpoint.pending_writes or [] if checkpoint is not None else []
-        if any(written == channel for _, written, _ in writes):
+        if sum(written == channel for _, written, _ in writes) >= count:
             return
         time.sleep(0.05)
 
 
 class _BlockCall:
-    """A middleware outside SandboxMiddleware that stops one call, once the step's other call
-    has saved its record, and hangs there so the test can SIGKILL the process mid-step."""
+    """Stops call ``call_id`` once ``count`` other calls of its step have saved a write to
+    ``channel`` (their record, or their task's result), and hangs there so the test can SIGKILL
+    the process mid-step. ``wrap`` / ``awrap`` go outside the sandbox wrapper; ``middleware`` is
+    the same for create_agent (outside SandboxMiddleware)."""
 
-    def __init__(self, call_id: str, saver: Any) -> None:
-        from langchain.agents.middleware import AgentMiddleware
+    def __init__(self, call_id: str, saver: Any, channel: str = "sandbox", count: int = 1) -> None:
+        self.call_id, self.saver, self.channel, self.count = call_id, saver, channel, count
 
-        self.call_id = call_id
-        self.saver = saver
-        self.middleware = type(
-            "BlockCall",
-            (AgentMiddleware,),
-            {"wrap_tool_call": self._wrap, "awrap_tool_call": self._awrap},
-        )()
-
-    def _wrap(self, request: ToolCallRequest, handler: Any) -> Any:
+    def wrap(self, request: ToolCallRequest, handler: Any) -> Any:
         if request.tool_call["id"] == self.call_id:
-            _wait_for_a_saved_write(self.saver, request, "sandbox")
+            _wait_for_saved_writes(self.saver, request, self.channel, self.count)
             emit("blocked", call=self.call_id)
             time.sleep(3600)
         return handler(request)
 
-    async def _awrap(self, request: ToolCallRequest, handler: Any) -> Any:
+    async def awrap(self, request: ToolCallRequest, handler: Any) -> Any:
         if request.tool_call["id"] == self.call_id:
-            await asyncio.to_thread(_wait_for_a_saved_write, self.saver, request, "sandbox")
+            wait = _wait_for_saved_writes
+            await asyncio.to_thread(wait, self.saver, request, self.channel, self.count)
             emit("blocked", call=self.call_id)
             await asyncio.sleep(3600)
         return await handler(request)
+
+    def around(self, inner: Any) -> tuple[Any, Any]:
+        """``wrap_tool_call`` and ``awrap_tool_call`` of a ToolNode: this, then ``inner``."""
+
+        def wrap(request: ToolCallRequest, handler: Any) -> Any:
+            return self.wrap(request, lambda r: inner.wrap(r, handler))
+
+        async def awrap(request: ToolCallRequest, handler: Any) -> Any:
+            return await self.awrap(request, lambda r: inner.awrap(r, handler))
+
+        return wrap, awrap
+
+    def middleware(self) -> Any:
+        from langchain.agents.middleware import AgentMiddleware
+
+        hooks = {"wrap_tool_call": self.wrap, "awrap_tool_call": self.awrap}
+        return type("BlockCall", (AgentMiddleware,), hooks)()
+
+
+def _blocker(args: argparse.Namespace, saver: Any, channel: str = "sandbox") -> _BlockCall:
+    """``--block-call``'s call, blocked once the calls before it in its message have saved."""
+    calls = list(STEP_CALLS.get(args.shape, STEP_CALLS["parallel"]))
+    count = calls.index(args.block_call) if args.block_call else 0
+    return _BlockCall(args.block_call, saver, channel, count)
 
 
 def tasks_script(messages: list[BaseMessage]) -> Any:
     """Calls A and B with a human approval in one message (so each sandbox call runs as a
     task), then a call that shows the whole state."""
+    script = parallel_script("parallel")
     if not any(isinstance(m, AIMessage) for m in messages):
-        return [*parallel_script(messages), call("ask_approval", question="Go on?")]
-    return parallel_script(messages)
+        return [*script(messages), call("ask_approval", question="Go on?")]
+    return script(messages)
 
 
 def tasks_graph(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -> Any:
@@ -149,14 +189,7 @@ def tasks_graph(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -
     tools = [SandboxExecTool(), ask_approval]
     model = ScriptedToolModel(script=tasks_script).bind_tools(tools)
     inner = SandboxToolCallWrapper(runtime=runtime, ordered_tools=["sandbox_exec"])
-
-    def wrap(request: ToolCallRequest, handler: Any) -> Any:
-        if request.tool_call["id"] == args.block_call:
-            _wait_for_a_saved_write(saver, request, "__return__")
-            emit("blocked", call=args.block_call)
-            time.sleep(3600)
-        return inner.wrap(request, handler)
-
+    wrap, _ = _blocker(args, saver, "__return__").around(inner)
     graph = StateGraph(SandboxGraphState)
     graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
     graph.add_node("tools", ToolNode(tools, wrap_tool_call=wrap, handle_tool_errors=True))
@@ -173,9 +206,9 @@ def parallel_agent(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any
 
     middleware: list[Any] = []
     if args.block_call:
-        middleware.append(_BlockCall(args.block_call, saver).middleware)
+        middleware.append(_blocker(args, saver).middleware())
     middleware.append(SandboxMiddleware(runtime=runtime, tools=[SandboxExecTool()]))
-    model = ScriptedToolModel(script=parallel_script)
+    model = ScriptedToolModel(script=parallel_script(args.shape))
     return create_agent(model, middleware=middleware, checkpointer=saver)
 
 
@@ -227,25 +260,44 @@ class ParentWith(ParentWithout):
     sandbox: NotRequired[SandboxChannel]
 
 
+SUBGRAPHS: dict[str, list[tuple[bool, bool]]] = {
+    "sub-undeclared": [(False, False), (True, False)],
+    "sub-declared": [(True, False), (True, False)],
+    "sub-stateful": [(False, False), (True, True)],
+    "sub2-mid-only": [(False, False), (True, False), (True, False)],
+    "sub2-declared": [(True, False), (True, False), (True, False)],
+    "sub2-mid-stateful": [(False, False), (True, True), (True, False)],
+}
+"""Per subgraph shape, from the root graph down to the agent loop: whether each graph's state
+declares ``sandbox``, and whether it is compiled with ``checkpointer=True`` (a subgraph)."""
+
+
 def subgraph_parent(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -> Any:
-    inner = _agent_loop(runtime).compile(
-        checkpointer=True if args.shape == "sub-stateful" else None
-    )
-    parent = StateGraph(ParentWith if args.shape == "sub-declared" else ParentWithout)
-    parent.add_node("assistant", inner)
-    parent.add_edge(START, "assistant")
-    parent.add_edge("assistant", END)
-    return parent.compile(checkpointer=saver)
+    """The agent loop, nested in graphs of one node each as ``SUBGRAPHS`` says."""
+    (root_declares, _), *levels = SUBGRAPHS[args.shape]
+    declares, stateful = levels.pop()
+    graph = _agent_loop(runtime, SandboxGraphState if declares else ParentWithout)
+    nested = graph.compile(checkpointer=True if stateful else None)
+    for declares, stateful in reversed(levels):
+        nested = _one_node(nested, declares).compile(checkpointer=True if stateful else None)
+    return _one_node(nested, root_declares).compile(checkpointer=saver)
+
+
+def _one_node(node: Any, declares: bool) -> StateGraph[Any]:
+    graph = StateGraph(ParentWith if declares else ParentWithout)
+    graph.add_node("assistant", node)
+    graph.add_edge(START, "assistant")
+    graph.add_edge("assistant", END)
+    return graph
 
 
 BUILDERS = {
     "parallel": parallel_agent,
+    "parallel3": parallel_agent,
     "tasks": tasks_graph,
     "send-with": send_graph,
     "send-messages": send_graph,
-    "sub-undeclared": subgraph_parent,
-    "sub-declared": subgraph_parent,
-    "sub-stateful": subgraph_parent,
+    **dict.fromkeys(SUBGRAPHS, subgraph_parent),
 }
 
 

@@ -61,11 +61,12 @@ def sqlite(tmp_path: Path) -> tuple[str, str]:
 # -- parallel calls, SIGKILL mid-step ------------------------------------------------------------
 
 
-def _kill_while_b_waits(thread: Thread) -> None:
-    """Start turn 1 with call B blocked once call A's work is saved, then SIGKILL the process."""
-    doomed = thread.start("--message", "go", "--block-call", "B")
+def _kill_while_b_waits(thread: Thread, blocked: str = "B") -> None:
+    """Start turn 1 with call ``blocked`` held once the calls before it have saved their work,
+    then SIGKILL the process."""
+    doomed = thread.start("--message", "go", "--block-call", blocked)
     try:
-        assert read_event(doomed, "blocked")["call"] == "B"
+        assert read_event(doomed, "blocked")["call"] == blocked
     finally:
         os.kill(doomed.pid, signal.SIGKILL)
         doomed.communicate(timeout=HANG_GUARD)
@@ -86,9 +87,24 @@ def test_a_call_rerun_after_sigkill_mid_step_starts_from_the_finished_calls_stat
     resumed = thread.done()  # invoke(None): LangGraph re-runs B only
     b_sees, after = resumed["tools"][-2:]
     assert "True\n['a.txt', 'b.txt']" in b_sees, b_sees  # B ran on top of A: x and a.txt
-    assert "x = 1\n['a.txt', 'b.txt']" in after, after  # the merged record kept both calls
+    assert "x = 1 y = None\n['a.txt', 'b.txt']" in after, after  # the merged record kept both calls
     assert resumed["sandbox"]["revision"] == 3  # A: 1, B: 2 (not a second 1), the listing: 3
     assert resumed["last"] == "done"
+
+
+def test_the_one_call_rerun_of_three_starts_from_both_finished_calls(
+    saver: tuple[str, str], blobs: str
+) -> None:
+    """Three calls in one message; A and B finish (both records saved), the SIGKILL hits while
+    C waits. C must start from the merge of A's and B's work, and the record keep all three."""
+    thread = Thread("parallel3", saver, blobs)
+    _kill_while_b_waits(thread, "C")
+
+    resumed = thread.done()
+    c_sees, after = resumed["tools"][-2:]
+    assert "True True\n['a.txt', 'b.txt', 'c.txt']" in c_sees, c_sees
+    assert "x = 1 y = 2\n['a.txt', 'b.txt', 'c.txt']" in after, after
+    assert resumed["sandbox"]["revision"] == 4
 
 
 def test_a_call_rerun_beside_a_replayed_task_starts_from_the_tasks_state(
@@ -105,7 +121,7 @@ def test_a_call_rerun_beside_a_replayed_task_starts_from_the_tasks_state(
     _, b, answer, after = approved["tools"]
     assert answer == "yes"
     assert "True\n['a.txt', 'b.txt']" in b, b
-    assert "x = 1\n['a.txt', 'b.txt']" in after, after
+    assert "x = 1 y = None\n['a.txt', 'b.txt']" in after, after
     assert approved["sandbox"]["revision"] == 3
 
 
@@ -136,12 +152,14 @@ def test_send_fan_out_keeps_every_branchs_files_across_processes(
 # -- subgraphs -------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("shape", ["sub-undeclared", "sub2-mid-only"])
 def test_a_subgraph_whose_parent_drops_the_record_is_refused_at_the_first_call(
-    sqlite: tuple[str, str], blobs: str
+    sqlite: tuple[str, str], blobs: str, shape: str
 ) -> None:
-    """The agent loop is a subgraph of a parent whose state has no `sandbox` key: the record
+    """The agent loop is a subgraph of a parent whose state has no `sandbox` key, or of one
+    that declares it but is itself a one-invocation subgraph of a root without it: the record
     would die with each invocation. The first sandbox call refuses, to the developer."""
-    proc = Thread("sub-undeclared", sqlite, blobs).run("--message", "one")
+    proc = Thread(shape, sqlite, blobs).run("--message", "one")
     assert proc.returncode != 0
     assert "ConfigurationError" in proc.stderr
     assert "Declare `sandbox: NotRequired[SandboxChannel]` in the parent graph's state" in (
@@ -150,12 +168,14 @@ def test_a_subgraph_whose_parent_drops_the_record_is_refused_at_the_first_call(
     assert '"event": "done"' not in proc.stdout
 
 
-@pytest.mark.parametrize("shape", ["sub-declared", "sub-stateful"])
+@pytest.mark.parametrize(
+    "shape", ["sub-declared", "sub-stateful", "sub2-declared", "sub2-mid-stateful"]
+)
 def test_a_subgraph_keeps_its_sandbox_across_processes_when_the_record_has_a_home(
     sqlite: tuple[str, str], blobs: str, shape: str
 ) -> None:
-    """The parent declares `sandbox`, or the subgraph keeps its own state
-    (`checkpointer=True`): turn 2, in a new process, finds turn 1's files."""
+    """The parents declare `sandbox` up to the root, or up to a subgraph that keeps its own
+    state (`checkpointer=True`): turn 2, in a new process, finds turn 1's files."""
     thread = Thread(shape, sqlite, blobs)
     first = thread.done("--message", "one")
     assert "['t1_1.txt', 't1_2.txt']" in first["tools"][-1]
