@@ -141,7 +141,11 @@ def changes(
     for the caller to keep as the next ``known``.
 
     A file read is listed with its stat after the read; one that vanished before it is gone.
+    Raises ``FileNotFoundError`` when ``root`` is not a directory (rather than answer that
+    everything is gone).
     """
+    if not _os.path.isdir(root):
+        raise FileNotFoundError(root)
     listing = scan(root, mtime_unit_ns, mode_mask)
     changed = [path for path, entry in listing.items() if known.get(path) != entry]
     wanted = sorted(

@@ -513,13 +513,13 @@ class E2BSession(RemoteSession):
             f"    request = json.loads(base64.b64decode({packed!r}))\n"
             "    known = request.pop('known', None)\n"
             "    if known is None:\n"
-            "        token, known = getattr(gc, 'last_answered', (None, None))\n"
+            "        token, known = getattr(changes, 'last_answered', (None, None))\n"
             "        if token != request.pop('since'):\n"
             f"            print({_MARKER!r} + json.dumps({{'stale': True}}))\n"
             "            return\n"
-            f"    answer, listing = gc.changes({WORKSPACE_ROOT!r}, known, **request)\n"
+            f"    answer, listing = changes.changes({WORKSPACE_ROOT!r}, known, **request)\n"
             "    answer['token'] = __import__('os').urandom(8).hex()\n"
-            "    gc.last_answered = (answer['token'], listing)\n"
+            "    changes.last_answered = (answer['token'], listing)\n"
             f"{dump}"
             f"    print({_MARKER!r} + json.dumps(answer))\n",
             "list changes",
@@ -552,7 +552,7 @@ class E2BSession(RemoteSession):
         """Run ``body`` in the kernel, inside a function (the user's globals keep no name of
         ours); return what it printed behind the marker, line by line.
 
-        In scope: ``ks``, the kernel_state module, with ``kernel_state``; ``gc``, the
+        In scope: ``ks``, the kernel_state module, with ``kernel_state``; ``changes``, the
         guest_changes module, with ``changes``. Each is built from its source once per kernel
         and kept in ``sys.modules`` (its compressed source travels with every call that needs
         it: the host cannot know whether the kernel was restarted).
@@ -577,7 +577,11 @@ class E2BSession(RemoteSession):
                 if kernel_state
                 else ""
             )
-            + (f"    gc = module({_CHANGES_MODULE!r}, {_CHANGES_PACKED!r})\n" if changes else "")
+            + (
+                f"    changes = module({_CHANGES_MODULE!r}, {_CHANGES_PACKED!r})\n"
+                if changes
+                else ""
+            )
             + f"{body}"
             "_langchain_sandbox_call()\n"
             "del _langchain_sandbox_call\n"

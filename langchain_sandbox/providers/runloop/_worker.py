@@ -610,12 +610,15 @@ def list_changes(state_dir: str, request: dict[str, Any]) -> dict[str, Any]:
             token = None
         if token != request["since"] or known is None:
             return {"stale": True}
-    answer, listing = changes(
-        request["path"],
-        known,
-        max_bytes=int(request["max_bytes"]),
-        max_file_bytes=int(request["max_file_bytes"]),
-    )
+    try:
+        answer, listing = changes(
+            request["path"],
+            known,
+            max_bytes=int(request["max_bytes"]),
+            max_file_bytes=int(request["max_file_bytes"]),
+        )
+    except FileNotFoundError as exc:
+        return {"missing": str(exc)}
     answer["token"] = binascii.hexlify(os.urandom(8)).decode()
     with open(path + ".tmp", "wb") as handle:
         marshal.dump((answer["token"], listing), handle)
@@ -631,7 +634,7 @@ def changes_and_variables(
     marker rides with the dump (or on its own when there is none)."""
     answer = list_changes(state_dir, request)
     limit = request.get("variables_max_bytes")
-    if limit is not None and "stale" not in answer:
+    if limit is not None and "stale" not in answer and "missing" not in answer:
         dump = {"op": "dump", "max_bytes": limit, "head": head}
         answer["variables"] = call_interpreter(state_dir, dump)
     elif head is not None:

@@ -941,6 +941,8 @@ class RunloopSession(RemoteSession):
         answer = await self.worker("changes", request, wait=120.0, interpreter=interpreter)
         if answer.get("timed_out"):
             raise SandboxTimeoutError("Listing files timed out.", provider=PROVIDER_NAME)
+        if "missing" in answer:
+            raise InvalidPathError("The workspace is gone.")
         return answer
 
     async def remove_files(self, paths: Sequence[str]) -> None:
