@@ -19,6 +19,7 @@ Stories (``--story``):
   that prints both and writes the message into the file, so every branch shows what it sees;
 * ``approval``: a hand-built graph whose model asks, in one message, for a sandbox side effect and
   for a human's approval (a tool that calls ``interrupt()``), then reads the side effect back;
+* ``approval-agent``: the same script in create_agent + SandboxMiddleware (each call a ``Send``);
 * ``hitl``: create_agent with HumanInTheLoopMiddleware gating ``sandbox_exec``;
 * ``count``: every human message increments a counter variable and appends to a file;
 * ``code``: every human message is Python code the model runs as it is;
@@ -239,6 +240,7 @@ def build(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -> Any:
         SandboxMiddleware(runtime=runtime, release_between_turns=args.release_between_turns)
     )
     script: Any = {
+        "approval-agent": APPROVAL_STEPS,
         "crash": _blocking(CRASH_STEPS, args.block_at_turn),
         "attach": _blocking(ATTACH_STEPS, args.block_at_turn),
         "behind": _blocking(BEHIND_STEPS, args.block_at_turn),
@@ -249,7 +251,10 @@ def build(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -> Any:
     }[args.story]
     from langchain.agents import create_agent
 
-    return create_agent(ScriptedToolModel(script=script), middleware=middleware, checkpointer=saver)
+    tools = [ask_approval] if args.story == "approval-agent" else []
+    return create_agent(
+        ScriptedToolModel(script=script), tools=tools, middleware=middleware, checkpointer=saver
+    )
 
 
 def _approval_graph(runtime: SandboxRuntime, saver: Any) -> Any:

@@ -9,6 +9,7 @@ process, so what it finds came through the checkpointer and the snapshot store. 
   that prints everything. With ``--block-call B`` the process blocks call B, once call A's
   record is saved among the step's pending writes, and prints ``blocked``: the test SIGKILLs it;
 * ``parallel3``: the same with three calls (``--block-call C`` once A and B are saved);
+* ``sub-parallel``: ``parallel``'s agent as a subgraph of a parent that declares ``sandbox``;
 * ``tasks``: the same two calls plus a human approval (``interrupt()``) in one message, in a
   plain ``ToolNode`` with the public ``SandboxToolCallWrapper``, so each sandbox call runs as a
   task whose result LangGraph saves; ``--block-call B`` blocks B once A's task result is saved;
@@ -44,7 +45,7 @@ from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.testing.scripted_model import ScriptedToolModel, ToolCallSpec, call
 from langchain_sandbox.tools import SandboxExecTool
 
-LIST = "import os\nprint(sorted(f for f in os.listdir('.') if f.endswith('.txt')))"
+LIST = "import os\nprint(sorted(f for f in os.listdir('.') if f.endswith('.txt') and f != 'shared.txt'))"
 
 
 def _human_turn(messages: list[BaseMessage]) -> int:
@@ -86,16 +87,25 @@ def parallel_script(shape: str) -> Any:
     return script
 
 
+SHARED = "print(open('shared.txt').read() if os.path.exists('shared.txt') else None)"
+
+
 def fan_out_script(messages: list[BaseMessage]) -> Any:
-    """Per human turn: two calls that each write a file of their own, then a listing."""
+    """Per human turn: two calls (``t<turn>_1``, ``t<turn>_2``) that each show what they find,
+    write a file of their own and the same ``shared.txt`` (their id in it); then a listing."""
     turn = _human_turn(messages)
     if isinstance(messages[-1], HumanMessage):
+        writes = "open('{0}.txt', 'w').write('x')\nopen('shared.txt', 'w').write('{0}')"
         return [
-            call("sandbox_exec", code=f"open('t{turn}_{i}.txt', 'w').write('x')\n{LIST}")
+            ToolCallSpec(
+                name="sandbox_exec",
+                args={"code": f"{LIST}\n{SHARED}\n{writes.format(f't{turn}_{i}')}\n{LIST}"},
+                id=f"t{turn}_{i}",
+            )
             for i in (1, 2)
         ]
     if sum(isinstance(m, ToolMessage) for m in messages) % 3 == 2:
-        return call("sandbox_exec", code=LIST)
+        return call("sandbox_exec", code=f"{LIST}\n{SHARED}")
     return f"turn {turn} done"
 
 
@@ -105,11 +115,12 @@ def _wait_for_saved_writes(
     """Wait until the step's checkpoint holds ``count`` pending writes to ``channel`` (other
     calls' records, or tasks' results): they finished and LangGraph saved what they did."""
     configurable = request.runtime.config["configurable"]
+    graph_ns = configurable["checkpoint_ns"].rpartition("|")[0]  # a subgraph's, or ""
     config = {
         "configurable": {
             "thread_id": configurable["thread_id"],
-            "checkpoint_ns": "",
-            "checkpoint_id": configurable["checkpoint_map"][""],
+            "checkpoint_ns": graph_ns,
+            "checkpoint_id": configurable["checkpoint_map"][graph_ns],
         }
     }
     while True:
@@ -166,7 +177,8 @@ class _BlockCall:
 def _blocker(args: argparse.Namespace, saver: Any, channel: str = "sandbox") -> _BlockCall:
     """``--block-call``'s call, blocked once the calls before it in its message have saved."""
     calls = list(STEP_CALLS.get(args.shape, STEP_CALLS["parallel"]))
-    count = calls.index(args.block_call) if args.block_call else 0
+    # A fan-out's second call (``t<turn>_2``) waits for its first.
+    count = calls.index(args.block_call) if args.block_call in calls else 1
     return _BlockCall(args.block_call, saver, channel, count)
 
 
@@ -208,8 +220,11 @@ def parallel_agent(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any
     if args.block_call:
         middleware.append(_blocker(args, saver).middleware())
     middleware.append(SandboxMiddleware(runtime=runtime, tools=[SandboxExecTool()]))
-    model = ScriptedToolModel(script=parallel_script(args.shape))
-    return create_agent(model, middleware=middleware, checkpointer=saver)
+    model = ScriptedToolModel(script=parallel_script(args.shape.removeprefix("sub-")))
+    if args.shape != "sub-parallel":
+        return create_agent(model, middleware=middleware, checkpointer=saver)
+    agent = create_agent(model, middleware=middleware)
+    return _one_node(agent, declares=True).compile(checkpointer=saver)
 
 
 def _agent_loop(runtime: SandboxRuntime, schema: Any = SandboxGraphState) -> StateGraph[Any]:
@@ -222,6 +237,20 @@ def _agent_loop(runtime: SandboxRuntime, schema: Any = SandboxGraphState) -> Sta
     graph.add_conditional_edges("agent", tools_condition)
     graph.add_edge("tools", "agent")
     return graph
+
+
+def _tool_node(
+    args: argparse.Namespace, runtime: SandboxRuntime, saver: Any, tools: list[Any]
+) -> ToolNode:
+    """SandboxToolNode; with ``--block-call``, the same wrapper in a ToolNode behind a
+    ``_BlockCall`` (SandboxToolNode takes no wrapper of its own)."""
+    if not args.block_call:
+        return SandboxToolNode(tools, runtime=runtime)
+    from langchain_sandbox.graph import SandboxToolCallWrapper
+
+    inner = SandboxToolCallWrapper(runtime=runtime, ordered_tools=[t.name for t in tools])
+    wrap, awrap = _blocker(args, saver).around(inner)
+    return ToolNode(tools, wrap_tool_call=wrap, awrap_tool_call=awrap, handle_tool_errors=True)
 
 
 def send_graph(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -> Any:
@@ -245,7 +274,7 @@ def send_graph(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) ->
 
     graph = StateGraph(SandboxGraphState)
     graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
-    graph.add_node("tools", SandboxToolNode(tools, runtime=runtime))
+    graph.add_node("tools", _tool_node(args, runtime, saver, tools))
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", fan_out, ["tools", END])
     graph.add_edge("tools", "agent")
@@ -294,6 +323,7 @@ def _one_node(node: Any, declares: bool) -> StateGraph[Any]:
 BUILDERS = {
     "parallel": parallel_agent,
     "parallel3": parallel_agent,
+    "sub-parallel": parallel_agent,
     "tasks": tasks_graph,
     "send-with": send_graph,
     "send-messages": send_graph,

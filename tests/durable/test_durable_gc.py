@@ -46,6 +46,28 @@ def checkpointer_url(saver: tuple[str, str]) -> str:
     return f"sqlite:///{target}" if kind == "sqlite" else target
 
 
+def test_gc_of_two_applications_keeps_what_a_paused_parallel_step_saved(
+    tmp_path: Path, saver: tuple[str, str], blobs: str
+) -> None:
+    """App B (create_agent) is paused mid-step: of one message's two calls, the sandbox call
+    finished (its record is a ``sandbox`` write among the step's pending writes) and the other
+    waits at ``interrupt()``. App A shares the blob store. gc given both checkpointers keeps
+    B's snapshot; B resumes in a new process with its file and variable."""
+    mine = ("sqlite", str(tmp_path / "a.sqlite"))
+    app_a = Story("count", *mine, blobs)
+    app_b = Story("approval-agent", *saver, blobs)
+    assert count_of(app_a.run("--message", "a1")) == (1, 1)
+    assert app_b.run("--message", "go")["interrupted"]
+
+    report = gc([checkpointer_url(mine), checkpointer_url(saver)], blobs)
+    assert report["blobs"]["deleted_blobs"] == 0, report
+
+    resumed = app_b.run("--resume", json.dumps("yes"))
+    assert "'effect\\n' set once" in resumed["tools"][-1], resumed["tools"]
+    assert resumed["last"] == "approved and done"
+    assert count_of(app_a.run("--message", "a2")) == (2, 2)
+
+
 def test_gc_keeps_the_snapshot_a_run_paused_at_interrupt_names_only_in_pending_writes(
     saver: tuple[str, str], blobs: str
 ) -> None:

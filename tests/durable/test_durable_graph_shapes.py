@@ -73,15 +73,18 @@ def _kill_while_b_waits(thread: Thread, blocked: str = "B") -> None:
     assert doomed.returncode == -signal.SIGKILL
 
 
-@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("shape", "flavour"), [("parallel", "sync"), ("parallel", "async"), ("sub-parallel", "sync")]
+)
 def test_a_call_rerun_after_sigkill_mid_step_starts_from_the_finished_calls_state(
-    saver: tuple[str, str], blobs: str, flavour: str
+    saver: tuple[str, str], blobs: str, shape: str, flavour: str
 ) -> None:
     """One AI message, calls A and B. A finishes (its record is saved among the step's pending
     writes); the process is SIGKILLed while B runs. The resume re-runs only B: it must start
-    from A's files and variables, and the step's merged record must keep both calls' work."""
+    from A's files and variables, and the step's merged record must keep both calls' work. So
+    too when the agent is a subgraph (its step's pending writes are the subgraph's)."""
     extra = ["--async"] if flavour == "async" else []
-    thread = Thread("parallel", saver, blobs, *extra)
+    thread = Thread(shape, saver, blobs, *extra)
     _kill_while_b_waits(thread)
 
     resumed = thread.done()  # invoke(None): LangGraph re-runs B only
@@ -147,6 +150,33 @@ def test_send_fan_out_keeps_every_branchs_files_across_processes(
     )
     assert "['t1_1.txt', 't1_2.txt', 't2_1.txt', 't2_2.txt']" in second["tools"][-1]
     assert second["sandbox"]["revision"] == 6
+    # Both calls of each turn wrote shared.txt: the record keeps the one that ran last (its
+    # revision is higher), so turn 2 first finds what turn 1's listing read there.
+    kept = _stdout_lines(first["tools"][-1])[-1]
+    assert kept in ("t1_1", "t1_2")
+    assert kept in {_stdout_lines(t)[1] for t in fan}, fan
+
+
+def _stdout_lines(tool_text: str) -> list[str]:
+    return tool_text.split("stdout:\n", 1)[1].strip().splitlines()
+
+
+def test_a_send_rerun_after_sigkill_mid_step_starts_from_the_finished_sends_state(
+    saver: tuple[str, str], blobs: str
+) -> None:
+    """Two Sends to the tool node, payloads of messages only; the first finishes (its record is
+    saved among the step's pending writes) and the SIGKILL hits while the second waits. The
+    resume re-runs only the second Send, which has no record of its own: it must continue from
+    the graph's channel and the first Send's saved record (its file, shared.txt), and the
+    merged record keep both."""
+    thread = Thread("send-messages", saver, blobs)
+    _kill_while_b_waits(thread, "t1_2")
+
+    resumed = thread.done()
+    second, listing = resumed["tools"][-2:]
+    assert _stdout_lines(second)[:2] == ["['t1_1.txt']", "t1_1"], second
+    assert _stdout_lines(listing) == ["['t1_1.txt', 't1_2.txt']", "t1_2"], listing
+    assert resumed["sandbox"]["revision"] == 3
 
 
 # -- subgraphs -------------------------------------------------------------------------------------
