@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from langchain_sandbox.providers.base import ChangeListing, FileInfo, Session
 
 WORKSPACE_SIZES = (10, 1_000, 10_000)
+Known = tuple[dict[str, FileInfo], object | None]
+"""The listing the last capture left, and its cursor (passed back as ``since``)."""
 _MAX_BYTES = 16 * 1024 * 1024
 
 
@@ -34,22 +36,21 @@ def _applied(known: Mapping[str, FileInfo], listing: ChangeListing) -> dict[str,
     return updated
 
 
-async def _one_request(
-    session: Session, known: dict[str, FileInfo]
-) -> tuple[dict[str, FileInfo], int]:
+async def _one_request(session: Session, known: Known) -> Known:
+    entries, since = known
     listing = await session.list_changes(
-        known, max_bytes=_MAX_BYTES, variables_max_bytes=_MAX_BYTES
+        entries, max_bytes=_MAX_BYTES, variables_max_bytes=_MAX_BYTES, since=since
     )
     assert listing.variables is not None
-    return _applied(known, listing), len(listing.contents)
+    return _applied(entries, listing), listing.cursor
 
 
-async def _old_way(session: Session, known: dict[str, FileInfo]) -> tuple[dict[str, FileInfo], int]:
-    listing = await Session.list_changes(session, known, max_bytes=_MAX_BYTES)
-    files = [info.path for info in listing.changed if info.kind == "file"]
-    contents = await session.read_files(files)
+async def _old_way(session: Session, known: Known) -> Known:
+    entries, _ = known
+    listing = await Session.list_changes(session, entries, max_bytes=_MAX_BYTES)
+    await session.read_files([info.path for info in listing.changed if info.kind == "file"])
     await session.dump_variables()
-    return _applied(known, listing), len(contents)
+    return _applied(entries, listing), None
 
 
 async def change_listing_rows(
@@ -66,7 +67,7 @@ async def change_listing_rows(
             "    open(f'ws/d{i // 100}/f{i}.txt', 'w').write(str(i))\""
         )
         assert made.ok, made.render()
-        known, _ = await _one_request(session, {})
+        known = await _one_request(session, ({}, None))
         figures = []
         for way in (_one_request, _old_way):
             requests, samples = 0, []
@@ -75,7 +76,7 @@ async def change_listing_rows(
                 assert (await session.run_command("date +%s%N > ws/d0/f0.txt")).ok
                 clear_log()
                 started = time.perf_counter()
-                known, _ = await way(session, known)
+                known = await way(session, known)
                 samples.append((time.perf_counter() - started) * 1000)
                 requests += logged()
             figures.append(Figures(requests / calls, statistics.median(samples)))

@@ -3,9 +3,12 @@
     .venv/bin/python benchmarks/bench_deepagents.py [--calls 200]
 
 1. ``execute("echo hi")`` round trip, warm, through:
-   * ``SandboxBackend`` (this package, local provider, bubblewrap) under both persist policies
-     (``every_call`` also captures an incremental snapshot per call, which is what makes the
-     thread durable);
+   * ``SandboxBackend`` inside ``create_deep_agent`` with a checkpointer (``InMemorySaver``), with
+     the runtime's defaults: the durable default, which also finds the record the conversation
+     left and files the new one (each round is one agent turn; its ``execute`` alone is timed);
+   * ``SandboxBackend`` (this package, local provider, bubblewrap) called directly, under both
+     persist policies (``every_call`` also captures an incremental snapshot per call, which is
+     what makes the thread durable);
    * ``deepagents_sandbox.Sandbox`` (the ``deepagents-sandbox`` package: bubblewrap, one new
      sandbox process per command), if installed (see benchmarks/README.md);
    * Deep Agents' own ``LocalShellBackend`` (a host subprocess, no isolation at all);
@@ -31,14 +34,18 @@ from pathlib import Path
 from typing import Any
 
 from _timing import header, interleaved_ms, row, timings_ms
+from deepagents import create_deep_agent
 from deepagents.backends import LocalShellBackend
 from deepagents.backends.protocol import ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from deepagents.backends.sandbox import BaseSandbox
+from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
 
 from langchain_sandbox.deepagents import SandboxBackend
 from langchain_sandbox.providers.base import Session
 from langchain_sandbox.runtime import PersistPolicy, SandboxRuntime
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, SnapshotInfo, Snapshotter
+from langchain_sandbox.testing import ScriptedToolModel, call
 
 _WIDTH = 80
 
@@ -80,6 +87,35 @@ class _TimedSnapshotter(Snapshotter):
             self.capture_ms.append((time.perf_counter() - start) * 1000)
 
 
+class _TimedBackend(SandboxBackend):
+    """A backend that notes how long each ``execute`` takes: inside an agent, the call alone."""
+
+    def __init__(self, runtime: SandboxRuntime) -> None:
+        super().__init__(runtime=runtime)
+        self.execute_ms: list[float] = []
+
+    def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
+        start = time.perf_counter()
+        try:
+            return super().execute(command, timeout=timeout)
+        finally:
+            self.execute_ms.append((time.perf_counter() - start) * 1000)
+
+
+def _agent_turn(backend: SandboxBackend) -> Callable[[], object]:
+    """One turn of a deep agent with a checkpointer: the model asks for ``echo hi``, then
+    answers; every turn in the same thread, as in one long conversation."""
+
+    def script(messages: list[BaseMessage]) -> Any:
+        return "ok" if isinstance(messages[-1], ToolMessage) else call("execute", command="echo hi")
+
+    agent = create_deep_agent(
+        ScriptedToolModel(script=script), backend=backend, checkpointer=InMemorySaver()
+    )
+    config: Any = {"configurable": {"thread_id": "bench"}}
+    return lambda: agent.invoke({"messages": [HumanMessage("go")]}, config)
+
+
 def _runtime(base: Path, persist: PersistPolicy, *, fsync: bool = True) -> SandboxRuntime:
     return SandboxRuntime(
         "local",
@@ -94,6 +130,11 @@ def bench_execute(base: Path, calls: int) -> dict[str, float]:
     execute: dict[str, Callable[[], object]] = {}
     snapshotters: dict[str, _TimedSnapshotter] = {}
     with contextlib.ExitStack() as stack:
+        agent_runtime = stack.enter_context(_runtime(base, "resumable"))
+        in_agent = _TimedBackend(agent_runtime)
+        agent_row = "SandboxBackend in create_deep_agent + checkpointer (durable default)"
+        execute[agent_row] = _agent_turn(in_agent)
+        snapshotters[agent_row] = agent_runtime.snapshotter  # type: ignore[assignment]
         # The third row is the first without the store's fsync: what a durable call's snapshot
         # costs apart from waiting for the disk.
         for persist, shell, fsync in (
@@ -128,6 +169,7 @@ def bench_execute(base: Path, calls: int) -> dict[str, float]:
         for snapshotter in snapshotters.values():
             snapshotter.capture_ms.clear()
         samples = interleaved_ms(execute, calls)
+        samples[agent_row] = in_agent.execute_ms[-calls:]
     for name, timings in samples.items():
         print(row(name, timings, _WIDTH))
         if name in snapshotters:
@@ -138,7 +180,9 @@ def bench_execute(base: Path, calls: int) -> dict[str, float]:
     for other_name in (name for name in medians if name not in ours):
         for name in ours:
             ratio = medians[other_name] / medians[name]
-            print(f"   {other_name.split(' (')[0]} / {name.split(', ', 1)[1]}: {ratio:.2f}x")
+            print(
+                f"   {other_name.split(' (')[0]} / {name.partition(', ')[2] or name}: {ratio:.2f}x"
+            )
     return medians
 
 

@@ -30,7 +30,9 @@ can still be selected:
   every reused blob in the store);
 * **rewind one step** of the live session (what a fork or time travel does now), against a new
   sandbox and a full restore into it (what it did before);
-* the recursive **listing** of the workspace, the floor of any capture.
+* the recursive **listing** of the workspace, and what a capture asks for instead: the **changes
+  since the last listing** (``find``'s ``ctime`` filter), against comparing every entry in a
+  Python walk (what a session without a cursor does).
 
     .venv/bin/python benchmarks/bench_persistence.py            # both tables
     .venv/bin/python benchmarks/bench_persistence.py --sizes 10 --steps 3 --files 1000  # quicker
@@ -315,6 +317,18 @@ async def _many_files(provider: LocalProvider, root: Path, count: int, steps: in
         listing = statistics.median(
             [await _timed_ms(session.list_files(".", recursive=True)) for _ in range(5)]
         )
+        first = await session.list_changes({}, max_bytes=0)
+        known = {info.path: info for info in first.changed}
+        await asyncio.sleep(0.2)  # the files' ctimes leave the margin of the next comparison
+        since_ms = statistics.median(
+            [
+                await _timed_ms(session.list_changes(known, max_bytes=0, since=first.cursor))
+                for _ in range(5)
+            ]
+        )
+        walk_ms = statistics.median(
+            [await _timed_ms(session.list_changes(known, max_bytes=0)) for _ in range(5)]
+        )
 
         old_first = await _timed_ms(
             Snapshotter(_OneDurablePutPerBlob(work / "old"), limits=_MANY_LIMITS).capture(session)
@@ -359,6 +373,7 @@ async def _many_files(provider: LocalProvider, root: Path, count: int, steps: in
         ),
         ("rewind one step", new_rewind, old_rewind, "new sandbox, full restore"),
         ("listing", listing, listing, ""),
+        ("changes since last listing", since_ms, walk_ms, "compared in a Python walk"),
     ]
     for name, new, old, before in rows:
         then, ratio = (f"{old:>10.1f}", f"{old / new:>7.1f}x") if before else ("", "")

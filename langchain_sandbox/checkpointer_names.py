@@ -14,8 +14,12 @@ A name is the URL ``gc --checkpointer`` opens the checkpointer by, without crede
   (a connection or a pool), the host spelled as the application spelled it;
 * ``python:<module>.<class>`` for any other saver: ``gc`` can only be given it from Python.
 
-An ``InMemorySaver`` (or a SQLite database in memory) has no name: its checkpoints end with its
-process, so nothing outside that process can ever resume from them.
+An ``InMemorySaver`` that keeps its checkpoints in memory only (or a SQLite database in memory)
+has no name: its checkpoints end with its process, so nothing outside that process can ever
+resume from them. One built with a persistent ``factory`` outlives its process: ``langgraph dev``'s
+(``langgraph_runtime_inmem``) writes its checkpoints under ``.langgraph_api/`` and reloads them at
+the next start, so it is named like any other saver (``python:<module>.<class>``) and another
+application's ``gc`` refuses to collect while the store serves it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import contextlib
 import logging
 import threading
 import weakref
+from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -50,8 +55,8 @@ _noted_lock = threading.Lock()
 def _kind(saver: object) -> str:
     """``"sqlite"``, ``"postgres"``, ``"memory"`` or ``"other"``, without importing the optional
     savers' packages."""
-    if isinstance(saver, InMemorySaver):
-        return "memory"
+    if isinstance(saver, InMemorySaver) and type(getattr(saver, "storage", None)) is defaultdict:
+        return "memory"  # the default factory; a persistent one (a subclass) outlives the process
     module = type(saver).__module__
     if module.startswith("langgraph.checkpoint.sqlite"):
         return "sqlite"

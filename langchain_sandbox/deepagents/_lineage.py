@@ -17,20 +17,35 @@ conversation (``messages``, through the same LangGraph read hook Deep Agents' ow
 ``StateBackend`` uses) and continues from the newest record filed by a tool call of an earlier AI
 message: the record its checkpoint implies, in this process or another.
 Keys are written once and never change.
+
+Two things keep this off the path of a call, in a process that keeps running:
+
+* the records this process filed or read are remembered by key (:class:`_Remembered`), so finding
+  the previous call's record usually costs no store access;
+* a call that left the sandbox exactly as its snapshot was (``echo hi``: the capture found
+  nothing changed and named the same snapshot as the record it continued from) is remembered but
+  not filed, on providers whose sandboxes do not outlive the process. Its record differs from the
+  one it continued from only in the head and revision, which name the live sandbox of this
+  process; another process (a resume, a fork) walks back to that earlier record, which names the
+  same snapshot, and restores the same files and variables. Filing it would cost a durable write
+  per call that changed nothing.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
 from langchain_sandbox.errors import SnapshotNotFoundError
-from langchain_sandbox.filed_records import conversation_turns, record_key
+from langchain_sandbox.filed_records import Turn, record_key
 from langchain_sandbox.runtime import SandboxRuntime, StepCall
 from langchain_sandbox.snapshots import BlobStore, Snapshotter
 from langchain_sandbox.state import SandboxState
@@ -47,19 +62,35 @@ class Position:
         turn: The AI message whose tool call is running, as ``(last human message id, AI
             message id)``.
         step_call: That tool call and its siblings (for the runtime's parallel-call handling).
-        earlier: The AI messages before it, newest first, each as its turn and tool call ids.
+        messages: The conversation, up to and including that AI message.
     """
 
-    turn: tuple[str, str]
+    turn: Turn
     step_call: StepCall
-    earlier: tuple[tuple[tuple[str, str], tuple[str, ...]], ...]
+    messages: Sequence[BaseMessage]
+
+    def earlier(self) -> Iterator[tuple[Turn, tuple[str, ...]]]:
+        """The AI messages that call tools before this one, newest first, each as its turn and
+        tool call ids; read backwards only as far as the caller goes (usually one turn)."""
+        block: list[AIMessage] = []
+        for index in range(len(self.messages) - 2, -2, -1):
+            message = self.messages[index] if index >= 0 else None
+            if message is None or isinstance(message, HumanMessage):
+                human = str(message.id or "") if message is not None else ""
+                for ai in block:
+                    yield (human, str(ai.id)), _call_ids(ai)
+                block = []
+            elif _calls_tools(message):
+                block.append(message)  # type: ignore[arg-type]
 
 
 def position_of(config: RunnableConfig | None) -> Position | None:
     """The position of the tool call running under ``config``; ``None`` outside a tool task.
 
     ``create_agent`` sends each pending tool call of the last AI message as its own task, in the
-    order of the message; the task's path (``metadata.langgraph_path``) holds that index.
+    order of the message; the task's path (``metadata.langgraph_path``) holds that index. The
+    conversation is read from its end: a call costs what follows the last human message, not the
+    whole conversation.
     """
     configurable = (config or {}).get("configurable", {})
     read = configurable.get(_READ_KEY)
@@ -72,31 +103,89 @@ def position_of(config: RunnableConfig | None) -> Position | None:
         messages: Sequence[BaseMessage] = read("messages", False) or []
     except (KeyError, TypeError):
         return None
-    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    turns = conversation_turns(messages)
-    if not turns:
+    last = next((i for i in range(len(messages) - 1, -1, -1) if _calls_tools(messages[i])), None)
+    if last is None:
         return None
-    turn, current = turns[-1]
+    current: AIMessage = messages[last]  # type: ignore[assignment]
+    answered = {m.tool_call_id for m in messages[last + 1 :] if isinstance(m, ToolMessage)}
     pending = [c for c in current.tool_calls if c.get("id") not in answered]
     if path[1] >= len(pending):
         return None
     call_id = pending[path[1]].get("id")
     if not call_id:
         return None
+    human = next(
+        (str(m.id or "") for m in reversed(messages[:last]) if isinstance(m, HumanMessage)), ""
+    )
     ids = frozenset(_call_ids(current))
-    earlier = tuple((t, _call_ids(m)) for t, m in reversed(turns[:-1]))
-    return Position(turn, StepCall(call_id, ids - {call_id}), earlier)
+    return Position(
+        (human, str(current.id)), StepCall(call_id, ids - {call_id}), messages[: last + 1]
+    )
+
+
+def _calls_tools(message: BaseMessage) -> bool:
+    """Whether ``message`` is an AI message that calls tools and has an id (a turn)."""
+    return isinstance(message, AIMessage) and bool(message.tool_calls) and bool(message.id)
 
 
 def _call_ids(message: AIMessage) -> tuple[str, ...]:
     return tuple(str(c["id"]) for c in message.tool_calls if c.get("id"))
 
 
-class RecordBook:
-    """Records filed by tool call, in a snapshot store (see the module docstring)."""
+class _Remembered:
+    """The records of one store this process filed or read, by key, the most recent
+    :data:`REMEMBERED_RECORDS` of them (keys are written once, so a remembered record is what
+    the store holds, or what this process skipped filing: see the module docstring)."""
 
-    def __init__(self, store: BlobStore) -> None:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # one store may serve runtimes on several loops
+        self._records: OrderedDict[str, SandboxState] = OrderedDict()
+
+    def get(self, keys: Iterable[str]) -> dict[str, SandboxState]:
+        with self._lock:
+            found = {key: self._records[key].copy() for key in keys if key in self._records}
+            for key in found:
+                self._records.move_to_end(key)
+        return found
+
+    def put(self, key: str, record: SandboxState) -> None:
+        with self._lock:
+            self._records[key] = record
+            self._records.move_to_end(key)
+            while len(self._records) > REMEMBERED_RECORDS:
+                self._records.popitem(last=False)
+
+
+REMEMBERED_RECORDS = 10_000
+"""Records remembered per store: one per changing call of the live conversations. A record
+forgotten is read from the store again (one skipped is found through its predecessor)."""
+
+_remembered: weakref.WeakKeyDictionary[BlobStore, _Remembered] = weakref.WeakKeyDictionary()
+_remembered_lock = threading.Lock()
+
+
+def _remembered_for(store: BlobStore) -> _Remembered:
+    with _remembered_lock:
+        memory = _remembered.get(store)
+        if memory is None:
+            memory = _remembered[store] = _Remembered()
+        return memory
+
+
+class RecordBook:
+    """Records filed by tool call, in a snapshot store (see the module docstring).
+
+    Args:
+        store: Where records are filed.
+        skip_unchanged: Whether a record naming the same snapshot as the record its call
+            continued from may be only remembered (sandboxes that do not outlive the process:
+            nothing could attach to the head it alone names).
+    """
+
+    def __init__(self, store: BlobStore, *, skip_unchanged: bool = False) -> None:
         self.store = store
+        self.skip_unchanged = skip_unchanged
+        self._memory = _remembered_for(store)
 
     @classmethod
     def of(cls, runtime: SandboxRuntime, resumable: bool) -> RecordBook | None:
@@ -106,24 +195,50 @@ class RecordBook:
         snapshotter = runtime.snapshotter
         if not runtime.persists(resumable) or not isinstance(snapshotter, Snapshotter):
             return None
-        return cls(snapshotter.store)
+        attachable = runtime.capabilities.attach_across_processes
+        return cls(snapshotter.store, skip_unchanged=not attachable)
 
-    async def file(self, thread_id: str, position: Position, record: SandboxState) -> None:
-        """File the record a tool call left the sandbox in."""
-        data = json.dumps(dict(record), sort_keys=True).encode()
-        await self.store.put(record_key(thread_id, position.turn, position.step_call.call_id), data)
+    async def file(
+        self,
+        thread_id: str,
+        position: Position,
+        record: SandboxState,
+        continued_from: SandboxState | None,
+    ) -> None:
+        """File the record a tool call left the sandbox in (``continued_from``: the record
+        :meth:`latest` gave the call)."""
+        key = record_key(thread_id, position.turn, position.step_call.call_id)
+        if not (self.skip_unchanged and _same_snapshot(record, continued_from)):
+            data = json.dumps(dict(record), sort_keys=True).encode()
+            await self.store.put(key, data)
+        self._memory.put(key, {**record, "exec_count": 0})
 
     async def latest(self, thread_id: str, position: Position) -> SandboxState | None:
         """The record the conversation before ``position`` left the sandbox in (``None``: no
         earlier call changed it)."""
-        for turn, call_ids in position.earlier:
+        for turn, call_ids in position.earlier():
             keys = {record_key(thread_id, turn, c) for c in call_ids}
-            present = keys - await self.store.missing(keys)
-            found = await self.store.get_many(present) if present else {}
-            records = [_parse(data) for data in found.values()]
-            if records:
-                return max(records, key=lambda r: r.get("revision", 0))
+            found = self._memory.get(keys)
+            rest = keys - found.keys()
+            present = rest - await self.store.missing(rest) if rest else set()
+            for key, data in (await self.store.get_many(present) if present else {}).items():
+                found[key] = _parse(data)
+                self._memory.put(key, found[key])
+            if found:
+                return max(found.values(), key=lambda r: r.get("revision", 0))
         return None
+
+
+def _same_snapshot(record: SandboxState, before: SandboxState | None) -> bool:
+    """Whether ``record`` names, fully captured, the snapshot ``before`` names: restoring
+    either gives the same sandbox."""
+    snapshot = record.get("snapshot")
+    return (
+        before is not None
+        and snapshot is not None
+        and snapshot == before.get("snapshot")
+        and record.get("snapshot_revision") == record.get("revision")
+    )
 
 
 def _parse(data: bytes) -> SandboxState:

@@ -115,10 +115,11 @@ class _Call:
             return None
         return await self.book.latest(self.thread_id, self.position)
 
-    async def file(self, record: SandboxState) -> None:
-        """Remember the record a changing call left, so the conversation can find it again."""
+    async def file(self, record: SandboxState, continued_from: SandboxState | None) -> None:
+        """Remember the record a changing call left, so the conversation can find it again
+        (``continued_from``: what :meth:`record` gave the call)."""
         if self.position is not None and self.book is not None:
-            await self.book.file(self.thread_id, self.position, record)
+            await self.book.file(self.thread_id, self.position, record, continued_from)
 
 
 class _Fetched:
@@ -212,17 +213,18 @@ class SandboxBackend(BaseSandbox):
         mutates: bool,
         repeatable: bool = True,
     ) -> Outcome[T]:
+        record = await call.record()
         outcome = await call.runtime.aexecute(
             call.thread_id,
             operation,
-            record=await call.record(),
+            record=record,
             mutates=mutates,
             repeatable=repeatable,
             step_call=call.step_call,
             resumable=call.resumable,
         )
         if mutates:
-            await call.file(outcome.record)
+            await call.file(outcome.record, record)
         return outcome
 
     @property
@@ -279,15 +281,16 @@ class SandboxBackend(BaseSandbox):
                 run = (
                     call.runtime.arun_shell if self.persistent_shell else call.runtime.arun_command
                 )
+                record = await call.record()
                 outcome = await run(
                     call.thread_id,
                     merged,
                     timeout=seconds,
-                    record=await call.record(),
+                    record=record,
                     step_call=call.step_call,
                     resumable=call.resumable,
                 )
-                await call.file(outcome.record)
+                await call.file(outcome.record, record)
         except SandboxError as exc:
             return ExecuteResponse(output=f"Error: the sandbox could not run the command: {exc}")
         result = outcome.value

@@ -209,12 +209,17 @@ class ChangeListing:
             regular file has none: read those with :meth:`Session.read_files`).
         variables: The interpreter's globals, when the provider dumps them in the same request
             (:attr:`Session.lists_variables`) and the caller asked for them.
+        cursor: An opaque token naming the moment of this listing, or ``None``. Passed back as
+            ``since`` together with the listing these changes complete, it lets the provider
+            skip what it can prove unchanged since then (the local provider: entries whose
+            ``ctime`` is older).
     """
 
     changed: tuple[FileInfo, ...]
     gone: tuple[str, ...]
     contents: Mapping[str, bytes] = field(default_factory=dict)
     variables: VariablesDump | None = None
+    cursor: object | None = None
 
 
 def changes_between(
@@ -431,6 +436,7 @@ class Session(ABC):
         *,
         max_bytes: int,
         variables_max_bytes: int | None = None,
+        since: object | None = None,
     ) -> ChangeListing:
         """What differs between the whole workspace and ``known`` (the caller's last listing,
         path -> entry), with, in the same request where the provider allows it, the contents of
@@ -438,7 +444,9 @@ class Session(ABC):
         costs one round trip and host work proportional to what changed.
 
         ``variables_max_bytes`` asks a provider that :attr:`lists_variables` for the variables
-        dump too (see :meth:`dump_variables`); other providers ignore it.
+        dump too (see :meth:`dump_variables`); other providers ignore it. ``since`` is the
+        :attr:`ChangeListing.cursor` of the listing ``known`` was last completed with (``None``
+        if ``known`` came from elsewhere); a provider without cursors ignores it.
 
         The default lists everything with :meth:`list_files` and compares on the host; it reads
         no contents.

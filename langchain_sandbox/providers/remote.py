@@ -11,8 +11,8 @@
   command is never passed through it.
 * **Packages**: a remote sandbox installs with pip run as a command (:func:`pip_install_command`).
 * **Change listings**: the sandbox compares its workspace with the host's last listing itself
-  (:mod:`~langchain_sandbox.providers.guest_changes`); :class:`ListingMemory` lets the host name
-  that listing by the token the sandbox gave it instead of sending it again.
+  (:mod:`~langchain_sandbox.providers.guest_changes`); :func:`known_reference` names that listing
+  by the token the sandbox gave it (the listing's cursor) instead of sending it again.
 """
 
 from __future__ import annotations
@@ -84,52 +84,38 @@ def pip_install_command(names: Sequence[str]) -> str:
     )
 
 
-class ListingMemory:
-    """The listing a sandbox answered last, and the token it named it by.
+def known_reference(known: Mapping[str, FileInfo], since: object | None) -> dict[str, Any]:
+    """How a change-listing request names the host's listing ``known``.
 
-    The sandbox keeps its last answered listing too. When the caller's ``known`` is that listing
-    (the usual case: a capture passes the listing the previous capture returned), the request
-    carries the token, a few bytes, instead of one entry per file; otherwise, or when the sandbox
-    no longer has it (``stale``: a restarted kernel, another process's capture since), the
-    listing itself goes.
+    The sandbox keeps the listing it answered last under a token it returns as the
+    :attr:`~langchain_sandbox.providers.base.ChangeListing.cursor`. A caller that passes that
+    cursor back as ``since`` (with the listing those changes complete, as the contract says) is
+    named by the token, a few bytes, instead of one entry per file; otherwise the listing goes
+    itself. A sandbox that no longer has the listing (a restarted kernel, a devbox restored from
+    an older disk snapshot, another process's capture since) answers ``stale``, and the caller
+    asks again with ``since=None``.
     """
-
-    def __init__(self) -> None:
-        self._token: str | None = None
-        self._listing: dict[str, FileInfo] = {}
-
-    def reference(self, known: Mapping[str, FileInfo]) -> dict[str, Any]:
-        """``{"since": token}`` when the sandbox holds ``known`` already, else ``{"known": ...}``."""
-        if self._token is not None and known == self._listing:
-            return {"since": self._token}
-        return {"known": _known_entries(known)}
-
-    def forget(self) -> None:
-        """The sandbox answered ``stale``: the next request carries the listing itself."""
-        self._token, self._listing = None, {}
-
-    def answered(
-        self,
-        known: Mapping[str, FileInfo],
-        answer: Mapping[str, Any],
-        contents: Mapping[str, bytes],
-        variables: VariablesDump | None,
-    ) -> ChangeListing:
-        """The :class:`ChangeListing` of a sandbox's answer to ``known``, remembering the listing
-        it leaves under the answer's token."""
-        changed = tuple(FileInfo(*entry) for entry in answer["changed"])
-        gone = tuple(answer["gone"])
-        listing = dict(known)
-        for path in gone:
-            listing.pop(path, None)
-        listing.update((info.path, info) for info in changed)
-        self._token, self._listing = answer["token"], listing
-        return ChangeListing(changed, gone, contents, variables)
+    if isinstance(since, str):
+        return {"since": since}
+    return {
+        "known": {
+            path: [info.size, info.mtime_ns, info.mode, info.kind] for path, info in known.items()
+        }
+    }
 
 
-def _known_entries(known: Mapping[str, FileInfo]) -> dict[str, list[Any]]:
-    """``known`` in the form :func:`~langchain_sandbox.providers.guest_changes.changes` takes."""
-    return {path: [info.size, info.mtime_ns, info.mode, info.kind] for path, info in known.items()}
+def change_listing(
+    answer: Mapping[str, Any], contents: Mapping[str, bytes], variables: VariablesDump | None
+) -> ChangeListing:
+    """The :class:`ChangeListing` of a sandbox's answer
+    (:func:`~langchain_sandbox.providers.guest_changes.changes`, plus its token)."""
+    return ChangeListing(
+        changed=tuple(FileInfo(*entry) for entry in answer["changed"]),
+        gone=tuple(answer["gone"]),
+        contents=contents,
+        variables=variables,
+        cursor=answer["token"],
+    )
 
 
 class RemoteSession(Session):
@@ -192,9 +178,10 @@ class RemoteProvider(Provider):
 __all__ = [
     "SESSION_KEY",
     "TAG_KEY",
-    "ListingMemory",
     "RemoteProvider",
     "RemoteSession",
+    "change_listing",
+    "known_reference",
     "load_sdk",
     "pip_install_command",
     "read_tags",

@@ -312,7 +312,8 @@ class ManifestRoot:
         """The whole manifest, from the bytes of every part (the caller has checked each against
         its key). Each part is validated like a format 1 file list, and across parts: paths in
         strictly increasing order (so none twice), counts as the root says, totals within
-        ``limits``, no path below a file.
+        ``limits``, no path below a file. A part missing from ``part_data`` (its blob is gone or
+        corrupt) is left out, with the files it lists.
 
         Raises:
             UnsafeArchiveError: a part is malformed or does not match the root.
@@ -324,7 +325,9 @@ class ManifestRoot:
         total = 0
         previous = ""
         for part in self.parts:
-            data = part_data[part.sha256]
+            data = part_data.get(part.sha256)
+            if data is None:
+                continue
             if len(data) != part.size or len(data) > limits.max_manifest_bytes:
                 raise UnsafeArchiveError(
                     f"Snapshot manifest part {part.sha256} has the wrong size."

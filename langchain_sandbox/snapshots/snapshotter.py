@@ -43,12 +43,15 @@ share its verification and the store's access paths; the format itself is in ``m
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import logging
 import os
 import shlex
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -57,7 +60,9 @@ from langchain_sandbox.errors import (
     SnapshotNotFoundError,
     UnsafeArchiveError,
 )
-from langchain_sandbox.providers.base import ChangeListing, FileInfo, Session
+from langchain_sandbox.providers.base import FileInfo, Session, VariablesDump, changes_between
+from langchain_sandbox.snapshots._listing import EMPTY as EMPTY_LISTING
+from langchain_sandbox.snapshots._listing import Listing, portable
 from langchain_sandbox.snapshots.local_store import LocalDirectoryBlobStore
 from langchain_sandbox.snapshots.manifest import (
     FileEntry,
@@ -65,14 +70,14 @@ from langchain_sandbox.snapshots.manifest import (
     ManifestPart,
     SnapshotLimits,
     VariablesEntry,
-    check_relative_path,
     encode_part,
     is_digest,
     parse_root,
     split_paths,
 )
 from langchain_sandbox.snapshots.store import BlobStore, digest
-from langchain_sandbox.workspace import MAX_PATH_DEPTH
+
+logger = logging.getLogger(__name__)
 
 RACY_WINDOW_NS = 10_000_000
 """Longest filesystem timestamp tick guarded against (a jiffy at HZ=100); see the module docs."""
@@ -146,6 +151,8 @@ class RestoreReport:
         variables_lost: Names that could not be restored (skipped at capture or failed to load).
         files_lost: Files of the snapshot that could not be restored because their blob is
             missing from the store or does not match its hash (everything else was restored).
+        files_unlisted: Files of the snapshot that could not be restored because the manifest
+            part listing them is missing or corrupt (so their names are unknown).
         notices: Messages for the model ("restored the workspace to revision N; ...").
     """
 
@@ -158,6 +165,7 @@ class RestoreReport:
     variables_restored: tuple[str, ...] = ()
     variables_lost: tuple[str, ...] = ()
     files_lost: tuple[str, ...] = ()
+    files_unlisted: int = 0
     notices: tuple[str, ...] = ()
 
 
@@ -193,22 +201,21 @@ class GcReport:
 
 @dataclass(frozen=True)
 class _Seen:
-    """What a workspace's files held when they were last observed.
+    """The files of a workspace whose content hash is trusted while their size and mtime stay
+    as they were observed.
+
+    A hash is trusted when the content was read (by a capture) or written (by a restore) at least
+    the racy window after the file's mtime: a same-size rewrite within one timestamp tick keeps
+    the mtime, so a hash taken closer to it says nothing about the file's content now.
 
     Attributes:
-        files: path -> (size, mtime_ns, sha256).
-        horizon_ns: Host time of the observation: a capture read the contents after it; a
-            restore wrote them before it and listed them after it (for a manifest: ``created_at``).
-        window_ns: How much older than the horizon an mtime must be for its hash to be trusted:
-            :data:`RACY_WINDOW_NS`, or the provider's timestamp resolution if that is coarser.
-        early: Paths observed before ``horizon_ns``, with the time they were (files whose
-            contents came with the listing: read during its request, after it was sent).
+        files: path -> (size, mtime_ns, sha256) of the trusted files.
+        window_ns: The racy window: :data:`RACY_WINDOW_NS`, or the timestamp resolution the
+            observed mtimes reveal if that is coarser.
     """
 
     files: Mapping[str, tuple[int, int, str]]
-    horizon_ns: int
-    window_ns: int
-    early: Mapping[str, int] = field(default_factory=dict)
+    window_ns: int = RACY_WINDOW_NS
 
     @classmethod
     def observe(
@@ -216,9 +223,25 @@ class _Seen:
         files: Mapping[str, tuple[int, int, str]],
         horizon_ns: int,
         early: Mapping[str, int] | None = None,
+        *,
+        since: _Seen | None = None,
+        forget: Iterable[str] = (),
     ) -> _Seen:
+        """``since`` without the paths in ``forget``, plus those of ``files`` observed far enough
+        after their mtime: at ``horizon_ns`` (a capture read the contents after it; a restore
+        wrote them before it and listed them after it), or at ``early[path]`` for files whose
+        contents came with the listing (read during its request, after it was sent)."""
         window = _racy_window(mtime for _, mtime, _ in files.values())
-        return cls(files, horizon_ns, window, early or {})
+        kept = dict(since.files) if since is not None else {}
+        if since is not None:
+            window = min(window, since.window_ns)
+        for path in forget:
+            kept.pop(path, None)
+        early = early or {}
+        for path, seen in files.items():
+            if seen[1] + window <= early.get(path, horizon_ns):
+                kept[path] = seen
+        return cls(kept, window)
 
     @classmethod
     def of_manifest(cls, manifest: Manifest) -> _Seen:
@@ -232,21 +255,7 @@ class _Seen:
         seen = self.files.get(info.path)
         if seen is None or (info.size, info.mtime_ns) != seen[:2]:
             return None
-        # Too close to the observation: a same-size rewrite within one timestamp tick would
-        # keep the mtime, so the hash cannot be trusted.
-        if info.mtime_ns + self.window_ns > self.early.get(info.path, self.horizon_ns):
-            return None
         return seen[2]
-
-    def trusted_stats(self, corrupt: set[str]) -> dict[str, tuple[int, int]]:
-        """path -> (size, mtime_ns) of every file whose hash :meth:`hash_of` would trust while
-        its stat stays so (and whose blob is not known to be corrupt): what need not be read."""
-        return {
-            path: (size, mtime)
-            for path, (size, mtime, sha) in self.files.items()
-            if mtime + self.window_ns <= self.early.get(path, self.horizon_ns)
-            and sha not in corrupt
-        }
 
 
 _PartIndex = Mapping[str, tuple[tuple[tuple[str, FileEntry], ...], ManifestPart]]
@@ -268,10 +277,15 @@ class _Known:
     """What a snapshotter knows of one live session's workspace: the snapshot it last captured
     or restored there.
 
+    Invariant: ``entries`` names only files of ``listing``, and every trusted file of ``seen`` has
+    its entry there; a capture rebuilds the entries of the paths that changed and of the files
+    it reads, and keeps every other entry as it is.
+
     Attributes:
         ref: That snapshot.
-        seen: The files as observed then (size, mtime, hash).
-        entries: The snapshot's file entries (reused as they are when nothing about a file moved).
+        seen: The files whose hash is trusted (size, mtime, hash).
+        listing: The workspace as listed then (what the next capture's listing is compared with).
+        entries: The snapshot's file entries.
         parts: Its manifest parts, by first path.
         confirmed_ns: Host time at which the store was last seen to hold every blob named here.
         captured: For a snapshot this snapshotter captured (not restored): its revision and
@@ -281,6 +295,7 @@ class _Known:
 
     ref: str
     seen: _Seen
+    listing: Listing
     entries: Mapping[str, FileEntry]
     parts: _PartIndex
     confirmed_ns: int
@@ -370,15 +385,32 @@ class Snapshotter:
             SnapshotNotFoundError: the store has no such snapshot (or one of its parts).
             UnsafeArchiveError: the manifest or a part does not match its hash or is malformed.
         """
+        manifest, bad_parts = await self._load_readable(ref)
+        if bad_parts:
+            key = min(bad_parts)
+            await self.store.get(key)  # a missing part raises the store's own error
+            raise _corrupt_blob(key)
+        return manifest
+
+    async def _load_readable(self, ref: str) -> tuple[Manifest, dict[str, int]]:
+        """The manifest of ``ref`` with the files of every part that could be read, and the
+        parts that could not (missing or corrupt), each with how many files it lists. What a
+        restore restores and gc keeps: one bad part costs its own files, not the snapshot.
+
+        Raises:
+            InvalidInputError, SnapshotNotFoundError, UnsafeArchiveError: as
+                :meth:`load_manifest`, for the root.
+        """
         if not is_digest(ref):
             raise InvalidInputError(f"Snapshot ref {ref!r} is not a sha256 hex digest.")
         data = await self.store.get(ref)
         _verify(ref, data, None)
         root = parse_root(data, self.limits)
         if not root.parts:
-            return root.manifest
-        parts = await self._fetch_verified({part.sha256: part.size for part in root.parts})
-        return root.assemble(parts, self.limits)
+            return root.manifest, {}
+        parts, bad = await self._fetch_checked({part.sha256: part.size for part in root.parts})
+        unread = {part.sha256: part.files for part in root.parts if part.sha256 in bad}
+        return root.assemble(parts, self.limits), unread
 
     async def referenced_blobs(self, ref: str) -> set[str]:
         """Every blob snapshot ``ref`` needs: its manifest (root and parts), the file contents
@@ -439,19 +471,35 @@ class Snapshotter:
         if base is not None and not is_digest(base):
             raise InvalidInputError(f"Snapshot ref {base!r} is not a sha256 hex digest.")
         max_file = min(self.limits.max_file_bytes, session.spec.limits.max_file_bytes)
+        known = self._known.get(session)
+        before = known.listing if known is not None else EMPTY_LISTING
         # The variables are dumped by the sandbox's interpreter while the host lists and reads
-        # the files, and blobs are stored while the next batch is read (one batch in flight
-        # bounds memory).
-        variables_task = asyncio.ensure_future(self._capture_variables(session, max_file))
+        # the files (or in the listing's own request, where the provider can), and blobs are
+        # stored while the next batch is read (one batch in flight bounds memory).
+        with_listing = session.lists_variables and session.capabilities.variables
+        variables_task: asyncio.Future[tuple[VariablesEntry | None, bytes, list[str]]] | None = (
+            None
+            if with_listing
+            else asyncio.ensure_future(self._capture_variables(session, max_file))
+        )
         puts: list[asyncio.Future[tuple[int, int]]] = []
         try:
             listed_at_ns = time.time_ns()
-            known = self._known.get(session)
-            listing = await session.list_files(".", recursive=True)
-            bundle: ChangeListing | None = None
-            selected, dirs, omitted = _select(listing, max_file, known.entries if known else {})
-            self._check_capacity(selected, dirs, omitted)
-            _check_quota(selected, session.spec.limits.workspace_bytes)
+            # The provider compares the workspace with the last listing where the files are,
+            # and may send the changed files' contents (and the variables) with its answer.
+            changes = await session.list_changes(
+                before.entries,
+                max_bytes=self.limits.batch_bytes,
+                variables_max_bytes=max_file if with_listing else None,
+                since=before.cursor,
+            )
+            if variables_task is None:
+                variables_task = asyncio.ensure_future(
+                    self._capture_variables(session, max_file, changes.variables)
+                )
+            listing, reshaped = before.apply(changes, max_file)
+            self._check_capacity(listing)
+            _check_quota(listing.file_bytes, session.spec.limits.workspace_bytes)
             trusted = known is not None and known.trusted(base)
             # A base that cannot be read (gone, or corrupt) is dropped: this capture then reads
             # what it does not know and does not name it as its parent, so one bad snapshot
@@ -461,17 +509,21 @@ class Snapshotter:
                 base_manifest = await self._readable(base)
                 if base_manifest is None:
                     base = None
-            hashes, to_read = await self._known_hashes(known, trusted, base_manifest, selected)
+            stale = {info.path for info in changes.changed}.union(changes.gone)
+            hashes, to_read = await self._known_hashes(
+                known, trusted, base_manifest, listing, stale
+            )
             bundled = {
-                info.path: bundle.contents[info.path]
+                info.path: changes.contents[info.path]
                 for info in to_read
-                if bundle is not None and info.path in bundle.contents
+                if info.path in changes.contents
             }
             # Bundled contents were read during the listing's request: their horizon is when it
             # was sent, and nothing waits for them (a racy one is simply sent again next time).
             rest = [info for info in to_read if info.path not in bundled]
             horizon_ns = await _wait_out_racy_window(rest, listed_at_ns)
-            sizes = {info.path: info.size for info in selected}
+            sizes = {path: listing.files[path].size for path in hashes}
+            omitted = dict(listing.omitted)
             bytes_read = 0
             async for contents in _contents(
                 session, bundled, rest, self.limits.batch_bytes, omitted
@@ -494,20 +546,39 @@ class Snapshotter:
                     )
                 )
 
-            by_path = {info.path: info for info in selected}
-            files = _entries(hashes, sizes, by_path, omitted, known.entries if known else {})
+            rebuilt = stale | hashes.keys() | {info.path for info in to_read}
+            files, same_paths = _entries(
+                known.entries if known is not None else {}, rebuilt, hashes, sizes, listing
+            )
+            unread = sum(1 for info in to_read if info.path not in hashes)
+            if known is not None and len(files) != len(listing.files) - unread:
+                # The session's knowledge no longer adds up (a bug, never expected): start over
+                # from a full listing rather than write a snapshot that misses a file.
+                logger.error("snapshot knowledge of a session was inconsistent; capturing again")
+                self._known.pop(session, None)
+                await _cancel([variables_task, *puts])
+                return await self.capture(session, base=base, revision=revision)
             # Parts are reused only while the store is trusted to hold them (see _Known).
             reusable = known.parts if known and trusted else {}
-            same_paths = known is not None and files.keys() == known.entries.keys()
-            parts, part_blobs = _encode_parts(files, reusable, same_paths)
+            parts, part_blobs = _encode_parts(files, reusable, same_paths, rebuilt)
             variables, variables_blob, notices = await variables_task
+            omitted = dict(sorted(omitted.items()))
+            empty_dirs = (
+                known.captured.dirs
+                if known is not None
+                and known.captured is not None
+                and same_paths
+                and not reshaped
+                and omitted == known.captured.omitted
+                else tuple(sorted(_empty_dirs(listing.dirs, files, omitted)))
+            )
             manifest = Manifest(
                 revision=revision,
                 created_at=(listed_at_ns if bundled else horizon_ns) / 1e9,
                 parent=base,
                 files=files,
-                dirs=tuple(sorted(_empty_dirs(dirs, files, omitted))),
-                omitted=dict(sorted(omitted.items())),
+                dirs=empty_dirs,
+                omitted=omitted,
                 variables=variables,
             )
             captured = _Captured(revision, manifest.dirs, manifest.omitted, variables)
@@ -529,20 +600,24 @@ class Snapshotter:
                 puts.append(asyncio.ensure_future(self._put_new(final, verify_stored=False)))
             written = await asyncio.gather(*puts)
         except BaseException:
-            pending: list[asyncio.Future[Any]] = [variables_task, *puts]
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await _cancel([variables_task, *puts])
             raise
         bytes_written = sum(count for count, _ in written)
         blobs_written = sum(blobs for _, blobs in written)
         self._known[session] = _Known(
             ref=ref,
             seen=_Seen.observe(
-                {p: (by_path[p].size, by_path[p].mtime_ns, e.sha256) for p, e in files.items()},
+                {
+                    path: (listing.files[path].size, listing.files[path].mtime_ns, entry.sha256)
+                    for path in rebuilt
+                    if (entry := files.get(path)) is not None
+                },
                 horizon_ns,
                 dict.fromkeys(bundled, listed_at_ns),
+                since=known.seen if known is not None else None,
+                forget=rebuilt,
             ),
+            listing=listing,
             entries=files,
             parts={chunk[0][0]: (chunk, part) for chunk, part in parts},
             confirmed_ns=known.confirmed_ns if known is not None and trusted else listed_at_ns,
@@ -572,35 +647,44 @@ class Snapshotter:
         known: _Known | None,
         trusted: bool,
         base: Manifest | None,
-        selected: Sequence[FileInfo],
+        listing: Listing,
+        stale: set[str],
     ) -> tuple[dict[str, str], list[FileInfo]]:
-        """Hashes of the files unchanged since this session's last capture or restore, or since
-        ``base``, whose blobs the store still holds and are not known to be corrupt; and the
-        files that must be read.
+        """The hashes known without reading of the files whose entries a capture must rebuild,
+        and the files it must read; every other file of ``listing`` keeps its entry in
+        ``known`` as it is.
 
-        When ``trusted``, the session's own knowledge is used without asking the store anything
-        (the caller does not even load ``base`` when it is the snapshot that knowledge
-        describes)."""
+        A file listed as before keeps its trusted hash from this session's last capture or
+        restore; a changed one (or one not trusted, or with no hash) gets it from that
+        knowledge or from ``base`` if its size and mtime still match, or is read. A blob found
+        corrupt is never reused: the file is read and its blob rewritten. When not ``trusted``,
+        the store is asked once, batched, whether it still holds every reused blob (one gc'd
+        with an old snapshot is written again from the file).
+        """
+        corrupt = self._corrupt
+        seen = known.seen.files if known is not None else {}
+        # The files without a reusable hash: those not trusted (or not hashed) before, and the
+        # changed ones. The rest (nearly all, in a big workspace) are not looked at one by one.
+        files = listing.files
+        need = (files.keys() - seen.keys()).union(path for path in stale if path in files)
+        if corrupt:
+            need.update(p for p, (_, _, sha) in seen.items() if sha in corrupt and p in files)
         views = [known.seen] if known is not None else []
         if base is not None:
             views.append(_Seen.of_manifest(base))
         hashes: dict[str, str] = {}
-        for view in views:
-            # One view at a time (the session's first): a file's known hash comes from the first
-            # view that has it. A blob found corrupt is never reused: the file is read and its
-            # blob rewritten.
-            for info in selected:
-                if (
-                    info.path not in hashes
-                    and (found := view.hash_of(info)) is not None
-                    and found not in self._corrupt
-                ):
-                    hashes[info.path] = found
+        for path in need:
+            for view in views:
+                found = view.hash_of(files[path])
+                if found is not None and found not in corrupt:
+                    hashes[path] = found
+                    break
         if not trusted:
-            # A blob gone from the store (gc'd with an old snapshot) is written again from the file.
-            absent = await self.store.missing(set(hashes.values()))
+            reused = {path: seen[path][2] for path in files if path not in need}
+            absent = await self.store.missing({*reused.values(), *hashes.values()})
+            need.update(path for path, sha in reused.items() if sha in absent)
             hashes = {path: sha for path, sha in hashes.items() if sha not in absent}
-        return hashes, [info for info in selected if info.path not in hashes]
+        return hashes, [files[path] for path in sorted(need - hashes.keys())]
 
     async def _readable(self, ref: str) -> Manifest | None:
         """The manifest of ``ref``, or ``None`` if the store lacks it or it is corrupt."""
@@ -609,12 +693,10 @@ class Snapshotter:
         except (SnapshotNotFoundError, UnsafeArchiveError):
             return None
 
-    def _check_capacity(
-        self, selected: Sequence[FileInfo], dirs: set[str], omitted: Mapping[str, str]
-    ) -> None:
-        count = len(selected) + len(dirs)
-        total = sum(info.size for info in selected)
-        if count > self.limits.max_files or len(omitted) > self.limits.max_files:
+    def _check_capacity(self, listing: Listing) -> None:
+        count = len(listing.files) + len(listing.dirs)
+        total = listing.file_bytes
+        if count > self.limits.max_files or len(listing.omitted) > self.limits.max_files:
             raise InvalidInputError(
                 f"The workspace has {count} files and directories; a snapshot holds at most "
                 f"{self.limits.max_files} (SnapshotLimits.max_files). Delete files you do not need."
@@ -627,13 +709,16 @@ class Snapshotter:
             )
 
     async def _capture_variables(
-        self, session: Session, max_bytes: int
+        self, session: Session, max_bytes: int, dump: VariablesDump | None = None
     ) -> tuple[VariablesEntry | None, bytes, list[str]]:
+        """The variables entry and blob of ``session`` (from ``dump`` when the listing brought
+        one), and the notices for the model."""
         if not session.capabilities.variables:
             return None, b"", []
         # The sandbox leaves out what cannot be pickled, and the largest variables when the dump
         # would not fit a blob, and names them: the files are saved whatever the variables hold.
-        dump = await session.dump_variables(max_bytes=max_bytes)
+        if dump is None:
+            dump = await session.dump_variables(max_bytes=max_bytes)
         if len(dump.data) > max_bytes:
             return (
                 None,
@@ -691,7 +776,8 @@ class Snapshotter:
 
         A file whose blob is missing or does not match its hash is not written (and not left
         with other content): it is named in ``files_lost`` and in a notice, and everything else
-        is restored. A damaged variables blob costs the variables the same way.
+        is restored. A damaged variables blob costs the variables the same way, and a damaged
+        part of a format 2 manifest the files it lists (counted in ``files_unlisted``).
 
         Raises:
             InvalidInputError: ``ref`` is not a sha256 hex digest.
@@ -701,7 +787,7 @@ class Snapshotter:
                 of a restore larger than the memory budget (possible only if the store changes
                 during the restore).
         """
-        manifest = await self.load_manifest(ref)
+        manifest, unread = await self._load_readable(ref)
         listing = await session.list_files(".", recursive=True)
         views = [_Seen.of_manifest(manifest)]
         if (known := self._known.get(session)) is not None:
@@ -713,7 +799,7 @@ class Snapshotter:
         removals, writes, make_dirs = _plan_restore(manifest, listing, unchanged)
         # A name the sandbox allows but the session API refuses (a backslash, say) cannot be
         # removed through it; it is left in place and reported rather than failing the restore.
-        stuck = {path: "could not be removed" for path in removals if not _portable(path)}
+        stuck = {path: "could not be removed" for path in removals if not portable(path)}
         removals = [path for path in removals if path not in stuck]
         needed = {manifest.files[path].sha256: manifest.files[path].size for path in writes}
         if manifest.variables is not None:
@@ -727,7 +813,7 @@ class Snapshotter:
         # files that could not be are named.
         in_memory = sum(needed.values()) <= self.limits.restore_memory_bytes
         blobs: dict[str, bytes] = {}
-        bad = gone & needed.keys()
+        bad = (gone & needed.keys()) | unread.keys()
         present = {key: size for key, size in needed.items() if key not in gone}
         if in_memory:
             blobs, corrupt = await self._fetch_checked(present)
@@ -762,10 +848,12 @@ class Snapshotter:
             await session.remove_files(placeholders)
 
         restored_files = [e for p, e in manifest.files.items() if p not in lost_files]
+        unlisted = sum(unread.values())
         notices = [
             f"Restored the workspace to revision {manifest.revision} ({len(restored_files)} "
-            f"of {len(manifest.files)} files, {_human_bytes(sum(e.size for e in restored_files))})."
-            if lost_files
+            f"of {len(manifest.files) + unlisted} files, "
+            f"{_human_bytes(sum(e.size for e in restored_files))})."
+            if lost_files or unlisted
             else f"Restored the workspace to revision {manifest.revision} "
             f"({len(manifest.files)} files, {_human_bytes(manifest.total_bytes)})."
         ]
@@ -775,21 +863,36 @@ class Snapshotter:
         horizon_ns = time.time_ns()
         after = {info.path: info for info in await session.list_files(".", recursive=True)}
         notices += await _restore_modes(session, manifest, after)
+        max_file = min(self.limits.max_file_bytes, session.spec.limits.max_file_bytes)
+        now, _ = EMPTY_LISTING.apply(changes_between({}, after.values()), max_file)
+        seen = _Seen.observe(
+            {
+                path: (info.size, info.mtime_ns, entry.sha256)
+                for path, entry in manifest.files.items()
+                if (info := now.files.get(path)) is not None
+                and info.size == entry.size
+                and entry.sha256 not in gone
+                and entry.sha256 not in bad
+            },
+            horizon_ns,
+        )
+        # The entries of the files as they are now (a restore gives written files new mtimes);
+        # the others are read by the next capture (see _Known).
+        entries = {
+            path: FileEntry(sha, size, now.files[path].mode & 0o7777, mtime)
+            for path, (size, mtime, sha) in seen.files.items()
+        }
+        entries = {path: entries[path] for path in sorted(entries)}
+        # A manifest missing an unreadable part's files cannot be indexed by part.
+        parts = {} if unread else _part_index(manifest)
+        if any(entries.get(path) != entry for chunk, _ in parts.values() for path, entry in chunk):
+            parts = {}
         self._known[session] = _Known(
             ref=ref,
-            seen=_Seen.observe(
-                {
-                    path: (info.size, info.mtime_ns, entry.sha256)
-                    for path, entry in manifest.files.items()
-                    if (info := after.get(path)) is not None
-                    and info.size == entry.size
-                    and entry.sha256 not in gone
-                    and entry.sha256 not in bad
-                },
-                horizon_ns,
-            ),
-            entries=manifest.files,
-            parts={} if gone or bad else _part_index(manifest),
+            seen=seen,
+            listing=now,
+            entries=entries,
+            parts=parts,
             confirmed_ns=checked_ns,
         )
         if lost_files:
@@ -797,6 +900,12 @@ class Snapshotter:
                 f"{len(lost_files)} file(s) could not be restored because their stored copy is "
                 f"missing or corrupt: {_describe_paths(sorted(lost_files))}. Everything else was "
                 "restored; re-create those files if you need them."
+            )
+        if unlisted:
+            notices.append(
+                f"{unlisted} file(s) could not be restored because the part of the snapshot's "
+                "manifest that lists them is missing or corrupt, so their names are unknown. "
+                "Everything else was restored; re-create those files if you need them."
             )
         if stuck:
             notices.append(
@@ -818,6 +927,7 @@ class Snapshotter:
             variables_restored=restored,
             variables_lost=lost,
             files_lost=tuple(sorted(lost_files)),
+            files_unlisted=unlisted,
             notices=tuple(notices),
         )
 
@@ -956,7 +1066,8 @@ class Snapshotter:
         missing: list[str] = []
         for ref in roots:
             try:
-                manifest = await self.load_manifest(ref)
+                # A damaged part costs its own files at a restore, not the rest: keep the rest.
+                manifest, _ = await self._load_readable(ref)
             except SnapshotNotFoundError:
                 missing.append(ref)
                 continue
@@ -1022,10 +1133,10 @@ def _corrupt_blob(key: str) -> UnsafeArchiveError:
     )
 
 
-def _check_quota(selected: Sequence[FileInfo], quota: int | None) -> None:
-    """Refuse to store more than the workspace may hold: sparse files count at their apparent
-    size (that is what reading them gives), so a few holes cannot fill the store."""
-    total = sum(info.size for info in selected)
+def _check_quota(total: int, quota: int | None) -> None:
+    """Refuse to store more than the workspace may hold (``total``: the listed files' sizes):
+    sparse files count at their apparent size (that is what reading them gives), so a few holes
+    cannot fill the store."""
     if quota is not None and total > quota:
         raise InvalidInputError(
             f"The workspace holds {total} bytes of files (sparse files at their apparent size), "
@@ -1034,107 +1145,60 @@ def _check_quota(selected: Sequence[FileInfo], quota: int | None) -> None:
         )
 
 
-def _select(
-    listing: Sequence[FileInfo], max_file: int, portable: Mapping[str, object]
-) -> tuple[list[FileInfo], set[str], dict[str, str]]:
-    """Split a listing into the files to capture, the directories, and the paths left out
-    (paths in ``portable`` passed the path rules at an earlier capture)."""
-    selected: list[FileInfo] = []
-    dirs: set[str] = set()
-    omitted: dict[str, str] = {}
-    for info in listing:
-        if info.path not in portable and not _portable(info.path):
-            shown, reason = _printable(info.path, omitted)
-            omitted[shown] = reason
-            continue
-        if info.kind == "symlink":
-            omitted[info.path] = "symlink"
-        elif info.kind == "dir" and info.path.count("/") + 1 >= MAX_PATH_DEPTH:
-            # Listings stop at this depth: what lies below was not seen, so it is not kept.
-            omitted[info.path] = f"its contents lie deeper than {MAX_PATH_DEPTH} directories"
-        elif info.kind == "dir":
-            dirs.add(info.path)
-        elif info.size > max_file:
-            omitted[info.path] = f"{info.size} bytes, over the {max_file}-byte file limit"
-        else:
-            selected.append(info)
-    return selected, dirs, omitted
-
-
-def _portable(path: str) -> bool:
-    try:
-        check_relative_path(path)
-    except UnsafeArchiveError:
-        return False
-    return True
-
-
-def _printable(path: str, omitted: Mapping[str, str]) -> tuple[str, str]:
-    """A key and a reason for a path the manifest cannot hold (the key must pass the manifest's
-    rules): the name with the characters the rules refuse written as ``%XX`` (``%`` too, so two
-    names never share a key), so the model can tell which file it is; a hash-named stand-in only
-    when even that breaks the rules (a name too long, too deep)."""
-    why = "breaks the snapshot path rules"
-    try:
-        check_relative_path(path)
-    except UnsafeArchiveError as exc:
-        why = (
-            str(exc)
-            .removeprefix(f"Snapshot path {path!r} ")
-            .removesuffix("; refusing to restore it.")
-        )
-    escaped = "".join(f"%{ord(char):02X}" if char in "%\\\x00" else char for char in path)
-    if _portable(escaped) and escaped not in omitted:
-        return escaped, f"name cannot be restored portably: it {why}; shown with %XX escapes"
-    stand_in = "unportable-name-" + digest(path.encode("utf-8", "surrogateescape"))[:16]
-    return stand_in, f"name cannot be restored portably: it {why}; it begins {path[:60]!r}"
-
-
 def _entries(
+    previous: Mapping[str, FileEntry],
+    rebuilt: Iterable[str],
     hashes: Mapping[str, str],
     sizes: Mapping[str, int],
-    listed: Mapping[str, FileInfo],
-    omitted: Mapping[str, str],
-    previous: Mapping[str, FileEntry],
-) -> dict[str, FileEntry]:
-    """The manifest's file entries, in path order; an entry equal to the previous snapshot's is
-    that same object, so comparing manifest parts below costs next to nothing."""
-    files: dict[str, FileEntry] = {}
-    for path in sorted(hashes):
-        if path in omitted:
+    listing: Listing,
+) -> tuple[dict[str, FileEntry], bool]:
+    """The manifest's file entries, in path order: ``previous`` with the entries of the
+    ``rebuilt`` paths made again (or dropped: gone, no longer a file, not read); and whether
+    the set of paths is the same as in ``previous``. An entry equal to the previous one is that
+    same object, so comparing manifest parts costs next to nothing."""
+    files = dict(previous)
+    added = removed = False
+    for path in rebuilt:
+        info = listing.files.get(path)
+        sha = hashes.get(path)
+        if info is None or sha is None:
+            removed = files.pop(path, None) is not None or removed
             continue
-        sha, size, info = hashes[path], sizes[path], listed[path]
-        mode, mtime_ns = info.mode & 0o7777, info.mtime_ns
-        old = previous.get(path)
-        if (
-            old is not None
-            and old.sha256 == sha
-            and old.size == size
-            and old.mode == mode
-            and old.mtime_ns == mtime_ns
-        ):
-            files[path] = old
-        else:
-            files[path] = FileEntry(sha, size, mode, mtime_ns)
-    return files
+        entry = FileEntry(sha, sizes[path], info.mode & 0o7777, info.mtime_ns)
+        old = files.get(path)
+        added = added or old is None
+        if old != entry:
+            files[path] = entry
+    if added:
+        files = dict(sorted(files.items()))
+    return files, not (added or removed)
 
 
 def _encode_parts(
-    files: Mapping[str, FileEntry], previous: _PartIndex, same_paths: bool
+    files: Mapping[str, FileEntry], previous: _PartIndex, same_paths: bool, rebuilt: set[str]
 ) -> tuple[list[tuple[tuple[tuple[str, FileEntry], ...], ManifestPart]], dict[str, bytes]]:
     """The manifest parts of ``files`` (see :func:`split_paths`), and the blobs of those not in
     ``previous``: only a part holding a changed entry is encoded again. With ``same_paths``
-    (no file added or removed since ``previous``) its cuts are kept without computing them."""
-    parts: list[tuple[tuple[tuple[str, FileEntry], ...], ManifestPart]] = []
-    blobs: dict[str, bytes] = {}
+    (no file added or removed since ``previous``) its cuts are kept, and only the parts holding
+    a ``rebuilt`` path are looked at."""
+    # Per part: the paths to encode it from (None: keep the previous part as it is), and the
+    # previous part that began with the same path.
+    _Cached = tuple[tuple[tuple[str, FileEntry], ...], ManifestPart]
+    plan: list[tuple[Sequence[str] | None, _Cached | None]]
     if same_paths and previous:
-        runs: list[Sequence[str]] = [[path for path, _ in chunk] for chunk, _ in previous.values()]
+        starts = list(previous)
+        dirty = {starts[bisect.bisect_right(starts, path) - 1] for path in rebuilt if path in files}
+        plan = [
+            ([path for path, _ in cached[0]] if start in dirty else None, cached)
+            for start, cached in previous.items()
+        ]
     else:
-        runs = split_paths(list(files))
-    for run in runs:
-        chunk = tuple((path, files[path]) for path in run)
-        cached = previous.get(run[0])
-        if cached is not None and cached[0] == chunk:
+        plan = [(run, previous.get(run[0])) for run in split_paths(list(files))]
+    parts: list[_Cached] = []
+    blobs: dict[str, bytes] = {}
+    for run, cached in plan:
+        chunk = () if run is None else tuple((path, files[path]) for path in run)
+        if cached is not None and (run is None or cached[0] == chunk):
             parts.append(cached)
             continue
         data = encode_part(chunk)
@@ -1145,7 +1209,7 @@ def _encode_parts(
 
 
 def _empty_dirs(
-    dirs: set[str], files: Mapping[str, FileEntry], omitted: Mapping[str, str]
+    dirs: AbstractSet[str], files: Mapping[str, FileEntry], omitted: Mapping[str, str]
 ) -> set[str]:
     """The directories a restore must create explicitly: those no captured path lies below."""
     implied: set[str] = set()
@@ -1167,6 +1231,14 @@ async def _wait_out_racy_window(to_read: Sequence[FileInfo], listed_at_ns: int) 
         if wait_ns > 0:
             await asyncio.sleep(wait_ns / 1e9)
     return max(time.time_ns(), listed_at_ns)
+
+
+async def _cancel(tasks: Iterable[asyncio.Future[Any] | None]) -> None:
+    """Cancel the capture's tasks still running and wait for them to end."""
+    pending = [task for task in tasks if task is not None]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
 
 
 def _second(pair: tuple[str, int]) -> int:

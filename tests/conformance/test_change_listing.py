@@ -26,9 +26,13 @@ def _check_contents(listing: ChangeListing, max_bytes: int) -> None:
     assert sum(len(data) for data in listing.contents.values()) <= max_bytes
 
 
-async def _changes(session: Session, known: Mapping[str, FileInfo]) -> ChangeListing:
+async def _changes(
+    session: Session, known: Mapping[str, FileInfo], since: object | None = None
+) -> ChangeListing:
     # A FIFO in the workspace must not block the listing: a bound, never a figure.
-    listing = await asyncio.wait_for(session.list_changes(known, max_bytes=_BIG), timeout=120)
+    listing = await asyncio.wait_for(
+        session.list_changes(known, max_bytes=_BIG, since=since), timeout=120
+    )
     _check_contents(listing, _BIG)
     return listing
 
@@ -53,7 +57,7 @@ async def test_list_changes_reports_what_differs_from_the_known_listing(
         for path, data in first.contents.items():
             assert (await session.read_files([path]))[path] == data
 
-        unchanged = await _changes(session, known)
+        unchanged = await _changes(session, known, first.cursor)
         assert (unchanged.changed, unchanged.gone, dict(unchanged.contents)) == ((), (), {})
 
         changed = await session.run_command(
@@ -61,7 +65,7 @@ async def test_list_changes_reports_what_differs_from_the_known_listing(
             " && rm d/a.txt && printf n > new.txt && mkfifo pipe"
         )
         assert changed.ok, changed.render()
-        second = await _changes(session, known)
+        second = await _changes(session, known, unchanged.cursor)
         by_path = {info.path: info for info in second.changed}
         assert set(by_path) == {"b.txt", "c.txt", "replaced", "new.txt", "d"}
         assert second.gone == ("d/a.txt",)
@@ -75,8 +79,10 @@ async def test_list_changes_reports_what_differs_from_the_known_listing(
         )
 
         after = _applied(known, second)
-        settled = await _changes(session, after)
-        assert (settled.changed, settled.gone) == ((), ())
+        # with the cursor of the listing ``after`` was completed with, and without one
+        for since in (second.cursor, None):
+            settled = await _changes(session, after, since)
+            assert (settled.changed, settled.gone) == ((), ())
 
 
 async def test_bundled_contents_stay_within_max_bytes(provider: Provider) -> None:

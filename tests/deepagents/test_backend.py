@@ -196,3 +196,66 @@ def test_a_deep_agent_stores_snapshots_and_records_only_with_a_checkpointer(
         assert stored, "a checkpointed agent's changes were not captured"
     else:
         assert stored == [], "nothing can resume this agent, yet snapshots were stored"
+
+
+def test_a_call_that_changes_nothing_is_not_filed_and_a_new_process_still_resumes(
+    tmp_path: Path,
+) -> None:
+    """``echo hi`` leaves the sandbox as its snapshot was: its record is remembered, not filed.
+    A runtime with a store of its own (as in a new process) walks back to the record before it
+    and restores the same files and shell state; calls that changed something were filed."""
+    from deepagents import create_deep_agent
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_sandbox.filed_records import conversation_turns, record_key
+    from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+    from langchain_sandbox.testing import ScriptedToolModel, call
+
+    steps = [
+        call("execute", command="echo kept > /home/user/notes.txt"),
+        call("execute", command="export STAGE=two"),  # changes the shell's saved state
+        call("execute", command="echo hi"),
+        call("execute", command="echo hi"),
+        "done",
+    ]
+
+    def script(messages: list[Any]) -> Any:
+        if isinstance(messages[-1], HumanMessage) and messages[-1].text == "again":
+            return call("execute", command='echo "$STAGE"; cat /home/user/notes.txt')
+        if isinstance(messages[-1], ToolMessage) and len(steps) == 0:
+            return "done"
+        return steps.pop(0)
+
+    saver = InMemorySaver()
+    config: Any = {"configurable": {"thread_id": "quiet"}}
+
+    def agent_on(base: str) -> tuple[Any, SandboxRuntime, LocalDirectoryBlobStore]:
+        store = LocalDirectoryBlobStore(tmp_path / "blobs")
+        runtime = SandboxRuntime(
+            "local",
+            provider_options={"base_dir": tmp_path / base},
+            snapshotter=Snapshotter(store),
+        )
+        model = ScriptedToolModel(script=script)
+        agent = create_deep_agent(
+            model, backend=SandboxBackend(runtime=runtime), checkpointer=saver
+        )
+        return agent, runtime, store
+
+    agent, runtime, store = agent_on("first")
+    with runtime:
+        result = agent.invoke({"messages": [HumanMessage("go")]}, config)
+        assert result["messages"][-1].text == "done"
+        turns = conversation_turns(result["messages"])
+        keys = [record_key("quiet", turn, str(m.tool_calls[0]["id"])) for turn, m in turns]
+        missing = runtime.run_sync(store.missing(set(keys)))
+    assert [key in missing for key in keys] == [False, False, True, True]
+
+    agent, runtime, _ = agent_on("second")
+    with runtime:
+        result = agent.invoke({"messages": [HumanMessage("again")]}, config)
+    shown = [m.text for m in result["messages"] if isinstance(m, ToolMessage)][-1]
+    assert "two\nkept\n" in shown
+    assert "restored from the snapshot" in shown
+    assert isinstance(result["messages"][-1], AIMessage)

@@ -55,6 +55,19 @@ async def test_savers_that_end_with_their_process_have_no_name() -> None:
         assert await acheckpointer_name(saver) is None
 
 
+def test_langgraph_devs_saver_outlives_its_process_and_has_a_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``langgraph dev``'s saver is an InMemorySaver that writes its checkpoints to disk and
+    reloads them: its threads resume after a restart, so its snapshots must be named."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+    from langgraph_runtime_inmem.checkpoint import InMemorySaver as DevSaver
+
+    monkeypatch.chdir(tmp_path)
+    saver = DevSaver(serde=JsonPlusSerializer())
+    assert checkpointer_name(saver) == "python:langgraph_runtime_inmem.checkpoint.InMemorySaver"
+
+
 async def test_postgres_connections_and_pools_share_the_name_gc_uses(postgres_dsn: str) -> None:
     expected = await gc_name(postgres_dsn)
     assert expected is not None

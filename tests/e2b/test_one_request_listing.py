@@ -37,11 +37,14 @@ async def test_a_capture_listing_is_one_request_carrying_a_token(
     async with await provider.create() as session:
         assert (await session.run_code("x = 1")).ok
         assert (await session.run_command("printf a > a.txt && mkfifo pipe")).ok
-        known = _applied({}, await session.list_changes({}, max_bytes=_MAX))
+        first = await session.list_changes({}, max_bytes=_MAX)
+        known = _applied({}, first)
         assert "pipe" not in known
         assert (await session.run_command("printf bb > a.txt")).ok
         emulator.clear_requests()
-        listing = await session.list_changes(known, max_bytes=_MAX, variables_max_bytes=_MAX)
+        listing = await session.list_changes(
+            known, max_bytes=_MAX, variables_max_bytes=_MAX, since=first.cursor
+        )
         [request] = emulator.requests
         assert request.route == "jupyter execute"
         assert sorted(_packed_request(request.body["code"])) == [
@@ -62,7 +65,8 @@ async def test_a_new_kernel_gets_the_listing_itself(
 ) -> None:
     async with await provider.create() as session:
         assert (await session.run_command("printf a > a.txt")).ok
-        known = _applied({}, await session.list_changes({}, max_bytes=_MAX))
+        first = await session.list_changes({}, max_bytes=_MAX)
+        known = _applied({}, first)
         forget = (
             "import sys\n"
             "for _name in [n for n in sys.modules if 'guest_changes' in n]:\n"
@@ -71,7 +75,7 @@ async def test_a_new_kernel_gets_the_listing_itself(
         assert (await session.run_code(forget)).ok
         assert (await session.run_command("printf b > b.txt")).ok
         emulator.clear_requests()
-        listing = await session.list_changes(known, max_bytes=_MAX)
+        listing = await session.list_changes(known, max_bytes=_MAX, since=first.cursor)
         assert [request.route for request in emulator.requests] == ["jupyter execute"] * 2
         assert [info.path for info in listing.changed] == ["b.txt"]
 

@@ -11,7 +11,9 @@ server's own files land in a temporary directory), drives two runs of one thread
 * the ``updates`` stream has the shape of a plain ``ToolNode``'s (one dict per node);
 * nothing in the server reached beyond loopback: an audit hook in the server's interpreter
   records every connection and name lookup to a non-loopback host, and telemetry, license and
-  version checks are switched off through the settings the CLI documents.
+  version checks are switched off through the settings the CLI documents;
+* the server's saver (which keeps its checkpoints across restarts) is noted in the snapshot
+  store, so another application's ``gc`` refuses to delete the blobs its threads need.
 """
 
 from __future__ import annotations
@@ -114,7 +116,12 @@ def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"langgraph dev did not start:\n{log_path.read_text()}")
             time.sleep(0.5)
-        yield {"url": url, "log": log_path, "network": audit_log}
+        yield {
+            "url": url,
+            "log": log_path,
+            "network": audit_log,
+            "blobs": tmp_path / "sandbox-home" / "blobs",
+        }
     finally:
         os.killpg(process.pid, signal.SIGINT)
         try:
@@ -165,3 +172,33 @@ def test_two_runs_of_a_thread_under_langgraph_dev(server: dict[str, Any]) -> Non
 
     reached = server["network"].read_text().splitlines()
     assert reached == [], reached
+
+
+def test_gc_of_another_application_keeps_what_langgraph_devs_threads_need(
+    server: dict[str, Any], tmp_path: Path
+) -> None:
+    """``langgraph dev`` keeps its checkpoints across restarts (in ``.langgraph_api/``) with an
+    InMemorySaver subclass. Another application sharing the blob store runs ``gc`` with only its
+    own checkpointer: it must refuse, naming the server's saver, and delete nothing."""
+    client = get_sync_client(url=server["url"])
+    thread = client.threads.create()["thread_id"]
+    client.runs.wait(
+        thread,
+        "agent",
+        input={"messages": [{"role": "user", "content": "open('kept.txt', 'w').write('x')"}]},
+    )
+    blobs = sorted(p for p in server["blobs"].rglob("*") if p.is_file())
+    assert blobs
+
+    other = f"sqlite:///{tmp_path / 'other-app.sqlite'}"
+    gc = [sys.executable, "-m", "langchain_sandbox.cli", "gc", "--blobs", str(server["blobs"])]
+    done = subprocess.run(
+        [*gc, f"--checkpointer={other}", "--allow-empty-checkpointer", "--grace", "0", "--yes"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "python:langgraph_runtime_inmem.checkpoint.InMemorySaver" in done.stderr
+    assert sorted(p for p in server["blobs"].rglob("*") if p.is_file()) == blobs

@@ -5,6 +5,7 @@ calls, blobs written), never timed."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -343,3 +344,27 @@ async def test_an_unchanged_workspace_against_another_base_is_still_captured(
     third = await snapshotter.capture(session, base=first.ref, revision=3)
     assert third.ref not in (first.ref, second.ref)
     assert third.ref in counting_store.written
+
+
+async def test_a_capture_whose_session_knowledge_does_not_add_up_captures_everything(
+    new_session: SessionFactory, counting_store: CountingBlobStore
+) -> None:
+    """The entries kept per session are patched, not rebuilt; if they ever lost a file (a bug),
+    the capture notices and takes a full one instead of writing a snapshot without it."""
+    snapshotter_ = Snapshotter(counting_store)
+    session = await new_session()
+    files = _workspace()
+    await session.write_files(files)
+    first = await snapshotter_.capture(session, revision=1)
+    known = snapshotter_._known[session]
+    lost = dict(known.entries)
+    del lost["d3/f0003.txt"]
+    snapshotter_._known[session] = dataclasses.replace(known, entries=lost)
+
+    await session.write_files({"d0/f0000.txt": b"changed"})
+    second = await snapshotter_.capture(session, base=first.ref, revision=2)
+
+    assert second.files == FILES
+    fresh = await new_session()
+    await snapshotter_.restore(fresh, second.ref)
+    assert await workspace_state(fresh) == await workspace_state(session)

@@ -117,3 +117,47 @@ async def test_a_corrupt_variables_blob_costs_the_variables_not_the_files(
     assert await fresh.read_files(["a.txt"]) == {"a.txt": CONTENT}
     assert report.variables_lost == ("x",)
     assert any("variables were not restored" in n and "x" in n for n in report.notices)
+
+
+@pytest.mark.parametrize("damaged", [0, -1])
+async def test_a_corrupt_manifest_part_costs_the_files_it_lists_and_gc_keeps_the_rest(
+    new_session: SessionFactory, any_store: BlobStore, damaged: int
+) -> None:
+    """A format 2 manifest lists its files in parts. One part is damaged: gc keeps what the
+    other parts, and the root (the variables), need (only the contents no readable part names
+    go); a restore brings all of that back and counts the files it could not (their names were
+    in the damaged part)."""
+    source = await new_session()
+    snapshotter = Snapshotter(any_store)
+    files = {f"f{i:03}.txt": f"file {i}".encode() for i in range(400)}
+    await source.write_files(files)
+    await source.run_code("x = 7")
+    info = await snapshotter.capture(source, revision=1)
+    parts = (await snapshotter.load_manifest(info.ref)).parts
+    assert len(parts) >= 2
+    await garble(any_store, parts[damaged].sha256)
+
+    report = await Snapshotter(any_store).collect_garbage([info.ref], grace_seconds=0)
+    assert report.deleted_blobs == parts[damaged].files, report  # every file's content is its own
+
+    fresh = await new_session()
+    restored = await Snapshotter(any_store).restore(fresh, info.ref)
+    assert restored.files_unlisted == parts[damaged].files
+    assert restored.variables_restored == ("x",)
+    names, start = sorted(files), sum(part.files for part in parts[: damaged % len(parts)])
+    kept = names[:start] + names[start + parts[damaged].files :]
+    assert await fresh.read_files(kept) == {path: files[path] for path in kept}
+    assert f"{parts[damaged].files} file(s) could not be restored because the part" in " ".join(
+        restored.notices
+    )
+
+    # The restored session's next snapshot is whole and names no damaged part.
+    await fresh.write_files({"new.txt": b"new"})
+    again = await snapshotter.capture(fresh, base=info.ref, revision=2)
+    assert parts[damaged].sha256 not in {
+        p.sha256 for p in (await snapshotter.load_manifest(again.ref)).parts
+    }
+    other = await new_session()
+    await Snapshotter(any_store).restore(other, again.ref)
+    expected = {**{path: files[path] for path in kept}, "new.txt": b"new"}
+    assert await other.read_files(sorted(expected)) == expected

@@ -72,9 +72,10 @@ from langchain_sandbox.providers.names import E2B as PROVIDER_NAME
 from langchain_sandbox.providers.remote import (
     SESSION_KEY,
     TAG_KEY,
-    ListingMemory,
     RemoteProvider,
     RemoteSession,
+    change_listing,
+    known_reference,
     load_sdk,
     read_tags,
     tag_metadata,
@@ -251,7 +252,6 @@ class E2BSession(RemoteSession):
         self._lease_lock = asyncio.Lock()
         self._paused = False
         self._closed = False
-        self._listings = ListingMemory()
 
     def __repr__(self) -> str:
         return f"E2BSession(session_id={self.session_id!r}, sandbox_id={self.sandbox_id!r})"
@@ -468,10 +468,11 @@ class E2BSession(RemoteSession):
         *,
         max_bytes: int,
         variables_max_bytes: int | None = None,
+        since: object | None = None,
     ) -> ChangeListing:
         """One code execution in the kernel: it lists the workspace, compares it with ``known``
-        (sent as a token when the kernel answered it last, see
-        :class:`~langchain_sandbox.providers.remote.ListingMemory`), reads the changed regular
+        (named by the kernel's token when ``since`` is the cursor it returned, see
+        :func:`~langchain_sandbox.providers.remote.known_reference`), reads the changed regular
         files (opened without blocking: a FIFO cannot hang it) and, when asked, dumps the
         variables; entries are what :meth:`list_files` would report for them."""
         request: dict[str, Any] = {
@@ -480,10 +481,13 @@ class E2BSession(RemoteSession):
             "mtime_unit_ns": _LISTED_MTIME_UNIT_NS,
             "mode_mask": _LISTED_MODE_MASK,
         }
-        lines = await self._changes(known, request, variables_max_bytes)
+        lines = await self._changes(
+            {**request, **known_reference(known, since)}, variables_max_bytes
+        )
         if json.loads(lines[-1]).get("stale"):  # a new kernel: it never saw the token
-            self._listings.forget()
-            lines = await self._changes(known, request, variables_max_bytes)
+            lines = await self._changes(
+                {**request, **known_reference(known, None)}, variables_max_bytes
+            )
         *chunks, described = lines
         answer = json.loads(described)
         variables = (
@@ -492,17 +496,10 @@ class E2BSession(RemoteSession):
             else _variables_dump(chunks, answer["variables"], variables_max_bytes)
         )
         contents = {path: base64.b64decode(data) for path, data in answer["contents"].items()}
-        return self._listings.answered(known, answer, contents, variables)
+        return change_listing(answer, contents, variables)
 
-    async def _changes(
-        self,
-        known: Mapping[str, FileInfo],
-        request: dict[str, Any],
-        variables_max_bytes: int | None,
-    ) -> list[str]:
-        packed = base64.b64encode(
-            json.dumps({**request, **self._listings.reference(known)}).encode()
-        ).decode()
+    async def _changes(self, request: dict[str, Any], variables_max_bytes: int | None) -> list[str]:
+        packed = base64.b64encode(json.dumps(request).encode()).decode()
         dump = (
             ""
             if variables_max_bytes is None

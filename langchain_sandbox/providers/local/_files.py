@@ -11,16 +11,21 @@ non-blocking and must be regular files, so a FIFO planted in the workspace canno
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import logging
 import operator
 import os
+import shutil
 import stat
-from collections.abc import Callable, Iterator, Sequence
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from langchain_sandbox.errors import InvalidInputError, InvalidPathError
-from langchain_sandbox.providers.base import FileInfo
+from langchain_sandbox.providers.base import ChangeListing, FileInfo
 from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.workspace import MAX_PATH_DEPTH, relative_path
 
@@ -158,67 +163,39 @@ class HostWorkspace:
                 os.close(fd)
 
     def _scan(self, fd: int, prefix: str, recursive: bool) -> list[FileInfo]:
-        """The entries below ``fd``, depth first in name order, walked with an explicit stack
-        (sandboxed code can nest directories far deeper than Python's recursion limit).
+        """The entries below ``fd``, depth first in name order."""
+        return _Scan(fd, {}, ordered=True).walk(prefix, recursive).changed
 
-        Directories at :data:`MAX_PATH_DEPTH` are listed but not entered: no path the host API
-        accepts lies below them. The loop body is the cost of every capture of a large
-        workspace, so it does per entry only what it must: one ``lstat`` and one ``FileInfo``.
+    def changes(self, known: Mapping[str, FileInfo], since: object | None) -> ChangeListing:
+        """How the whole workspace differs from ``known`` (see :meth:`Session.list_changes`).
+
+        With the cursor of the listing ``known`` was completed with, only what ``find`` reports
+        as changed since (by ``ctime``, which every write, chmod, link and rename sets and no
+        program can set back), and the directories, are looked at from Python; otherwise, or
+        when that cannot be trusted (no GNU ``find``, a directory it could not read, the host
+        clock stepped back), every entry is.
         """
-        entries: list[FileInfo] = []
-        append = entries.append
-        # Per directory being walked: its descriptor, its path prefix, whether its
-        # subdirectories are entered, and the children left.
-        stack: list[tuple[int, str, bool, Iterator[os.DirEntry[str]]]] = []
-        enter = recursive and prefix.count("/") + 1 < MAX_PATH_DEPTH
-        current: tuple[int, str, bool, Iterator[os.DirEntry[str]]] | None = (
-            fd,
-            prefix,
-            enter,
-            _sorted_entries(fd),
+        with self._directory([], create=False, display=".") as root:
+            cursor = _Cursor.now(root)
+            changed, gone, dirs = None, None, 0
+            if (
+                len(known) >= _FIND_FROM_ENTRIES
+                and isinstance(since, _Cursor)
+                and since.vouches_for(cursor)
+            ):
+                found = _recently_changed(self.root, since)
+                if found is not None:
+                    changed, gone = _changes_among(root, known, since, cursor, *found)
+                    dirs = len(found[0])
+            if changed is None or gone is None:
+                scan = _Scan(root, known, ordered=False).walk("", recursive=True)
+                changed, gone, dirs = scan.changed, [], scan.dirs
+                if scan.matched != len(known):
+                    seen = set(scan.seen)
+                    gone = [path for path in known if path not in seen]
+        return ChangeListing(
+            tuple(changed), tuple(gone), cursor=dataclasses.replace(cursor, dirs=dirs)
         )
-        try:
-            while current is not None:
-                directory, base, descend, children = current
-                for entry in children:
-                    try:
-                        info = entry.stat(follow_symlinks=False)
-                    except FileNotFoundError:
-                        continue  # removed by sandboxed code while we listed
-                    fmt = info.st_mode & _S_IFMT
-                    path = base + entry.name
-                    if fmt == stat.S_IFREG:
-                        append(
-                            FileInfo(path, info.st_size, info.st_mtime_ns, info.st_mode & 0o7777)
-                        )
-                    elif fmt == stat.S_IFDIR:
-                        append(FileInfo(path, 0, info.st_mtime_ns, info.st_mode & 0o7777, "dir"))
-                        if not descend:
-                            continue
-                        try:
-                            child = os.open(entry.name, _DIR_FLAGS, dir_fd=directory)
-                        except OSError:
-                            continue
-                        stack.append(current)
-                        below = path + "/"
-                        deeper = below.count("/") + 1 < MAX_PATH_DEPTH
-                        current = (child, below, deeper, _sorted_entries(child))
-                        break
-                    elif fmt == stat.S_IFLNK:
-                        mode = info.st_mode & 0o7777
-                        append(FileInfo(path, info.st_size, info.st_mtime_ns, mode, "symlink"))
-                    # FIFOs, sockets and devices are left out (see _file_info).
-                else:
-                    if directory != fd:
-                        os.close(directory)
-                    current = stack.pop() if stack else None
-        finally:
-            for directory, _, _, _ in stack:
-                if directory != fd:
-                    os.close(directory)
-            if current is not None and current[0] != fd:
-                os.close(current[0])
-        return entries
 
     def usage(self) -> int:
         """Bytes the workspace takes on the host: per file the larger of its size and the disk
@@ -262,6 +239,254 @@ class HostWorkspace:
             if exc.details.get("errno") == errno.ENOENT:
                 return
             raise
+
+
+class _Scan:
+    """One walk of a workspace tree that keeps the entries not in ``known`` as they are now.
+
+    The walk uses an explicit stack (sandboxed code can nest directories far deeper than
+    Python's recursion limit) and does not enter directories at :data:`MAX_PATH_DEPTH`: no path
+    the host API accepts lies below them. Its loop body is the cost of every capture of a large
+    workspace, so per entry it does only what it must: one ``lstat``, one dict lookup, and a
+    ``FileInfo`` only for an entry that is new or changed.
+
+    Args:
+        fd: The directory walked (not closed here).
+        known: path -> entry as the caller last listed it.
+        ordered: Walk each directory in name order (listings promise it; a comparison does not
+            need it).
+
+    Changed files are not read here: a file read this close to its change could not be trusted
+    by the next capture (see the snapshotter's racy window), which reads it after waiting that
+    window out instead.
+    """
+
+    def __init__(self, fd: int, known: Mapping[str, FileInfo], *, ordered: bool) -> None:
+        self.fd = fd
+        self.known = known
+        self.ordered = ordered
+        self.changed: list[FileInfo] = []
+        self.seen: list[str] = []
+        self.matched = 0
+        self.dirs = 0
+
+    def walk(self, prefix: str, recursive: bool) -> _Scan:
+        stack: list[tuple[int, str, bool, Iterator[os.DirEntry[str]]]] = []
+        enter = recursive and prefix.count("/") + 1 < MAX_PATH_DEPTH
+        current: tuple[int, str, bool, Iterator[os.DirEntry[str]]] | None = (
+            self.fd,
+            prefix,
+            enter,
+            self._entries(self.fd),
+        )
+        known_get = self.known.get
+        changed = self.changed.append
+        seen = self.seen.append
+        try:
+            while current is not None:
+                directory, base, descend, children = current
+                for entry in children:
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue  # removed by sandboxed code while we listed
+                    fmt = info.st_mode & _S_IFMT
+                    if fmt == stat.S_IFDIR:
+                        kind: Literal["file", "dir", "symlink"] = "dir"
+                        size = 0
+                        self.dirs += 1
+                    elif fmt == stat.S_IFREG:
+                        kind, size = "file", info.st_size
+                    elif fmt == stat.S_IFLNK:
+                        kind, size = "symlink", info.st_size
+                    else:
+                        continue  # FIFOs, sockets and devices are left out (see _file_info)
+                    path = base + entry.name
+                    seen(path)
+                    mode = info.st_mode & 0o7777
+                    old = known_get(path)
+                    if (
+                        old is not None
+                        and old.mtime_ns == info.st_mtime_ns
+                        and old.size == size
+                        and old.mode == mode
+                        and old.kind == kind
+                    ):
+                        self.matched += 1
+                    else:
+                        self.matched += old is not None
+                        changed(FileInfo(path, size, info.st_mtime_ns, mode, kind))
+                    if kind == "dir" and descend:
+                        try:
+                            child = os.open(entry.name, _DIR_FLAGS, dir_fd=directory)
+                        except OSError:
+                            continue
+                        stack.append(current)
+                        below = path + "/"
+                        deeper = below.count("/") + 1 < MAX_PATH_DEPTH
+                        current = (child, below, deeper, self._entries(child))
+                        break
+                else:
+                    if directory != self.fd:
+                        os.close(directory)
+                    current = stack.pop() if stack else None
+        finally:
+            for directory, _, _, _ in stack:
+                if directory != self.fd:
+                    os.close(directory)
+            if current is not None and current[0] != self.fd:
+                os.close(current[0])
+        return self
+
+    def _entries(self, fd: int) -> Iterator[os.DirEntry[str]]:
+        with os.scandir(fd) as iterator:
+            return iter(sorted(iterator, key=_by_name) if self.ordered else list(iterator))
+
+
+_FIND_FROM_ENTRIES = 2000
+"""Below this many entries a walk in Python costs less than starting ``find`` (measured: 2.5 ms
+against 4.2 ms at 1,000 files, 35 ms against 22 ms at 10,000)."""
+
+_CTIME_MARGIN_NS = 100_000_000
+"""How much older than a listing an inode's ``ctime`` must be to prove the entry unchanged since:
+file timestamps come from the kernel's coarse clock, which lags the host's by up to a tick (10 ms
+at HZ=100); a wall clock that moved back by more than half of it meanwhile voids the cursor."""
+
+
+@dataclass(frozen=True)
+class _Cursor:
+    """The moment of a listing of one workspace: host wall and monotonic clocks before it
+    started, the root directory's identity and stat, and how many directories it listed."""
+
+    wall_ns: int
+    monotonic_ns: int
+    root: tuple[int, int, int, int]
+    dirs: int = -1
+
+    @classmethod
+    def now(cls, root_fd: int) -> _Cursor:
+        info = os.fstat(root_fd)
+        identity = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_mode)
+        return cls(time.time_ns(), time.monotonic_ns(), identity)
+
+    def vouches_for(self, now: _Cursor) -> bool:
+        """Whether ``ctime`` can tell what changed between this listing and ``now``: same
+        workspace directory, and the wall clock did not step back meanwhile (a change made
+        after a step back would carry a ``ctime`` older than this listing)."""
+        elapsed_wall = now.wall_ns - self.wall_ns
+        elapsed = now.monotonic_ns - self.monotonic_ns
+        return (
+            self.dirs >= 0
+            and self.root[:2] == now.root[:2]
+            and elapsed_wall >= elapsed - _CTIME_MARGIN_NS // 2
+        )
+
+
+def _recently_changed(root: str, since: _Cursor) -> tuple[list[str], list[str]] | None:
+    """The directories of the workspace, and the other entries whose ``ctime`` is not older
+    than ``since`` (less the margin), as GNU ``find`` walks them (never following a symlink, no
+    deeper than listings go); ``None`` if ``find`` is missing or did not walk everything."""
+    find = shutil.which("find")
+    if find is None:
+        return None
+    threshold = since.wall_ns - _CTIME_MARGIN_NS
+    seconds, nanoseconds = divmod(threshold, 1_000_000_000)
+    command = [
+        find, ".", "-mindepth", "1", "-maxdepth", str(MAX_PATH_DEPTH),
+        "(", "-type", "d", "-printf", "d%P\\0", ")", "-o",
+        "(", "-newerct", f"@{seconds}.{nanoseconds:09d}", "-printf", "e%P\\0", ")",
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(
+            command, cwd=root, capture_output=True, env={"LC_ALL": "C"}, check=False
+        )
+    except OSError:
+        return None
+    if done.returncode != 0 or done.stderr:
+        return None  # e.g. a directory it could not read: its entries were not compared
+    dirs: list[str] = []
+    entries: list[str] = []
+    for item in done.stdout.split(b"\0")[:-1]:
+        (dirs if item[:1] == b"d" else entries).append(os.fsdecode(item[1:]))
+    return dirs, entries
+
+
+def _changes_among(
+    root: int,
+    known: Mapping[str, FileInfo],
+    since: _Cursor,
+    now: _Cursor,
+    dirs: list[str],
+    recent: list[str],
+) -> tuple[list[FileInfo], list[str]] | tuple[None, None]:
+    """The changed entries and gone paths of the workspace, looking only at ``recent`` entries,
+    the directories, and the children of directories whose own entry changed (a directory's
+    mtime moves when an entry is added, removed or renamed in it; a directory moved as a whole
+    is new, and so is everything below it); ``(None, None)`` if an entry vanished meanwhile."""
+    changed: list[FileInfo] = []
+    # A directory changed within the margin before the last listing may have changed again in
+    # the same timestamp tick after it: it is listed again too.
+    recent_ns = since.wall_ns - _CTIME_MARGIN_NS
+    relist = [""] if now.root[2:] != since.root[2:] or now.root[2] >= recent_ns else []
+    looked: set[str] = set()
+    unlisted: list[str] = []  # known paths now gone, or now a FIFO, socket or device
+
+    def look(path: str) -> FileInfo | None:
+        """Compare the entry at ``path``; OSError (a path over PATH_MAX, say) ends the attempt."""
+        looked.add(path)
+        try:
+            entry = _file_info(path, os.stat(path, dir_fd=root, follow_symlinks=False))
+        except FileNotFoundError:
+            entry = None
+        if entry is None:
+            if path in known:
+                unlisted.append(path)
+        elif known.get(path) != entry:
+            changed.append(entry)
+        return entry
+
+    present_dirs = set(dirs)
+    children: dict[str, set[str]] = {}
+    try:
+        for path in dirs:
+            entry = look(path)
+            if entry is None or entry.kind != "dir":
+                return None, None
+            if known.get(path) != entry or entry.mtime_ns >= recent_ns:
+                relist.append(path)
+        for path in recent:
+            look(path)
+        for path in relist:
+            if path and path.count("/") + 1 >= MAX_PATH_DEPTH:
+                continue  # listings do not enter it
+            names = children[path] = _child_names(root, path)
+            prefix = path + "/" if path else ""
+            for name in names:
+                child = prefix + name
+                if child not in known and child not in looked:
+                    look(child)
+    except OSError:
+        return None, None
+    gone = set(unlisted)
+    if children or len(present_dirs) != since.dirs:
+        for path in known:
+            parent, _, name = path.rpartition("/")
+            listed = children.get(parent)
+            if listed is not None:
+                if name not in listed:
+                    gone.add(path)
+            elif parent and parent not in present_dirs:
+                gone.add(path)
+    return changed, sorted(gone)
+
+
+def _child_names(root: int, path: str) -> set[str]:
+    """The names in directory ``path`` of the workspace (opened without following symlinks)."""
+    fd = os.open(path or ".", _DIR_FLAGS, dir_fd=root)
+    try:
+        return set(os.listdir(fd))
+    finally:
+        os.close(fd)
 
 
 _READ_CHUNK = 1024 * 1024

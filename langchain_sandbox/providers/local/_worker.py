@@ -23,6 +23,10 @@ JSON and the host decodes them once, whole. Each stream is capped here, inside t
 first half of the budget is forwarded as it is produced, then only the most recent bytes are kept,
 so printing gigabytes costs the host nothing.
 
+A persistent-shell command (a request marked ``warm``) runs in a *spare* when there is one: a
+``bash`` the worker started while it was idle after the previous one, waiting for its script, so
+the command does not wait for a process to start (see :class:`_Spare`).
+
 Start-up time is part of every session's cold start, so this module imports only built-in or
 already-loaded modules up front (no ``json``, ``ast``, ``re``, ``typing``, ``subprocess``); heavier
 ones are imported when a request first needs them.
@@ -169,6 +173,104 @@ class _Interrupter:
             raise KeyboardInterrupt
 
 
+_SPARE_BOOT = (
+    "read -r __lcs_go <&{go} || exit 0; IFS= read -r -d '' __lcs_script <&{script}; "
+    'exec {go}<&- {script}<&-; SECONDS=0; eval "unset -v __lcs_go __lcs_script;$__lcs_script"'
+)
+"""What a spare shell runs: wait for the go line (end of file: the spare is discarded, exit), read
+the script (a memfd, so ``read`` takes it in blocks, not a byte at a time as from a pipe), close
+both descriptors and ``eval`` it, on the script's first line so its messages keep their line
+numbers. ``SECONDS`` counts from the command, not from the spare's start."""
+
+_SPARE_IDLE_MS = 2
+"""How long the worker waits for a next request before it starts a spare."""
+
+_INHERITED_STATUS = (
+    b"Umask:",
+    b"SigBlk:",
+    b"SigIgn:",
+    b"NoNewPrivs:",
+    b"Cpus_allowed:",
+    b"Mems_allowed:",
+)
+
+
+def _inherited() -> bytes:
+    """What a process started by the calling thread inherits from it besides the environment,
+    the working directory and the descriptors (each given explicitly): umask, blocked and ignored
+    signals, no_new_privs, CPU and memory placement, priority, nice value, scheduling policy and
+    resource limits.
+
+    A spare is used only if these are as they were when it started: the requests that run user
+    code in this process (cells, loading variables) discard it, but a variables dump runs
+    pickling hooks, which could change any of them.
+    """
+    with open("/proc/thread-self/status", "rb") as handle:
+        parts = [line for line in handle if line.startswith(_INHERITED_STATUS)]
+    with open("/proc/thread-self/stat", "rb") as handle:
+        fields = handle.read().rpartition(b")")[2].split()
+    parts += [fields[15], fields[16], fields[38]]  # priority, nice, policy (fields 18, 19, 41)
+    with open("/proc/self/limits", "rb") as handle:
+        parts.append(handle.read())
+    return b"\n".join(parts)
+
+
+class _Spare:
+    """A shell started before its command arrives, blocked reading the go line.
+
+    Starting a process (fork, exec, bash's own start) is most of a small command's time in
+    here; a spare takes it off the command's path. It runs the command exactly as a fresh
+    ``bash -c`` would, with one difference: the script is ``eval``-ed, so bash names a syntax
+    error of the script's own text ``eval`` instead of ``-c``. The persistent shell evals the
+    user's command itself, so its commands read the same either way; only requests marked
+    ``warm`` (the persistent shell's) use spares.
+    """
+
+    def __init__(self, shell: str, cwd: str | None, env: dict[str, str], inherited: bytes) -> None:
+        import subprocess
+
+        self.key = (shell, cwd, env, inherited)
+        self._script = os.memfd_create("command", os.MFD_CLOEXEC)
+        go, self._go = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                [shell, "-c", _SPARE_BOOT.format(go=go, script=self._script)],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=(go, self._script),
+            )
+        except BaseException:
+            os.close(self._go)
+            os.close(self._script)
+            raise
+        finally:
+            os.close(go)
+
+    def run(self, script: bytes) -> subprocess.Popen[bytes]:
+        """Hand the spare its script: from here on it is the command's process."""
+        try:
+            os.pwrite(self._script, script + b"\0", 0)
+            os.write(self._go, b"\n")
+        finally:
+            os.close(self._go)
+            os.close(self._script)
+        return self.process
+
+    def discard(self) -> None:
+        """End the spare unused (closing the go pipe alone would end it, but not at once)."""
+        os.close(self._go)
+        os.close(self._script)
+        _kill_group(self.process.pid)
+        self.process.wait()
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
 class Worker:
     """The worker's state: the user's namespace, captures, and the request loop."""
 
@@ -182,7 +284,8 @@ class Worker:
     ) -> None:
         self.guest = guest
         self.events = _Events(event_fd)
-        self.requests = os.fdopen(request_fd, "rb")
+        # Unbuffered, so polling the descriptor tells whether a request is waiting.
+        self.requests = os.fdopen(request_fd, "rb", buffering=0)
         self.control_fd = control_fd
         self.kernel_state_path, self.cloudpickle_path = kernel_state
         self.module = type(sys)("__main__")
@@ -197,6 +300,10 @@ class Worker:
         self.stderr = guest.FdCapture(2)
         self.interrupter = _Interrupter()
         self._install_streams(replace=True)
+        self._spare: _Spare | None = None
+        # The last persistent-shell command, while the next may be one: a spare is started
+        # like it when the worker is idle.
+        self._spare_for: dict[str, Any] | None = None
 
     def _install_streams(self, *, replace: bool = False) -> None:
         """Point fds 1 and 2 at the captures again and give ``sys.stdout``/``stderr`` fresh
@@ -215,6 +322,8 @@ class Worker:
         self.events.send({"ev": "ready"})
         while True:
             try:
+                if self._spare_for is not None and self._spare is None and self._idle():
+                    self._start_spare(self._spare_for)
                 request = self._read_request()
             except KeyboardInterrupt:
                 continue  # a stray interrupt between requests
@@ -222,15 +331,29 @@ class Worker:
                 return  # the host closed the pipe (or broke the framing): nothing left to do
             self._handle(request)
 
+    def _idle(self) -> bool:
+        """Whether no request arrives within :data:`_SPARE_IDLE_MS`. A request that follows
+        its predecessor at once (the variables dump after a command) goes first: starting a
+        spare would delay it."""
+        poller = select.poll()
+        poller.register(self.requests.fileno(), select.POLLIN)
+        return not poller.poll(_SPARE_IDLE_MS)
+
     def _read_request(self) -> dict[str, Any]:
-        header = self.requests.read(4)
-        if len(header) < 4:
-            raise EOFError
-        body = self.requests.read(int.from_bytes(header, "little"))
-        request = marshal.loads(body)
+        size = int.from_bytes(self._read_exactly(4), "little")
+        request = marshal.loads(self._read_exactly(size))
         if not isinstance(request, dict):
             raise ValueError("a request is a dict")
         return request
+
+    def _read_exactly(self, size: int) -> bytes:
+        data = bytearray()
+        while len(data) < size:
+            chunk = self.requests.read(size - len(data))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return bytes(data)
 
     def _control_loop(self) -> None:
         control = os.fdopen(self.control_fd, "rb")
@@ -242,6 +365,13 @@ class Worker:
     def _handle(self, request: dict[str, Any]) -> None:
         request_id = int(request.get("id", 0))
         op = request.get("op")
+        if op not in ("command", "dump"):
+            # The user's code runs in this process (a cell, unpickling, an import finder's hook)
+            # and may change what a spare inherited; no spare until the next shell command. A
+            # dump's pickling hooks are the user's code too, but rarely change anything: a
+            # spare is checked against what it inherited instead.
+            self._drop_spare()
+            self._spare_for = None
         try:
             if op == "exec":
                 reply = self._exec(request_id, request)
@@ -271,6 +401,8 @@ class Worker:
             os._exit(0)
         reply.update(id=request_id, ev="done")
         self.events.send(reply)
+        if op == "command":
+            self._spare_for = request if request.get("warm") else None
 
     # ------------------------------------------------------------------ code
 
@@ -335,18 +467,20 @@ class Worker:
         }
         import subprocess
 
-        env = dict(os.environ)
-        env.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
+        shell, cwd, env = _command_context(request)
+        script = os.fsencode(str(request["command"]))
         started = time.perf_counter()
-        process = subprocess.Popen(
-            [request.get("shell", "/bin/bash"), "-c", str(request["command"])],
-            cwd=request.get("cwd") or None,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        process = self._run_spare(shell, cwd, env, script) if request.get("warm") else None
+        if process is None:
+            process = subprocess.Popen(
+                [shell, "-c", script],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
         self.interrupter.start(request_id, process)
         assert process.stdout is not None
         assert process.stderr is not None
@@ -385,6 +519,45 @@ class Worker:
             "dropped": {name: limiter.finish() for name, limiter in limiters.items()},
         }
 
+    def _start_spare(self, request: dict[str, Any]) -> None:
+        shell, cwd, env = _command_context(request)
+        if "BASH_ENV" in env:
+            # bash sources that file when it starts: a spare would read it too early.
+            self._spare_for = None
+            return
+        try:
+            self._spare = _Spare(shell, cwd, env, _inherited())
+        except Exception:
+            # No spare this time (no memfd, the process limit reached...): commands start
+            # their own process, as without spares.
+            self._spare_for = None
+
+    def _take_spare(self) -> _Spare | None:
+        """The spare, detached, if it is still waiting (something may have killed it)."""
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.process.poll() is not None:
+            spare.discard()
+            return None
+        return spare
+
+    def _drop_spare(self) -> None:
+        spare = self._take_spare()
+        if spare is not None:
+            spare.discard()
+
+    def _run_spare(
+        self, shell: str, cwd: str | None, env: dict[str, str], script: bytes
+    ) -> subprocess.Popen[bytes] | None:
+        """The spare's process running ``script``, if the spare was started exactly as a fresh
+        process for this command would be; ``None`` (and no spare) otherwise."""
+        spare = self._take_spare()
+        if spare is None:
+            return None
+        if b"\0" in script or spare.key != (shell, cwd, env, _inherited()):
+            spare.discard()
+            return None
+        return spare.run(script)
+
     # -------------------------------------------------------------- variables
 
     def _kernel_state(self) -> types.ModuleType:
@@ -413,6 +586,13 @@ class Worker:
         blob = bytes(request["data"])
         failed = self._kernel_state().load_namespace(self.namespace, blob)
         return {"failed": failed}
+
+
+def _command_context(request: dict[str, Any]) -> tuple[str, str | None, dict[str, str]]:
+    """The shell, working directory (``None``: the worker's) and environment of a command."""
+    env = dict(os.environ)
+    env.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
+    return str(request.get("shell", "/bin/bash")), request.get("cwd") or None, env
 
 
 def _end_strays() -> None:

@@ -31,12 +31,14 @@ from langchain_sandbox.errors import (
 )
 from langchain_sandbox.providers.base import (
     Capabilities,
+    ChangeListing,
     FileInfo,
     OutputCallback,
     Session,
     SessionRecord,
     SessionSpec,
     VariablesDump,
+    checked_timeout,
 )
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
 from langchain_sandbox.providers.local._files import HostWorkspace, remove_directory
@@ -49,8 +51,9 @@ from langchain_sandbox.providers.local._quota import WorkspaceQuota
 from langchain_sandbox.providers.local._streams import OutputStreams
 from langchain_sandbox.providers.local._worker_process import WorkerDied, WorkerProcess
 from langchain_sandbox.providers.names import LOCAL
+from langchain_sandbox.providers.persistent_shell import shell_script
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
-from langchain_sandbox.workspace import resolve_path
+from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
 
 INTERRUPT_GRACE = 2.0
 """Seconds a timed-out call gets to stop after the interrupt before its worker is killed."""
@@ -297,16 +300,39 @@ class LocalSession(Session):
         env: dict[str, str],
         cwd: str,
         on_output: OutputCallback | None,
+        warm: bool = False,
     ) -> ExecutionResult:
-        await asyncio.to_thread(self._files.require_dir, cwd)
+        if cwd != WORKSPACE_ROOT:  # the root is the sandbox's own mount: always a directory
+            await asyncio.to_thread(self._files.require_dir, cwd)
         payload = {
             "command": command,
             "cwd": self.launcher.to_process_path(cwd),
             "env": env,
             "limit": self.spec.limits.max_output_bytes,
             "shell": self.launcher.bash,
+            "warm": warm,
         }
         return await self._execute("command", "command", payload, timeout, on_output)
+
+    async def run_shell(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        """:meth:`Session.run_shell`, in a shell the worker started before the command arrived
+        when it has one (``warm``): the persistent shell ``eval``-s the command itself, so it
+        reads the same there as in a new ``bash -c`` (see ``_worker._Spare``)."""
+        return await self._run_command(
+            shell_script(command, cwd),
+            timeout=checked_timeout(timeout, self.spec.limits.timeout),
+            env={},
+            cwd=WORKSPACE_ROOT,
+            on_output=on_output,
+            warm=True,
+        )
 
     async def _execute(
         self,
@@ -399,6 +425,21 @@ class LocalSession(Session):
     async def list_files(self, path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
         self._check_open()
         return await asyncio.to_thread(self._files.listdir, path, recursive=recursive)
+
+    async def list_changes(
+        self,
+        known: Mapping[str, FileInfo],
+        *,
+        max_bytes: int,
+        variables_max_bytes: int | None = None,
+        since: object | None = None,
+    ) -> ChangeListing:
+        """One walk of the workspace on the host: one ``lstat`` per entry and a ``FileInfo``
+        only for what changed. No contents: reading the files is as cheap after the listing, and
+        then waits out the snapshotter's racy window (the interpreter is not involved either, so
+        the variables dump runs beside the walk)."""
+        self._check_open()
+        return await asyncio.to_thread(self._files.changes, known, since)
 
     async def remove_files(self, paths: Sequence[str]) -> None:
         self._check_open()

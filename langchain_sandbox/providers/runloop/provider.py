@@ -72,9 +72,10 @@ from langchain_sandbox.providers.names import RUNLOOP as PROVIDER_NAME
 from langchain_sandbox.providers.remote import (
     SESSION_KEY,
     TAG_KEY,
-    ListingMemory,
     RemoteProvider,
     RemoteSession,
+    change_listing,
+    known_reference,
     load_sdk,
     read_tags,
     tag_metadata,
@@ -516,7 +517,6 @@ class RunloopSession(RemoteSession):
         self._interpreter_turn = asyncio.Lock()
         self._staged_head: dict[str, str] | None = None
         self._carried_head: str | None = None
-        self._listings = ListingMemory()
 
     def __repr__(self) -> str:
         return f"RunloopSession(devbox_id={self.devbox_id!r}, session_id={self.session_id!r})"
@@ -907,12 +907,14 @@ class RunloopSession(RemoteSession):
         *,
         max_bytes: int,
         variables_max_bytes: int | None = None,
+        since: object | None = None,
     ) -> ChangeListing:
         """One worker call (``changes``): the worker compares the workspace with ``known`` and
         answers the changed entries, the gone paths, the changed files' contents and, when
-        asked, the variables dump. ``known`` travels as a token when the worker answered it last
-        (:class:`~langchain_sandbox.providers.remote.ListingMemory`); a listing over the inline
-        request limit costs one upload, a dump over the inline size its downloads."""
+        asked, the variables dump. ``known`` travels as the worker's token when ``since`` is
+        the cursor it returned (:func:`~langchain_sandbox.providers.remote.known_reference`);
+        sent itself, a listing over the inline request limit costs one upload. A dump over the
+        inline size costs its downloads."""
         await self._ready()
         request: dict[str, Any] = {
             "path": WORKSPACE_ROOT,
@@ -921,22 +923,21 @@ class RunloopSession(RemoteSession):
         }
         if variables_max_bytes is not None:
             request["variables_max_bytes"] = variables_max_bytes
-        answer = await self._changes(known, request)
+        answer = await self._changes(request, known, since)
         if answer.get("stale"):  # the worker lost the listing the token named: send it
-            self._listings.forget()
-            answer = await self._changes(known, request)
+            answer = await self._changes(request, known, None)
         variables = (
             None
             if variables_max_bytes is None
             else await self._variables(answer["variables"], variables_max_bytes)
         )
         contents = {path: base64.b64decode(data) for path, data in answer["contents"].items()}
-        return self._listings.answered(known, answer, contents, variables)
+        return change_listing(answer, contents, variables)
 
     async def _changes(
-        self, known: Mapping[str, FileInfo], request: dict[str, Any]
+        self, request: dict[str, Any], known: Mapping[str, FileInfo], since: object | None
     ) -> dict[str, Any]:
-        request = {**request, **self._listings.reference(known)}
+        request = {**request, **known_reference(known, since)}
         interpreter = "variables_max_bytes" in request  # the dump waits for a running cell
         answer = await self.worker("changes", request, wait=120.0, interpreter=interpreter)
         if answer.get("timed_out"):
