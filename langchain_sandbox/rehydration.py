@@ -372,6 +372,8 @@ class RehydrationEngine:
         head = uuid.uuid4().hex if mutates else None
         if head is not None:
             session.carry_head(HEAD_VARIABLE, head)
+            if self.captures(resumable) and not self.write_behind:
+                session.expect_capture()
         try:
             value = await operation(session)
         except SandboxGoneError as exc:

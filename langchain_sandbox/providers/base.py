@@ -409,6 +409,13 @@ class Session(ABC):
         """
         return False
 
+    def expect_capture(self) -> None:
+        """Say that a snapshot capture follows the next call, so a session that can have its
+        interpreter dump the variables right behind that call does: the capture's
+        :meth:`dump_variables` (with the default ``max_bytes``) then waits for that dump instead
+        of asking anew, unless another request reached the interpreter in between. The
+        default does nothing."""
+
     @property
     def carried_head(self) -> str | None:
         """The last value :meth:`carry_head` delivered to the interpreter, if any."""

@@ -582,10 +582,20 @@ class Snapshotter:
                 variables=variables,
             )
             captured = _Captured(revision, manifest.dirs, manifest.omitted, variables)
+            if variables is not None:
+                # The dump is in hand, as a changed file's content is: a stored copy damaged
+                # since it was written is found (one read of what was just dumped) and
+                # rewritten, never named again by this snapshot.
+                puts.append(
+                    asyncio.ensure_future(
+                        self._put_new({variables.sha256: variables_blob}, verify_stored=True)
+                    )
+                )
             unchanged = _unchanged_since(known, trusted, base, files, captured)
-            if unchanged is not None and base is not None:
+            if unchanged is not None and base is not None and await self._intact(base):
                 # Nothing changed since the base this snapshotter captured, and the store still
-                # holds it: the base is this state's snapshot. Writing a copy that differs only
+                # holds it as written (one small read: a root damaged since must not be named
+                # again): the base is this state's snapshot. Writing a copy that differs only
                 # in revision, time and parent would cost a put (two fsyncs on a durable local
                 # store) per call that changes nothing.
                 ref, captured = base, unchanged
@@ -593,11 +603,10 @@ class Snapshotter:
                 encoded = manifest.encode_root([part for _, part in parts])
                 ref = digest(encoded)
                 final = {**part_blobs, ref: encoded}
-                if variables is not None:
-                    final[variables.sha256] = variables_blob
                 # The manifest may land before the file blobs: nothing names it until this
-                # returns.
-                puts.append(asyncio.ensure_future(self._put_new(final, verify_stored=False)))
+                # returns. When the store is not trusted (see _Known) every part was encoded
+                # again, and a stored copy damaged since is found and rewritten here.
+                puts.append(asyncio.ensure_future(self._put_new(final, verify_stored=not trusted)))
             written = await asyncio.gather(*puts)
         except BaseException:
             await _cancel([variables_task, *puts])
@@ -685,6 +694,13 @@ class Snapshotter:
             need.update(path for path, sha in reused.items() if sha in absent)
             hashes = {path: sha for path, sha in hashes.items() if sha not in absent}
         return hashes, [files[path] for path in sorted(need - hashes.keys())]
+
+    async def _intact(self, key: str) -> bool:
+        """Whether the store holds the blob ``key`` with the bytes it names."""
+        try:
+            return digest(await self.store.get(key)) == key
+        except SnapshotNotFoundError:
+            return False
 
     async def _readable(self, ref: str) -> Manifest | None:
         """The manifest of ``ref``, or ``None`` if the store lacks it or it is corrupt."""

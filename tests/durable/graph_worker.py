@@ -138,20 +138,33 @@ class _BlockCall:
     the process mid-step. ``wrap`` / ``awrap`` go outside the sandbox wrapper; ``middleware`` is
     the same for create_agent (outside SandboxMiddleware)."""
 
-    def __init__(self, call_id: str, saver: Any, channel: str = "sandbox", count: int = 1) -> None:
+    def __init__(
+        self,
+        call_id: str,
+        saver: Any,
+        channel: str = "sandbox",
+        count: int = 1,
+        runtime: SandboxRuntime | None = None,
+    ) -> None:
         self.call_id, self.saver, self.channel, self.count = call_id, saver, channel, count
+        self.runtime = runtime
+
+    def _saved(self, request: ToolCallRequest) -> None:
+        """Wait for the other calls' saved writes, and for their snapshots written behind."""
+        _wait_for_saved_writes(self.saver, request, self.channel, self.count)
+        if self.runtime is not None:
+            self.runtime.flush()
 
     def wrap(self, request: ToolCallRequest, handler: Any) -> Any:
         if request.tool_call["id"] == self.call_id:
-            _wait_for_saved_writes(self.saver, request, self.channel, self.count)
+            self._saved(request)
             emit("blocked", call=self.call_id)
             time.sleep(3600)
         return handler(request)
 
     async def awrap(self, request: ToolCallRequest, handler: Any) -> Any:
         if request.tool_call["id"] == self.call_id:
-            wait = _wait_for_saved_writes
-            await asyncio.to_thread(wait, self.saver, request, self.channel, self.count)
+            await asyncio.to_thread(self._saved, request)
             emit("blocked", call=self.call_id)
             await asyncio.sleep(3600)
         return await handler(request)
@@ -174,12 +187,18 @@ class _BlockCall:
         return type("BlockCall", (AgentMiddleware,), hooks)()
 
 
-def _blocker(args: argparse.Namespace, saver: Any, channel: str = "sandbox") -> _BlockCall:
-    """``--block-call``'s call, blocked once the calls before it in its message have saved."""
+def _blocker(
+    args: argparse.Namespace,
+    saver: Any,
+    channel: str = "sandbox",
+    runtime: SandboxRuntime | None = None,
+) -> _BlockCall:
+    """``--block-call``'s call, blocked once the calls before it in its message have saved
+    (and, given ``runtime``, their snapshots are complete)."""
     calls = list(STEP_CALLS.get(args.shape, STEP_CALLS["parallel"]))
     # A fan-out's second call (``t<turn>_2``) waits for its first.
     count = calls.index(args.block_call) if args.block_call in calls else 1
-    return _BlockCall(args.block_call, saver, channel, count)
+    return _BlockCall(args.block_call, saver, channel, count, runtime)
 
 
 def tasks_script(messages: list[BaseMessage]) -> Any:
@@ -218,7 +237,7 @@ def parallel_agent(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any
 
     middleware: list[Any] = []
     if args.block_call:
-        middleware.append(_blocker(args, saver).middleware())
+        middleware.append(_blocker(args, saver, runtime=runtime).middleware())
     middleware.append(SandboxMiddleware(runtime=runtime, tools=[SandboxExecTool()]))
     model = ScriptedToolModel(script=parallel_script(args.shape.removeprefix("sub-")))
     if args.shape != "sub-parallel":
@@ -352,7 +371,8 @@ async def run_async(args: argparse.Namespace) -> None:
         async with async_saver(args.saver, args.target) as saver:
             graph = BUILDERS[args.shape](args, runtime, saver)
             config = {"configurable": {"thread_id": args.thread}}
-            emit_done(await graph.ainvoke(payload(args), config, durability="sync"))
+            run = graph.ainvoke(payload(args), config, durability=args.durability)
+            emit_done(await run)
 
 
 def main() -> None:
@@ -367,14 +387,18 @@ def main() -> None:
     parser.add_argument("--block-call")
     parser.add_argument("--resume", help="Command(resume=...) with this answer")
     parser.add_argument("--async", dest="use_async", action="store_true")
+    parser.add_argument("--durability", choices=["sync", "async", "exit"], default="sync")
+    parser.add_argument("--update-message", help="update_state with this message, then continue")
     args = parser.parse_args()
     if args.use_async:
         asyncio.run(run_async(args))
         return
     with sandbox_runtime(args) as runtime, sync_saver(args.saver, args.target) as saver:
         graph = BUILDERS[args.shape](args, runtime, saver)
-        config = {"configurable": {"thread_id": args.thread}}
-        emit_done(graph.invoke(payload(args), config, durability="sync"))
+        config: Any = {"configurable": {"thread_id": args.thread}}
+        if args.update_message is not None:
+            config = graph.update_state(config, {"messages": [HumanMessage(args.update_message)]})
+        emit_done(graph.invoke(payload(args), config, durability=args.durability))
 
 
 if __name__ == "__main__":

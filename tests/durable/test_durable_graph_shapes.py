@@ -24,8 +24,16 @@ WORKER = Path(__file__).with_name("graph_worker.py")
 class Thread:
     """One thread of one graph shape, run by a fresh worker process per turn."""
 
-    def __init__(self, shape: str, saver: tuple[str, str], blobs: str, *extra: str) -> None:
+    def __init__(
+        self,
+        shape: str,
+        saver: tuple[str, str],
+        blobs: str,
+        *extra: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
         kind, target = saver
+        self.env = env
         self.base = [
             sys.executable, str(WORKER), "--shape", shape, "--saver", kind, "--target", target,
             "--blobs", blobs, "--thread", f"t-{uuid.uuid4().hex[:8]}", *extra,
@@ -33,7 +41,12 @@ class Thread:
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*self.base, *args], capture_output=True, text=True, timeout=HANG_GUARD, check=False
+            [*self.base, *args],
+            capture_output=True,
+            text=True,
+            timeout=HANG_GUARD,
+            check=False,
+            env=self.env,
         )
 
     def done(self, *args: str) -> dict[str, Any]:
@@ -50,6 +63,7 @@ class Thread:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=self.env,
         )
 
 
@@ -74,7 +88,13 @@ def _kill_while_b_waits(thread: Thread, blocked: str = "B") -> None:
 
 
 @pytest.mark.parametrize(
-    ("shape", "flavour"), [("parallel", "sync"), ("parallel", "async"), ("sub-parallel", "sync")]
+    ("shape", "flavour"),
+    [
+        ("parallel", "sync"),
+        ("parallel", "async"),
+        ("sub-parallel", "sync"),
+        ("parallel", "durability-async"),
+    ],
 )
 def test_a_call_rerun_after_sigkill_mid_step_starts_from_the_finished_calls_state(
     saver: tuple[str, str], blobs: str, shape: str, flavour: str
@@ -83,7 +103,7 @@ def test_a_call_rerun_after_sigkill_mid_step_starts_from_the_finished_calls_stat
     writes); the process is SIGKILLed while B runs. The resume re-runs only B: it must start
     from A's files and variables, and the step's merged record must keep both calls' work. So
     too when the agent is a subgraph (its step's pending writes are the subgraph's)."""
-    extra = ["--async"] if flavour == "async" else []
+    extra = {"async": ["--async"], "durability-async": ["--durability", "async"]}.get(flavour, [])
     thread = Thread(shape, saver, blobs, *extra)
     _kill_while_b_waits(thread)
 
@@ -93,6 +113,43 @@ def test_a_call_rerun_after_sigkill_mid_step_starts_from_the_finished_calls_stat
     assert "x = 1 y = None\n['a.txt', 'b.txt']" in after, after  # the merged record kept both calls
     assert resumed["sandbox"]["revision"] == 3  # A: 1, B: 2 (not a second 1), the listing: 3
     assert resumed["last"] == "done"
+
+
+def test_a_call_rerun_after_sigkill_finds_a_snapshot_written_behind_when_the_sandbox_is_gone(
+    sqlite: tuple[str, str], blobs: str
+) -> None:
+    """E2B (its emulator in this process, through the real SDK): A's record names the last
+    complete snapshot (none yet) and its head; its own snapshot is written behind. SIGKILL while
+    B waits, and the sandbox expires: the re-run B must find A's snapshot by A's head."""
+    from langchain_sandbox.testing.e2b_emulator import E2BEmulator
+
+    with E2BEmulator(api_key="e2b_" + uuid.uuid4().hex) as emulator:
+        env = {**os.environ, **emulator.env()}
+        thread = Thread("parallel", sqlite, blobs, "--provider", "e2b", env=env)
+        _kill_while_b_waits(thread)  # once A's snapshot, written behind, is complete
+        (sandbox_id,) = emulator.sandbox_ids()
+        emulator.expire(sandbox_id)
+        resumed = thread.done()
+    b_sees, after = resumed["tools"][-2:]
+    assert "restored from the snapshot of revision 1." in b_sees, b_sees
+    assert "True\n['a.txt', 'b.txt']" in b_sees, b_sees
+    assert "x = 1 y = None\n['a.txt', 'b.txt']" in after, after
+
+
+def test_update_state_on_a_step_cut_by_sigkill_reruns_the_step_without_the_abandoned_writes(
+    sqlite: tuple[str, str], blobs: str
+) -> None:
+    """After the SIGKILL mid-step, a new process edits the state (``update_state``) and goes on
+    from the checkpoint it returns: a fork with no pending writes, so LangGraph runs A and B
+    again. The abandoned run's saved record (A's, on the step's checkpoint) must not leak into
+    the fork: the calls get revisions 1 and 2, and the record keeps both calls' work."""
+    thread = Thread("parallel", sqlite, blobs)
+    _kill_while_b_waits(thread)
+
+    resumed = thread.done("--update-message", "a note")
+    after = resumed["tools"][-1]
+    assert "x = 1 y = None\n['a.txt', 'b.txt']" in after, after
+    assert resumed["sandbox"]["revision"] == 3  # a leaked record would make it 4
 
 
 def test_the_one_call_rerun_of_three_starts_from_both_finished_calls(

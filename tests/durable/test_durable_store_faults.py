@@ -7,10 +7,13 @@ store between (or during) the runs the way a disk or an operator would.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from test_durable_sessions import HANG_GUARD, Story, read_event
 
@@ -26,6 +29,25 @@ def _garble(path: Path) -> None:
 
 def _stdout(tool_text: str) -> str:
     return tool_text.split("stdout:\n", 1)[1].strip()
+
+
+@contextlib.contextmanager
+def _live(story: Story) -> Iterator[Callable[[str], dict[str, Any]]]:
+    """Turns of the story's thread in one worker process, so its session stays live between
+    them: ``turn(code)`` returns the turn's event (tool outputs, the record)."""
+    worker = story.start("--serve")
+    try:
+        read_event(worker, "ready")
+
+        def turn(code: str) -> dict[str, Any]:
+            assert worker.stdin is not None
+            worker.stdin.write(json.dumps({"message": code}) + "\n")
+            worker.stdin.flush()
+            return read_event(worker, "turn")
+
+        yield turn
+    finally:
+        worker.communicate(timeout=HANG_GUARD)
 
 
 def test_a_corrupt_latest_manifest_costs_one_restore_not_every_later_step(
@@ -50,6 +72,24 @@ def test_a_corrupt_latest_manifest_costs_one_restore_not_every_later_step(
     assert "could not be restored" not in third["tools"][-1]
 
 
+def test_a_manifest_corrupted_while_the_session_is_live_is_not_named_again(
+    tmp_path: Path,
+) -> None:
+    """The latest snapshot's manifest is damaged while its session is live, then a call changes
+    nothing (its snapshot would be the same one). The record must not name the damaged manifest
+    again: a restart restores the files and the variables."""
+    blobs = str(tmp_path / "blobs")
+    story = Story("code", "sqlite", str(tmp_path / "cp.sqlite"), blobs)
+    with _live(story) as turn:
+        first = turn("x = 1\nopen('a.txt', 'w').write('A')")
+        _garble(_blob(blobs, first["sandbox"]["snapshot"]))
+        second = turn("print('nothing changes')")
+    assert second["sandbox"]["snapshot"] != first["sandbox"]["snapshot"]
+
+    after = story.run("--message", "print(x, open('a.txt').read())")
+    assert _stdout(after["tools"][-1]) == "1 A", after["tools"][-1]
+
+
 def test_a_blob_corrupted_while_the_session_is_live_is_rewritten_from_the_file(
     tmp_path: Path,
 ) -> None:
@@ -58,28 +98,36 @@ def test_a_blob_corrupted_while_the_session_is_live_is_rewritten_from_the_file(
     blobs = str(tmp_path / "blobs")
     story = Story("code", "sqlite", str(tmp_path / "cp.sqlite"), blobs)
     content = "A" * 1000
-    worker = story.start("--serve")
-    try:
-        read_event(worker, "ready")
-        assert worker.stdin is not None
-
-        def turn(code: str) -> None:
-            assert worker.stdin is not None
-            worker.stdin.write(json.dumps({"message": code}) + "\n")
-            worker.stdin.flush()
-            read_event(worker, "turn")
-
+    with _live(story) as turn:
         turn(f"open('a.txt', 'w').write({content!r})\nopen('b.txt', 'w').write('B')")
         _garble(_blob(blobs, hashlib.sha256(content.encode()).hexdigest()))
         turn("open('b.txt', 'w').write('B2')")  # a.txt unchanged: its hash is reused
         turn(f"open('a.txt', 'w').write({content!r})")  # same content, written again
-    finally:
-        worker.communicate(timeout=HANG_GUARD)
 
     after = story.run("--message", "print(len(open('a.txt').read()), open('b.txt').read())")
     text = after["tools"][-1]
     assert _stdout(text) == "1000 B2"
     assert "could not be restored" not in text
+
+
+def test_variables_corrupted_while_the_session_is_live_are_rewritten_from_the_next_dump(
+    tmp_path: Path,
+) -> None:
+    """The variables blob is damaged while the session is live; the next step changes only a
+    file, so its dump has the same bytes (the same key). That snapshot must not name the
+    damaged copy: a restart restores the variables with the files."""
+    blobs = str(tmp_path / "blobs")
+    story = Story("code", "sqlite", str(tmp_path / "cp.sqlite"), blobs)
+    with _live(story) as turn:
+        first = turn("x = 1\nopen('a.txt', 'w').write('A')")
+        root = json.loads(_blob(blobs, first["sandbox"]["snapshot"]).read_bytes())
+        _garble(_blob(blobs, root["variables"]["sha256"]))
+        turn("open('b.txt', 'w').write('B')")
+
+    after = story.run("--message", "print(x, open('a.txt').read(), open('b.txt').read())")
+    text = after["tools"][-1]
+    assert _stdout(text) == "1 A B", text
+    assert "not restored" not in text
 
 
 def test_a_corrupt_blob_costs_only_its_file_and_the_notice_names_it(tmp_path: Path) -> None:

@@ -60,24 +60,36 @@ def test_without_a_checkpointer_nothing_is_promised_and_the_graph_runs(
     assert state["messages"][-1].text == "done"
 
 
-def _agent_as_a_subgraph(runtime: SandboxRuntime, parent_state: Any) -> Any:
-    agent = create_agent(
+def _agent_as_a_subgraph(runtime: SandboxRuntime, *states: Any) -> Any:
+    """The agent as a subgraph (its state lasts one invocation) of graphs of the ``states``,
+    the root's first."""
+    node: Any = create_agent(
         ScriptedToolModel(script=[call("sandbox_exec", code="x = 1"), "done"]),
         middleware=[SandboxMiddleware(runtime=runtime, tools=[SandboxExecTool()])],
     )
-    parent = StateGraph(parent_state)
-    parent.add_node("agent", agent)  # a subgraph: its state lasts one invocation
-    parent.add_edge(START, "agent")
-    return parent.compile(checkpointer=InMemorySaver())
+    for depth, state in enumerate(reversed(states)):
+        graph = StateGraph(state)
+        graph.add_node("agent", node)
+        graph.add_edge(START, "agent")
+        node = graph.compile(checkpointer=InMemorySaver() if depth == len(states) - 1 else None)
+    return node
 
 
-@pytest.mark.parametrize("durability", ["async", "sync"])
+@pytest.mark.parametrize(
+    ("durability", "states"),
+    [
+        ("async", [MessagesState]),
+        ("sync", [MessagesState]),
+        ("sync", [MessagesState, SandboxGraphState]),  # the middle graph lasts one invocation too
+    ],
+)
 def test_an_agent_subgraph_whose_parent_drops_the_record_is_refused_before_the_model(
-    runtime: SandboxRuntime, thread: str, durability: Any
+    runtime: SandboxRuntime, thread: str, durability: Any, states: list[Any]
 ) -> None:
-    """``create_agent`` + SandboxMiddleware as a node of a parent without ``sandbox``: the
-    record would end with the invocation. ``before_agent`` refuses, before any sandbox exists."""
-    app = _agent_as_a_subgraph(runtime, MessagesState)
+    """``create_agent`` + SandboxMiddleware as a node of a parent without ``sandbox`` (or of one
+    with it that is itself a subgraph of a root without it): the record would end with the
+    invocation. ``before_agent`` refuses, before any sandbox exists."""
+    app = _agent_as_a_subgraph(runtime, *states)
     with pytest.raises(ConfigurationError, match="parent graph's state"):
         app.invoke(
             {"messages": [HumanMessage("go")]},
@@ -87,10 +99,11 @@ def test_an_agent_subgraph_whose_parent_drops_the_record_is_refused_before_the_m
     assert thread not in runtime.live_sessions()
 
 
+@pytest.mark.parametrize("depth", [1, 2])
 def test_an_agent_subgraph_whose_parent_keeps_the_record_runs(
-    runtime: SandboxRuntime, thread: str
+    runtime: SandboxRuntime, thread: str, depth: int
 ) -> None:
-    app = _agent_as_a_subgraph(runtime, SandboxGraphState)
+    app = _agent_as_a_subgraph(runtime, *[SandboxGraphState] * depth)
     config = {"configurable": {"thread_id": thread}}
     state = app.invoke({"messages": [HumanMessage("go")]}, config)
     assert state["sandbox"]["revision"] == 1, "the record reached the parent's state"

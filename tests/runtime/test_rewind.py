@@ -16,6 +16,7 @@ from langchain_sandbox.providers.local import LocalProvider
 from langchain_sandbox.rehydration import RehydrationEngine, ThreadSandbox
 from langchain_sandbox.results import ExecutionResult
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+from langchain_sandbox.state import SandboxState
 
 _VARIABLES = (
     "import json\n"
@@ -72,23 +73,30 @@ async def _state(session: Session) -> tuple[dict[str, str], set[str], str]:
     return files, dirs, variables
 
 
+class _Steps:
+    """Calls of one thread through a rehydration engine over real local sessions; each call
+    keeps the record and notices it returned."""
+
+    def __init__(self, host: _CountingHost, snapshotter: Snapshotter) -> None:
+        self.engine = RehydrationEngine(host, snapshotter=snapshotter, persist="every_call")
+        self.thread = ThreadSandbox("t")
+        self.record: SandboxState = {}
+        self.notices: list[str] = []
+
+    async def __call__(self, code: str, record: SandboxState | None = None) -> ExecutionResult:
+        outcome = await self.engine.run(
+            self.thread, lambda session: session.run_code(code), record=record
+        )
+        self.record, self.notices = outcome.record, outcome.notices
+        return outcome.value
+
+
 async def test_a_rewind_writes_only_what_differs_and_equals_a_fresh_restore(
     provider: LocalProvider, tmp_path: Path
 ) -> None:
     host = _CountingHost(provider)
     snapshotter = Snapshotter(LocalDirectoryBlobStore(tmp_path / "blobs", durable=False))
-    engine = RehydrationEngine(host, snapshotter=snapshotter, persist="every_call")
-    thread = ThreadSandbox("t")
-
-    async def step(code: str, record: object = None) -> ExecutionResult:
-        outcome = await engine.run(
-            thread,
-            lambda session: session.run_code(code),
-            record=record,  # type: ignore[arg-type]
-        )
-        step.record = outcome.record  # type: ignore[attr-defined]
-        step.notices = outcome.notices  # type: ignore[attr-defined]
-        return outcome.value
+    step = _Steps(host, snapshotter)
 
     fill = (
         "import os\n"
@@ -99,7 +107,7 @@ async def test_a_rewind_writes_only_what_differs_and_equals_a_fresh_restore(
         "a = 1\nitems = [1, 2]\n"
     )
     assert (await step(fill)).ok
-    checkpoint = step.record  # type: ignore[attr-defined]
+    checkpoint = step.record
     later = (
         "open('d0/f0.txt', 'w').write('edited')\n"
         "open('d1/f1.txt', 'a').write('more')\n"
@@ -113,7 +121,7 @@ async def test_a_rewind_writes_only_what_differs_and_equals_a_fresh_restore(
     host.written.clear()
 
     assert (await step("b = a", record=checkpoint)).ok  # time travel to the first checkpoint
-    assert "The sandbox was restored from the snapshot of revision 1." in step.notices  # type: ignore[attr-defined]
+    assert "The sandbox was restored from the snapshot of revision 1." in step.notices
     assert len(host.sessions) == 1, "the live sandbox is rewound, not replaced"
     # The three files that differ (two changed, one deleted since), and nothing else (the empty
     # directory comes back through a placeholder file).
@@ -126,7 +134,7 @@ async def test_a_rewind_writes_only_what_differs_and_equals_a_fresh_restore(
     rewound = await _state(host.sessions[0])
     fresh = await provider.create()
     try:
-        await snapshotter.restore(fresh, checkpoint["snapshot"])
+        await snapshotter.restore(fresh, str(checkpoint["snapshot"]))
         await fresh.run_code("b = a")
         assert rewound == await _state(fresh)
     finally:
@@ -138,3 +146,24 @@ async def test_a_rewind_writes_only_what_differs_and_equals_a_fresh_restore(
     assert "later" not in variables
     assert '["a", "1"]' in variables
     assert '["items", "[1, 2]"]' in variables
+
+
+async def test_a_rewind_to_a_snapshot_gc_removed_starts_empty_and_says_so(
+    provider: LocalProvider, tmp_path: Path
+) -> None:
+    """Time travel to a checkpoint whose snapshot is gone from the store (a gc that was not
+    given this application's checkpointer, an operator): the live sandbox, which holds a later
+    state, must not pass for the checkpoint's. The call runs in an empty sandbox, with a notice."""
+    host = _CountingHost(provider)
+    store = LocalDirectoryBlobStore(tmp_path / "blobs", durable=False)
+    step = _Steps(host, Snapshotter(store))
+    assert (await step("a = 1\nopen('a.txt', 'w').write('a')")).ok
+    checkpoint = step.record
+    assert (await step("later = 2\nopen('later.txt', 'w').write('l')")).ok
+    await store.delete([str(checkpoint["snapshot"])])  # its manifest: the snapshot is unreadable
+
+    result = await step("import os\nprint(sorted(globals()), os.listdir('.'))", record=checkpoint)
+    assert "could not be restored from its snapshot" in " ".join(step.notices), step.notices
+    assert "starts empty" in " ".join(step.notices)
+    assert "later" not in result.stdout
+    assert "later.txt" not in result.stdout

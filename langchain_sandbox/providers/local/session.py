@@ -21,7 +21,7 @@ import base64
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_sandbox.errors import (
@@ -119,6 +119,8 @@ class LocalSession(Session):
         self._oom_kills_seen = 0
         self._restart_notice = False
         self._closed = False
+        self._capture_expected = False
+        self._queued_dump: _QueuedDump | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -205,11 +207,26 @@ class LocalSession(Session):
         *,
         timeout: float,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        queue_dump: bool = False,
     ) -> _Outcome:
-        """Send one request and wait for it: interrupt on timeout, kill if that is not enough."""
+        """Send one request and wait for it: interrupt on timeout, kill if that is not enough.
+
+        ``queue_dump``: send a variables dump right behind it (see :meth:`expect_capture`).
+        """
         started = time.perf_counter()
         request_id, future = worker.send(op, payload, on_event)
+        if queue_dump:
+            self._queued_dump = _QueuedDump.send(worker, self.spec.limits.max_file_bytes)
+        return await self._reply(worker, request_id, future, started, timeout)
 
+    async def _reply(
+        self,
+        worker: WorkerProcess,
+        request_id: int,
+        future: asyncio.Future[dict[str, Any]],
+        started: float,
+        timeout: float,
+    ) -> _Outcome:
         def elapsed() -> float:
             return (time.perf_counter() - started) * 1000
 
@@ -265,10 +282,15 @@ class LocalSession(Session):
     ) -> dict[str, Any]:
         """A request whose failure is an infrastructure error (variables, cache refresh)."""
         async with self._lock:
+            self._queued_dump = None  # it may change the variables
             worker = await self._ready_worker()
             outcome = await self._request(
                 worker, op, payload, timeout=self.spec.limits.timeout, on_event=on_event
             )
+        return self._checked(op, outcome)
+
+    @staticmethod
+    def _checked(op: str, outcome: _Outcome) -> dict[str, Any]:
         if outcome.reply is None or outcome.timed_out:
             raise SandboxError(
                 f"The worker could not {op}: {outcome.lost or 'it timed out'}.", provider=LOCAL
@@ -344,12 +366,19 @@ class LocalSession(Session):
     ) -> ExecutionResult:
         streams = OutputStreams(self.spec.limits.max_output_bytes, on_output)
         async with self._lock:
+            self._queued_dump = None  # no longer what the interpreter holds after this call
+            queue_dump, self._capture_expected = self._capture_expected, False
             worker = await self._ready_worker()
             notices = [WORKER_RESTARTED] if self._restart_notice else []
             self._restart_notice = False
             async with self._quota.guard(worker.kill):
                 outcome = await self._request(
-                    worker, op, payload, timeout=timeout, on_event=streams.on_event
+                    worker,
+                    op,
+                    payload,
+                    timeout=timeout,
+                    on_event=streams.on_event,
+                    queue_dump=queue_dump,
                 )
             if outcome.lost is not None:
                 self._restart_notice = False  # this result tells it
@@ -478,27 +507,32 @@ class LocalSession(Session):
 
     # ------------------------------------------------------------------ variables
 
+    def expect_capture(self) -> None:
+        # The worker then dumps right after the call, while the host still reads its reply and
+        # lists the workspace: the capture does not wait for a round trip of its own.
+        self._capture_expected = True
+
     async def _dump_variables(self, max_bytes: int) -> VariablesDump:
-        # The dump arrives in chunks (a line of the event pipe is bounded); past what the worker
-        # was allowed to send, the rest is not kept, and the dump is refused below.
-        received = bytearray()
-        overflow = False
-
-        def on_event(event: dict[str, Any]) -> None:
-            nonlocal overflow
-            if event.get("stream") != "variables" or overflow:
-                return
-            received.extend(base64.b64decode(event["data"], validate=True))
-            overflow = len(received) > max_bytes
-
-        reply = await self._simple_request("dump", {"max_bytes": max_bytes}, on_event)
+        async with self._lock:
+            queued, self._queued_dump = self._queued_dump, None
+            self._capture_expected = False
+            started = time.perf_counter()
+            worker = await self._ready_worker()
+            if (
+                queued is None
+                or queued.worker is not worker
+                or queued.chunks.max_bytes != max_bytes
+            ):
+                queued = _QueuedDump.send(worker, max_bytes)
+            outcome = await self._reply(
+                worker, queued.request_id, queued.future, started, self.spec.limits.timeout
+            )
+        reply = self._checked("dump", outcome)
         try:
-            size = int(reply["size"])
-            if overflow or size != len(received):
-                raise ValueError(f"the dump is {len(received)} bytes, not the {size} announced")
+            data = queued.chunks.data(int(reply["size"]))
             reasons = {str(name): str(why) for name, why in dict(reply["skipped"]).items()}
             return VariablesDump(
-                data=bytes(received),
+                data=data,
                 saved=tuple(str(name) for name in reply["saved"]),
                 skipped=tuple(reasons),
                 reasons=reasons,
@@ -512,6 +546,52 @@ class LocalSession(Session):
             return {str(name): str(why) for name, why in dict(reply["failed"]).items()}
         except _MALFORMED as exc:
             raise _malformed_reply(exc) from None
+
+
+@dataclass
+class _DumpChunks:
+    """A variables dump as it arrives: in ``variables`` events, since a line of the event pipe
+    is bounded."""
+
+    max_bytes: int
+    received: bytearray = field(default_factory=bytearray)
+    overflow: bool = False
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        # Past what the worker was allowed to send, the rest is not kept; the dump is refused.
+        if event.get("stream") != "variables" or self.overflow:
+            return
+        self.received.extend(base64.b64decode(event["data"], validate=True))
+        self.overflow = len(self.received) > self.max_bytes
+
+    def data(self, size: int) -> bytes:
+        """The dump's bytes, if the worker sent exactly the ``size`` it announced."""
+        if self.overflow or size != len(self.received):
+            raise ValueError(f"the dump is {len(self.received)} bytes, not the {size} announced")
+        return bytes(self.received)
+
+
+@dataclass(frozen=True)
+class _QueuedDump:
+    """A variables dump request sent to a worker (see :meth:`LocalSession.expect_capture`)."""
+
+    worker: WorkerProcess
+    request_id: int
+    future: asyncio.Future[dict[str, Any]]
+    chunks: _DumpChunks
+
+    @classmethod
+    def send(cls, worker: WorkerProcess, max_bytes: int) -> _QueuedDump:
+        chunks = _DumpChunks(max_bytes)
+        request_id, future = worker.send("dump", {"max_bytes": max_bytes}, chunks.on_event)
+        # A dump nobody waits for any more (the call after it made it stale) may still fail.
+        future.add_done_callback(_retrieve)
+        return cls(worker, request_id, future, chunks)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 # What parsing a reply the sandbox forged can raise (user code can write to the event pipe).
