@@ -15,7 +15,10 @@ because a fork usually starts with a new human message, while a deterministic mo
 scripted one) may reuse AI message and tool call ids on the new branch. A later call reads the
 conversation (``messages``, through the same LangGraph read hook Deep Agents' own
 ``StateBackend`` uses) and continues from the newest record filed by a tool call of an earlier AI
-message: the record its checkpoint implies, in this process or another.
+message: the record its checkpoint implies, in this process or another. A call re-run after a
+crash in the middle of its step continues instead from the records of the siblings that finished
+before the crash (:attr:`Position.finished`, from the step's saved writes), as a ``create_agent``
+call does through its ``sandbox`` channel.
 Keys are written once and never change.
 
 Two things keep this off the path of a call, in a process that keeps running:
@@ -33,6 +36,7 @@ Two things keep this off the path of a call, in a process that keeps running:
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import weakref
@@ -63,11 +67,14 @@ class Position:
             message id)``.
         step_call: That tool call and its siblings (for the runtime's parallel-call handling).
         messages: The conversation, up to and including that AI message.
+        finished: Siblings that finished in this run of the step before it (a call re-run
+            after a crash continues from their records, not from the earlier turn's).
     """
 
     turn: Turn
     step_call: StepCall
     messages: Sequence[BaseMessage]
+    finished: frozenset[str] = frozenset()
 
     def earlier(self) -> Iterator[tuple[Turn, tuple[str, ...]]]:
         """The AI messages that call tools before this one, newest first, each as its turn and
@@ -215,18 +222,27 @@ class RecordBook:
 
     async def latest(self, thread_id: str, position: Position) -> SandboxState | None:
         """The record the conversation before ``position`` left the sandbox in (``None``: no
-        earlier call changed it)."""
-        for turn, call_ids in position.earlier():
-            keys = {record_key(thread_id, turn, c) for c in call_ids}
-            found = self._memory.get(keys)
-            rest = keys - found.keys()
-            present = rest - await self.store.missing(rest) if rest else set()
-            for key, data in (await self.store.get_many(present) if present else {}).items():
-                found[key] = _parse(data)
-                self._memory.put(key, found[key])
+        earlier call changed it): that of the finished siblings of its step, if any filed one
+        (they built on the earlier turns), else that of the newest earlier turn."""
+        turns = position.earlier()
+        if position.finished:
+            turns = itertools.chain([(position.turn, tuple(position.finished))], turns)
+        for turn, call_ids in turns:
+            found = await self._filed({record_key(thread_id, turn, c) for c in call_ids})
             if found:
-                return max(found.values(), key=lambda r: r.get("revision", 0))
+                # Calls of one turn run one at a time: the highest revision saw the others.
+                return max(found, key=lambda r: r.get("revision", 0))
         return None
+
+    async def _filed(self, keys: set[str]) -> list[SandboxState]:
+        """The records filed under ``keys`` (remembered, else read from the store)."""
+        found = self._memory.get(keys)
+        rest = keys - found.keys()
+        present = rest - await self.store.missing(rest) if rest else set()
+        for key, data in (await self.store.get_many(present) if present else {}).items():
+            found[key] = _parse(data)
+            self._memory.put(key, found[key])
+        return list(found.values())
 
 
 def _same_snapshot(record: SandboxState, before: SandboxState | None) -> bool:

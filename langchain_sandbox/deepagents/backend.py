@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import posixpath
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -69,6 +70,7 @@ from langchain_sandbox.deepagents._pages import (
     replace_in,
 )
 from langchain_sandbox.errors import InvalidInputError, InvalidPathError, SandboxError
+from langchain_sandbox.graph.step_record import afinished_calls, finished_calls
 from langchain_sandbox.providers.base import FileInfo as SandboxFileInfo
 from langchain_sandbox.providers.base import Provider, Session
 from langchain_sandbox.runtime import Outcome, SandboxRuntime, StepCall
@@ -107,6 +109,22 @@ class _Call:
     @property
     def step_call(self) -> StepCall | None:
         return self.position.step_call if self.position is not None else None
+
+    @property
+    def siblings(self) -> frozenset[str]:
+        """The other calls of the call's model message, where its record comes from the
+        conversation (only then can one of them have finished before a crash)."""
+        if self.position is None or self.book is None:
+            return frozenset()
+        return self.position.step_call.siblings
+
+    def after(self, finished: frozenset[str]) -> _Call:
+        """This call, re-run after ``finished`` siblings of its step (see ``_lineage``)."""
+        if self.position is None or not finished:
+            return self
+        return dataclasses.replace(
+            self, position=dataclasses.replace(self.position, finished=finished)
+        )
 
     async def record(self) -> SandboxState | None:
         """The record the call continues from: the conversation's, inside an agent; else (and
@@ -196,12 +214,16 @@ class SandboxBackend(BaseSandbox):
     def _sync(self, work: Callable[[_Call], Awaitable[T]]) -> T:
         config = _graph_config()
         call = self._call(config)
+        if siblings := call.siblings:
+            call = call.after(finished_calls(config, siblings))
         note_checkpointer(call.runtime, config)
         return call.runtime.run_sync(_awaited(work(call)))
 
     async def _async(self, work: Callable[[_Call], Awaitable[T]]) -> T:
         config = _graph_config()
         call = self._call(config)
+        if siblings := call.siblings:
+            call = call.after(await afinished_calls(config, siblings))
         await anote_checkpointer(call.runtime, config)
         return await work(call)
 

@@ -28,6 +28,9 @@ shapes hand a call less than the whole story, and without help each lost work si
   is a node in a graph with no ``sandbox`` channel at all: LangGraph would drop every record it
   returns.
 
+A graph with no ``sandbox`` channel at all (Deep Agents) learns the same about a re-run call
+from :func:`finished_calls`: which of its siblings' tool messages the step saved.
+
 What this reads from LangGraph: the task config's ``checkpoint_ns``, ``checkpoint_map`` and
 ``thread_id``, and three private keys, ``__pregel_read`` (the channel reader Deep Agents'
 ``StateBackend`` uses too), ``__pregel_checkpointer`` (through
@@ -234,6 +237,41 @@ def _with_record(
     return request.override(state={**request.state, CHANNEL: merged})
 
 
+def _answered(checkpoint: Any, step: _Step, call_ids: frozenset[str]) -> frozenset[str]:
+    """Which of ``call_ids`` other tasks of the step have answered: their tool message is among
+    the step checkpoint's pending writes (``None``: not saved yet, so none)."""
+    answered: set[str] = set()
+    for task_id, channel, value in checkpoint.pending_writes or [] if checkpoint else []:
+        if task_id == step.task_id or channel == _RETURN_CHANNEL:
+            continue
+        for message in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(message, ToolMessage) and message.tool_call_id in call_ids:
+                answered.add(message.tool_call_id)
+    return frozenset(answered)
+
+
+def finished_calls(config: RunnableConfig | None, call_ids: frozenset[str]) -> frozenset[str]:
+    """Which of ``call_ids`` (the other calls of a tool call's model message) finished in this
+    run of the step: LangGraph saved their tool messages and re-runs only the others after a
+    crash. A graph without a ``sandbox`` channel (Deep Agents) continues from their work through
+    this. Empty outside a checkpointed graph run, and in a time-travel re-run (a fork of its
+    own, whose pending writes hold only what the re-run did)."""
+    step = _Step.of(config)
+    if step is None or not call_ids:
+        return frozenset()
+    return _answered(step.checkpointer.get_tuple(step.checkpoint_config), step, call_ids)
+
+
+async def afinished_calls(
+    config: RunnableConfig | None, call_ids: frozenset[str]
+) -> frozenset[str]:
+    """Async twin of :func:`finished_calls`."""
+    step = _Step.of(config)
+    if step is None or not call_ids:
+        return frozenset()
+    return _answered(await step.checkpointer.aget_tuple(step.checkpoint_config), step, call_ids)
+
+
 def _config(request: ToolCallRequest) -> RunnableConfig:
     return cast("RunnableConfig", getattr(request.runtime, "config", None) or {})
 
@@ -289,7 +327,9 @@ async def acontinue_from_step(request: ToolCallRequest) -> ToolCallRequest:
 
 __all__ = [
     "acontinue_from_step",
+    "afinished_calls",
     "arequire_record_home",
     "continue_from_step",
+    "finished_calls",
     "require_record_home",
 ]

@@ -604,8 +604,9 @@ class Snapshotter:
                 ref = digest(encoded)
                 final = {**part_blobs, ref: encoded}
                 # The manifest may land before the file blobs: nothing names it until this
-                # returns.
-                puts.append(asyncio.ensure_future(self._put_new(final, verify_stored=False)))
+                # returns. When the store is not trusted (see _Known) every part was encoded
+                # again, and a stored copy damaged since is found and rewritten here.
+                puts.append(asyncio.ensure_future(self._put_new(final, verify_stored=not trusted)))
             written = await asyncio.gather(*puts)
         except BaseException:
             await _cancel([variables_task, *puts])

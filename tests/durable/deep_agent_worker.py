@@ -4,7 +4,7 @@
 Like ``agent_worker.py`` it prints JSON lines: ``{"event": "blocked"}`` when the model reaches
 ``--block-at-turn`` (and hangs, to be SIGKILLed), ``{"event": "done", ...}`` at the end of a run.
 The script answers from the conversation, so a new process replaying the thread picks up where
-the dead one stopped:
+the dead one stopped (``--block-call call_0_1`` holds the second call of turn 0 mid-step instead):
 
 * turn 0: ``cd`` + ``export`` + a file through ``execute``, and a CSV through ``write_file``, in
   one message (two parallel calls);
@@ -66,11 +66,18 @@ def script_for(block_at: int | None) -> Any:
 def deep_agent(args: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
     with sandbox_runtime(args) as runtime, sync_saver(args.saver, args.target) as saver:
         interrupt_on = {"execute": True} if args.approve_execute else None
+        middleware = []
+        if args.block_call:
+            from graph_worker import _BlockCall
+
+            # Held once the other call of its message has saved its tool message.
+            middleware.append(_BlockCall(args.block_call, saver, "messages").middleware())
         agent = create_deep_agent(
             ScriptedToolModel(script=script_for(args.block_at_turn)),
             backend=SandboxBackend(runtime=runtime),
             checkpointer=saver,
             interrupt_on=interrupt_on,
+            middleware=middleware,
         )
         yield agent, runtime
 
@@ -87,6 +94,7 @@ def main() -> None:
     parser.add_argument("--checkpoint-id")
     parser.add_argument("--block-at-turn", type=int)
     parser.add_argument("--approve-execute", action="store_true")
+    parser.add_argument("--block-call", help="hold this tool call of turn 0 (its id)")
     args = parser.parse_args()
     with deep_agent(args) as (agent, _runtime):
         result = agent.invoke(payload(args), run_config(args), durability="sync")

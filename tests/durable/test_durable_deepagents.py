@@ -78,6 +78,20 @@ def test_sigkill_then_resume_in_a_new_process(saver: tuple[str, str], blobs: str
     assert resumed["last"] == "done"
 
 
+def test_a_call_rerun_after_sigkill_mid_step_starts_from_the_finished_call(
+    saver: tuple[str, str], blobs: str
+) -> None:
+    """Turn 0's two calls: ``execute`` finishes (its tool message is saved among the step's
+    pending writes, its record filed); the SIGKILL hits while ``write_file`` waits. The resume
+    re-runs only ``write_file``: it must start from what ``execute`` did, and the later turns
+    must find both calls' work."""
+    thread = Thread(saver, blobs)
+    thread.kill_when_blocked("--message", "go", "--block-call", "call_0_1")
+
+    resumed = thread.run()
+    assert FINAL in resumed["tools"][-1], resumed["tools"]
+
+
 def test_interrupt_then_approve_in_a_new_process(saver: tuple[str, str], blobs: str) -> None:
     """``interrupt_on={"execute": True}``: each process stops at the approval of a command and
     exits; the next one approves it and finds the sandbox of the one before."""

@@ -15,6 +15,7 @@ from langchain_sandbox.snapshots import (
     LocalDirectoryBlobStore,
     Snapshotter,
 )
+from langchain_sandbox.snapshots import snapshotter as snapshotter_module
 from langchain_sandbox.snapshots.store import BlobStore, digest
 
 SessionFactory = Callable[[], Awaitable[Session]]
@@ -161,3 +162,28 @@ async def test_a_corrupt_manifest_part_costs_the_files_it_lists_and_gc_keeps_the
     await Snapshotter(any_store).restore(other, again.ref)
     expected = {**{path: files[path] for path in kept}, "new.txt": b"new"}
     assert await other.read_files(sorted(expected)) == expected
+
+
+async def test_a_part_damaged_while_the_session_is_live_is_rewritten_when_the_store_is_rechecked(
+    new_session: SessionFactory, any_store: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Captures reuse a part they trust the store to hold without reading it; once that trust
+    is due again (STORE_RECHECK_SECONDS), every part is checked and a damaged one rewritten, so
+    a restore gets every file back."""
+    session = await new_session()
+    snapshotter = Snapshotter(any_store)
+    files = {f"f{i:03}.txt": f"file {i}".encode() for i in range(300)}
+    await session.write_files(files)
+    first = await snapshotter.capture(session, revision=1)
+    parts = (await snapshotter.load_manifest(first.ref)).parts
+    await garble(any_store, parts[0].sha256)
+    await session.run_code("x = 1")
+    monkeypatch.setattr(snapshotter_module, "STORE_RECHECK_SECONDS", 0.0)
+
+    second = await snapshotter.capture(session, base=first.ref, revision=2)
+
+    fresh = await new_session()
+    report = await Snapshotter(any_store).restore(fresh, second.ref)
+    assert report.files_lost == ()
+    assert report.files_unlisted == 0
+    assert await fresh.read_files(sorted(files)) == files
