@@ -95,3 +95,25 @@ async def test_list_files_leaves_fifos_out_and_lists_what_list_changes_lists(
         assert listed["f"].mtime_ns % 1000 == 0  # microseconds, as the SDK's datetime has them
         changes = await session.list_changes({}, max_bytes=_MAX)
         assert {info.path: info for info in changes.changed} == listed
+
+
+async def test_large_changed_files_come_one_line_each_and_over_the_cap_not_at_all(
+    provider: E2BProvider, emulator: E2BEmulator
+) -> None:
+    async with await provider.create() as session:
+        made = await session.run_command(
+            "head -c 3000000 /dev/urandom > three.bin && head -c 5000000 /dev/urandom > five.bin"
+            " && printf small > small.txt"
+        )
+        assert made.ok, made.render()
+        assert (await session.run_code("x = 'kept'")).ok
+        emulator.clear_requests()
+        listing = await session.list_changes({}, max_bytes=_MAX, variables_max_bytes=_MAX)
+        assert [request.route for request in emulator.requests] == ["jupyter execute"]
+        # over the 4 MB cap: listed, read by the caller
+        assert {"three.bin", "five.bin", "small.txt"} <= {info.path for info in listing.changed}
+        assert set(listing.contents) == {"three.bin", "small.txt"}
+        read = await session.read_files(["three.bin"])
+        assert listing.contents["three.bin"] == read["three.bin"]
+        assert listing.variables is not None
+        assert listing.variables.saved == ("x",)

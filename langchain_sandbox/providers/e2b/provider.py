@@ -488,14 +488,17 @@ class E2BSession(RemoteSession):
             lines = await self._changes(
                 {**request, **known_reference(known, None)}, variables_max_bytes
             )
-        *chunks, described = lines
+        # Lines: one per bundled file (a JSON pair), the dump's base64 chunks, the answer.
+        *rest, described = lines
+        files = [json.loads(line) for line in rest if line.startswith("[")]
+        chunks = [line for line in rest if not line.startswith("[")]
         answer = json.loads(described)
         variables = (
             None
             if variables_max_bytes is None
             else _variables_dump(chunks, answer["variables"], variables_max_bytes)
         )
-        contents = {path: base64.b64decode(data) for path, data in answer["contents"].items()}
+        contents = {path: base64.b64decode(data) for path, data in files}
         return change_listing(answer, contents, variables)
 
     async def _changes(self, request: dict[str, Any], variables_max_bytes: int | None) -> list[str]:
@@ -517,6 +520,9 @@ class E2BSession(RemoteSession):
             f"    answer, listing = changes.changes({WORKSPACE_ROOT!r}, known, **request)\n"
             "    answer['token'] = __import__('os').urandom(8).hex()\n"
             "    changes.last_answered = (answer['token'], listing)\n"
+            # each file on a line of its own: no output line is over a file's cap (4 MB) in base64
+            "    for path, data in answer.pop('contents').items():\n"
+            f"        print({_MARKER!r} + json.dumps([path, data]))\n"
             f"{dump}"
             f"    print({_MARKER!r} + json.dumps(answer))\n",
             "list changes",
