@@ -19,7 +19,11 @@ message: the record its checkpoint implies, in this process or another. A call r
 crash in the middle of its step continues instead from the records of the siblings that finished
 before the crash (:attr:`Position.finished`, from the step's saved writes), as a ``create_agent``
 call does through its ``sandbox`` channel.
-Keys are written once and never change.
+Keys are written once and never change, but one: a subagent (run by the parent's ``task`` tool
+on a conversation of its own, which the parent's does not contain) files each record under the
+parent's ``task`` call too (:attr:`Position.tasks`, learnt from the ``task`` calls the parent's
+step sent), overwriting it (``BlobStore.replace``), so that the parent's next call, in this
+process or another, continues from the subagent's last record.
 
 Two things keep this off the path of a call, in a process that keeps running:
 
@@ -36,12 +40,13 @@ Two things keep this off the path of a call, in a process that keeps running:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +54,14 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.runnables import RunnableConfig
 
 from langchain_sandbox.errors import SnapshotNotFoundError
-from langchain_sandbox.filed_records import Turn, record_key
+from langchain_sandbox.filed_records import (
+    TASK_TOOL,
+    Turn,
+    call_keys,
+    record_key,
+    subagent_key,
+    tool_calls,
+)
 from langchain_sandbox.runtime import SandboxRuntime, StepCall
 from langchain_sandbox.snapshots import BlobStore, Snapshotter
 from langchain_sandbox.state import SandboxState
@@ -69,26 +81,55 @@ class Position:
         messages: The conversation, up to and including that AI message.
         finished: Siblings that finished in this run of the step before it (a call re-run
             after a crash continues from their records, not from the earlier turn's).
+        tasks: In a subagent, the parent's ``task`` call (or calls) running it: each record
+            is filed under their :func:`~langchain_sandbox.filed_records.subagent_key` too.
     """
 
     turn: Turn
     step_call: StepCall
     messages: Sequence[BaseMessage]
     finished: frozenset[str] = frozenset()
+    tasks: tuple[str, ...] = ()
 
-    def earlier(self) -> Iterator[tuple[Turn, tuple[str, ...]]]:
+    def earlier(self) -> Iterator[tuple[Turn, tuple[tuple[str, str], ...]]]:
         """The AI messages that call tools before this one, newest first, each as its turn and
-        tool call ids; read backwards only as far as the caller goes (usually one turn)."""
+        tool calls ``(id, name)``; read backwards only as far as the caller goes (usually one
+        turn)."""
         block: list[AIMessage] = []
         for index in range(len(self.messages) - 2, -2, -1):
             message = self.messages[index] if index >= 0 else None
             if message is None or isinstance(message, HumanMessage):
                 human = str(message.id or "") if message is not None else ""
                 for ai in block:
-                    yield (human, str(ai.id)), _call_ids(ai)
+                    yield (human, str(ai.id)), tool_calls(ai)
                 block = []
             elif _calls_tools(message):
                 block.append(message)  # type: ignore[arg-type]
+
+    def finished_calls(self) -> tuple[tuple[str, str], ...]:
+        """The finished siblings as tool calls ``(id, name)``."""
+        current: AIMessage = self.messages[-1]  # type: ignore[assignment]
+        return tuple(c for c in tool_calls(current) if c[0] in self.finished)
+
+    def under(self, sent: Iterable[Mapping[str, Any]]) -> Position:
+        """This position, in a subagent run by one of the ``task`` calls ``sent`` by the step of
+        the graph above (:func:`~langchain_sandbox.graph.step_record.calls_sent_above`): the
+        one whose description opens the subagent's conversation (that of a forked subagent
+        ends its first message). Calls with the same description all count: the parent
+        continues from the newest record of any of its turn's calls."""
+        first = next((m for m in self.messages if isinstance(m, HumanMessage)), None)
+        if first is None:
+            return self
+        text = first.text
+        tasks = tuple(
+            str(c["id"])
+            for c in sent
+            if c.get("name") == TASK_TOOL
+            and isinstance(description := (c.get("args") or {}).get("description"), str)
+            and description
+            and text.endswith(description)
+        )
+        return dataclasses.replace(self, tasks=tasks) if tasks else self
 
 
 def position_of(config: RunnableConfig | None) -> Position | None:
@@ -124,7 +165,7 @@ def position_of(config: RunnableConfig | None) -> Position | None:
     human = next(
         (str(m.id or "") for m in reversed(messages[:last]) if isinstance(m, HumanMessage)), ""
     )
-    ids = frozenset(_call_ids(current))
+    ids = frozenset(call_id for call_id, _ in tool_calls(current))
     return Position(
         (human, str(current.id)), StepCall(call_id, ids - {call_id}), messages[: last + 1]
     )
@@ -133,10 +174,6 @@ def position_of(config: RunnableConfig | None) -> Position | None:
 def _calls_tools(message: BaseMessage) -> bool:
     """Whether ``message`` is an AI message that calls tools and has an id (a turn)."""
     return isinstance(message, AIMessage) and bool(message.tool_calls) and bool(message.id)
-
-
-def _call_ids(message: AIMessage) -> tuple[str, ...]:
-    return tuple(str(c["id"]) for c in message.tool_calls if c.get("id"))
 
 
 class _Remembered:
@@ -215,10 +252,14 @@ class RecordBook:
         """File the record a tool call left the sandbox in (``continued_from``: the record
         :meth:`latest` gave the call)."""
         key = record_key(thread_id, position.turn, position.step_call.call_id)
+        newest = [subagent_key(thread_id, task) for task in position.tasks]
         if not (self.skip_unchanged and _same_snapshot(record, continued_from)):
             data = json.dumps(dict(record), sort_keys=True).encode()
             await self.store.put(key, data)
-        self._memory.put(key, {**record, "exec_count": 0})
+            for overwritten in newest:  # atomic on the stores this package ships
+                await self.store.replace(overwritten, data)
+        for remembered in (key, *newest):
+            self._memory.put(remembered, {**record, "exec_count": 0})
 
     async def latest(self, thread_id: str, position: Position) -> SandboxState | None:
         """The record the conversation before ``position`` left the sandbox in (``None``: no
@@ -226,9 +267,9 @@ class RecordBook:
         (they built on the earlier turns), else that of the newest earlier turn."""
         turns = position.earlier()
         if position.finished:
-            turns = itertools.chain([(position.turn, tuple(position.finished))], turns)
-        for turn, call_ids in turns:
-            found = await self._filed({record_key(thread_id, turn, c) for c in call_ids})
+            turns = itertools.chain([(position.turn, position.finished_calls())], turns)
+        for turn, calls in turns:
+            found = await self._filed(call_keys(thread_id, turn, calls))
             if found:
                 # Calls of one turn run one at a time: the highest revision saw the others.
                 return max(found, key=lambda r: r.get("revision", 0))
