@@ -386,10 +386,7 @@ class Snapshotter:
             UnsafeArchiveError: the manifest or a part does not match its hash or is malformed.
         """
         manifest, bad_parts = await self._load_readable(ref)
-        if bad_parts:
-            key = min(bad_parts)
-            await self.store.get(key)  # a missing part raises the store's own error
-            raise _corrupt_blob(key)
+        await self._raise_for(bad_parts)
         return manifest
 
     async def _load_readable(self, ref: str) -> tuple[Manifest, dict[str, int]]:
@@ -957,11 +954,16 @@ class Snapshotter:
             UnsafeArchiveError: a blob does not match its size or hash.
         """
         blobs, bad = await self._fetch_checked(sizes)
-        if bad:
-            key = min(bad)
-            await self.store.get(key)  # a missing blob raises the store's own error
-            raise _corrupt_blob(key)
+        await self._raise_for(bad)
         return blobs
+
+    async def _raise_for(self, bad: Iterable[str]) -> None:
+        """Raise for the first of the ``bad`` blobs, if any: the store's own error for a missing
+        one, :class:`UnsafeArchiveError` for one that does not match its hash."""
+        key = min(bad, default=None)
+        if key is not None:
+            await self.store.get(key)
+            raise _corrupt_blob(key)
 
     async def _fetch_checked(self, sizes: Mapping[str, int]) -> tuple[dict[str, bytes], set[str]]:
         """Fetch blobs and check each against its size and hash; return the good ones and the
