@@ -9,6 +9,11 @@ table, measured in this run:
   (``AsyncSandbox`` of ``e2b-code-interpreter``) against the same emulator and sandbox; the
   difference is the package's overhead (result shaping, output capping, lease bookkeeping).
 
+A third table is the provider side of one capture in workspaces of 10 to 10,000 files with one
+file changed: ``list_changes`` in one code execution (listing compared in the kernel, the changed
+file and the variables dump in its answer) against the old way (envd's full listing compared on the
+host, one read per changed file, one dump), see ``_change_listing.py``.
+
 A second table is a changing call (``n += 1``) through the runtime in the configurations of
 ``_tool_call_cases.py`` (outside a graph; in a checkpointed graph with the snapshot written behind,
 the default on E2B, or inline as before): requests before the call returns (its critical path),
@@ -27,10 +32,17 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from _change_listing import change_listing_rows, print_change_listing_rows
 from _tool_call_cases import TOOL_CALL_CASES, measure
 
 from langchain_sandbox.providers.e2b import E2BProvider, E2BSession
-from langchain_sandbox.testing.e2b_emulator import E2BEmulator
+from langchain_sandbox.testing.e2b_emulator import E2BEmulator, RecordedRequest
+
+
+def _is_capture(request: RecordedRequest) -> bool:
+    """The first request of a snapshot: its listing (one cell since issue 12, envd's before)."""
+    code = str(request.body.get("code", "")) if isinstance(request.body, dict) else ""
+    return request.route == "envd ListDir" or "guest_changes" in code
 
 
 async def _median_ms(operation: Callable[[], Awaitable[object]], repeat: int) -> float:
@@ -93,6 +105,12 @@ async def main(repeat: int) -> None:
             ours_ms = await _median_ms(ours, repeat)
             direct_ms = await _median_ms(direct, repeat)
             rows.append((name, requests, ours_ms, direct_ms))
+        listing_rows = await change_listing_rows(
+            session,
+            repeat,
+            clear_log=emulator.clear_requests,
+            logged=lambda: len(emulator.requests),
+        )
         await session.close()
         tool_rows = [
             (
@@ -102,7 +120,7 @@ async def main(repeat: int) -> None:
                     case,
                     repeat,
                     clear_log=emulator.clear_requests,
-                    snapshot_start=lambda: [r.route == "envd ListDir" for r in emulator.requests],
+                    snapshot_start=lambda: [_is_capture(r) for r in emulator.requests],
                 ),
             )
             for case in TOOL_CALL_CASES
@@ -119,6 +137,7 @@ async def main(repeat: int) -> None:
     print(f"{'call':<52}{'req before return':>18}{'req after':>11}{'call ms':>10}")
     for label, critical, behind, call_ms in tool_rows:
         print(f"{label:<52}{critical:>18.2f}{behind:>11.2f}{call_ms:>10.2f}")
+    print_change_listing_rows(listing_rows, repeat)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,17 @@ A second table is a changing call (``n += 1``) through the runtime in the config
 the default on Runloop, or inline as before): requests before the call returns, requests after it,
 and the call's median time.
 
+A fourth table is the provider side of one capture in workspaces of 10 to 10,000 files with one
+file changed: ``list_changes`` in one worker call (the worker compares with the listing it
+answered last, named by a token, and answers the changed file and the variables dump) against the
+old way (a full ``ls`` compared on the host, one download per changed file, one ``dump`` call),
+see ``_change_listing.py``.
+
 A third table is one capture in a devbox the snapshotter already knows, after a command changed
-some files: requests and median time with the changed files bundled into the listing's worker
-call (``Session.list_changes``, the default on Runloop) and with the old path (the listing, then
-one ``download_file`` per changed file), selected by giving the session the provider-neutral
-default of ``list_changes`` back.
+some files: requests and median time with the changed files and the variables bundled into one
+worker call (``Session.list_changes``, the default on Runloop) and with the old path (the listing,
+then one ``download_file`` per changed file and a ``dump`` call), selected by giving the session
+the provider-neutral default of ``list_changes`` back (and ``lists_variables = False``).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from _change_listing import change_listing_rows, print_change_listing_rows
 from _tool_call_cases import TOOL_CALL_CASES, measure
 from runloop_api_client import AsyncRunloopSDK
 
@@ -105,6 +112,8 @@ async def _capture_rows(
             figures: list[float] = []
             for changes in (bundled_changes, Session.list_changes):
                 RunloopSession.list_changes = changes  # type: ignore[method-assign]
+                # the old path dumps the variables in a call of its own
+                RunloopSession.lists_variables = changes is bundled_changes
                 requests, samples = 0, []
                 for _ in range(calls):
                     await session.run_command(command)
@@ -115,6 +124,7 @@ async def _capture_rows(
                     requests += len(emulator.requests)
                 figures += [requests / calls, statistics.median(samples)]
             RunloopSession.list_changes = bundled_changes  # type: ignore[method-assign]
+            RunloopSession.lists_variables = True
             rows.append((label, *figures))
         await session.close()
     return rows
@@ -153,6 +163,9 @@ async def main(calls: int) -> None:
             },
         )
         await sdk.aclose()
+        listing_rows = await change_listing_rows(
+            session, calls, clear_log=emulator.clear_log, logged=lambda: len(emulator.requests)
+        )
         await session.close()
         tool_rows = [
             (
@@ -190,6 +203,7 @@ async def main(calls: int) -> None:
     print(f"{'files changed':<48}{'bundled req':>12}{'ms':>8}{'old req':>9}{'ms':>8}")
     for label, new_requests, new_ms, old_requests, old_ms in capture_rows:
         print(f"{label:<48}{new_requests:>12.2f}{new_ms:>8.1f}{old_requests:>9.2f}{old_ms:>8.1f}")
+    print_change_listing_rows(listing_rows, calls)
 
 
 if __name__ == "__main__":

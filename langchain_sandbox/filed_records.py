@@ -11,6 +11,10 @@ step's checkpoint is saved) have no step; they are still read and kept. See
 :mod:`langchain_sandbox.deepagents._lineage`. ``langchain-sandbox gc`` must find those records
 from the checkpoints' conversations to keep them and their snapshots, and it runs where the
 ``deepagents`` extra may not be installed: so the key scheme lives here, below both.
+
+A subagent (Deep Agents' ``task`` tool) runs on its own conversation, which the parent's does not
+contain; its calls file their records under their own keys and, each time, under the key of the
+parent's ``task`` call too (:func:`subagent_key`), where the parent's next call and ``gc`` look.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 Turn = tuple[str, str]
 """An AI message's place: ``(id of the last human message before it, its own id)``."""
 
+TASK_TOOL = "task"
+"""The name of Deep Agents' tool that runs a subagent."""
+
 
 def record_key(thread_id: str, turn: Turn, call_id: str, step: str | None = None) -> str:
     """The store key of the record the tool call ``call_id`` of ``turn`` filed in the step that
@@ -31,6 +38,32 @@ def record_key(thread_id: str, turn: Turn, call_id: str, step: str | None = None
     parts = [thread_id, *turn, call_id, *([step] if step is not None else [])]
     name = json.dumps(["langchain-sandbox/deepagents-record", *parts])
     return hashlib.sha256(name.encode()).hexdigest()
+
+
+def subagent_key(thread_id: str, call_id: str) -> str:
+    """The store key of the newest record the subagent run by the ``task`` call ``call_id``
+    filed (overwritten by each of its calls: the parent continues from its last)."""
+    name = json.dumps(["langchain-sandbox/deepagents-subagent", thread_id, call_id])
+    return hashlib.sha256(name.encode()).hexdigest()
+
+
+def call_keys(
+    thread_id: str, turn: Turn, calls: Iterable[tuple[str, str]], step: str | None = None
+) -> set[str]:
+    """The keys the tool calls ``(id, name)`` of ``turn`` may have filed records under in
+    ``step`` (``None``: without a step): each call's own, and for a ``task`` call the one its
+    subagent filed under."""
+    keys: set[str] = set()
+    for call_id, name in calls:
+        keys.add(record_key(thread_id, turn, call_id, step))
+        if name == TASK_TOOL:
+            keys.add(subagent_key(thread_id, call_id))
+    return keys
+
+
+def tool_calls(message: AIMessage) -> tuple[tuple[str, str], ...]:
+    """The ``(id, name)`` of each tool call of ``message`` that has an id."""
+    return tuple((str(c["id"]), str(c["name"])) for c in message.tool_calls if c.get("id"))
 
 
 def conversation_turns(
@@ -148,12 +181,16 @@ class RecordKeys:
 
 
 def _keys_of(thread_id: str, turns: list[tuple[Turn, AIMessage]]) -> set[str]:
-    return {
-        record_key(thread_id, turn, str(call["id"]))
-        for turn, message in turns
-        for call in message.tool_calls
-        if call.get("id")
-    }
+    return {key for turn, m in turns for key in call_keys(thread_id, turn, tool_calls(m))}
 
 
-__all__ = ["RecordKeys", "Turn", "conversation_turns", "record_key"]
+__all__ = [
+    "TASK_TOOL",
+    "RecordKeys",
+    "Turn",
+    "call_keys",
+    "conversation_turns",
+    "record_key",
+    "subagent_key",
+    "tool_calls",
+]

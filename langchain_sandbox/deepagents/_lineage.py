@@ -24,7 +24,11 @@ turn, remembered per process). A record filed without a step (by an earlier vers
 crash in the middle of its step continues instead from the records of the siblings that finished
 before the crash (:attr:`Position.finished`, from the step's saved writes), as a ``create_agent``
 call does through its ``sandbox`` channel.
-Keys are written once and never change.
+Keys are written once and never change, but one: a subagent (run by the parent's ``task`` tool
+on a conversation of its own, which the parent's does not contain) files each record under the
+parent's ``task`` call too (:attr:`Position.tasks`, learnt from the ``task`` calls the parent's
+step sent), overwriting it (``BlobStore.replace``), so that the parent's next call, in this
+process or another, continues from the subagent's last record.
 
 Two things keep this off the path of a call, in a process that keeps running:
 
@@ -41,11 +45,12 @@ Two things keep this off the path of a call, in a process that keeps running:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +58,14 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.runnables import RunnableConfig
 
 from langchain_sandbox.errors import SnapshotNotFoundError
-from langchain_sandbox.filed_records import Turn, record_key
+from langchain_sandbox.filed_records import (
+    TASK_TOOL,
+    Turn,
+    call_keys,
+    record_key,
+    subagent_key,
+    tool_calls,
+)
 from langchain_sandbox.graph.step_record import ToolSteps
 from langchain_sandbox.runtime import SandboxRuntime, StepCall
 from langchain_sandbox.snapshots import BlobStore, Snapshotter
@@ -74,6 +86,8 @@ class Position:
         messages: The conversation, up to and including that AI message.
         finished: Siblings that finished in this run of the step before it (a call re-run
             after a crash continues from their records, not from the earlier turn's).
+        tasks: In a subagent, the parent's ``task`` call (or calls) running it: each record
+            is filed under their :func:`~langchain_sandbox.filed_records.subagent_key` too.
         steps: Which steps of the branch ran earlier calls (``None``: no saved steps; records
             are then filed and read without one).
     """
@@ -82,6 +96,7 @@ class Position:
     step_call: StepCall
     messages: Sequence[BaseMessage]
     finished: frozenset[str] = frozenset()
+    tasks: tuple[str, ...] = ()
     steps: ToolSteps | None = None
 
     @property
@@ -89,10 +104,10 @@ class Position:
         """The checkpoint the call's step started from, which its record's key names."""
         return self.steps.step_id if self.steps is not None else None
 
-    def earlier(self) -> Iterator[tuple[Turn, tuple[str, ...], dict[str, str]]]:
+    def earlier(self) -> Iterator[tuple[Turn, tuple[tuple[str, str], ...], dict[str, str]]]:
         """The AI messages that call tools before this one, newest first, each as its turn, tool
-        call ids and the ids of the tool messages answering them; read backwards only as far as
-        the caller goes (usually one turn)."""
+        calls ``(id, name)`` and the ids of the tool messages answering them; read backwards
+        only as far as the caller goes (usually one turn)."""
         block: list[AIMessage] = []
         answers: dict[str, str] = {}
         for index in range(len(self.messages) - 2, -2, -1):
@@ -100,13 +115,39 @@ class Position:
             if message is None or isinstance(message, HumanMessage):
                 human = str(message.id or "") if message is not None else ""
                 for ai in block:
-                    calls = _call_ids(ai)
-                    yield (human, str(ai.id)), calls, {c: answers[c] for c in calls if c in answers}
+                    calls = tool_calls(ai)
+                    answered = {c: answers[c] for c, _ in calls if c in answers}
+                    yield (human, str(ai.id)), calls, answered
                 block = []
             elif isinstance(message, ToolMessage) and message.id:
                 answers[message.tool_call_id] = str(message.id)
             elif _calls_tools(message):
                 block.append(message)  # type: ignore[arg-type]
+
+    def finished_calls(self) -> tuple[tuple[str, str], ...]:
+        """The finished siblings as tool calls ``(id, name)``."""
+        current: AIMessage = self.messages[-1]  # type: ignore[assignment]
+        return tuple(c for c in tool_calls(current) if c[0] in self.finished)
+
+    def under(self, sent: Iterable[Mapping[str, Any]]) -> Position:
+        """This position, in a subagent run by one of the ``task`` calls ``sent`` by the step of
+        the graph above (:func:`~langchain_sandbox.graph.step_record.calls_sent_above`): the
+        one whose description opens the subagent's conversation (that of a forked subagent
+        ends its first message). Calls with the same description all count: the parent
+        continues from the newest record of any of its turn's calls."""
+        first = next((m for m in self.messages if isinstance(m, HumanMessage)), None)
+        if first is None:
+            return self
+        text = first.text
+        tasks = tuple(
+            str(c["id"])
+            for c in sent
+            if c.get("name") == TASK_TOOL
+            and isinstance(description := (c.get("args") or {}).get("description"), str)
+            and description
+            and text.endswith(description)
+        )
+        return dataclasses.replace(self, tasks=tasks) if tasks else self
 
 
 def position_of(config: RunnableConfig | None, *, blocking: bool) -> Position | None:
@@ -143,7 +184,7 @@ def position_of(config: RunnableConfig | None, *, blocking: bool) -> Position | 
     human = next(
         (str(m.id or "") for m in reversed(messages[:last]) if isinstance(m, HumanMessage)), ""
     )
-    ids = frozenset(_call_ids(current))
+    ids = frozenset(call_id for call_id, _ in tool_calls(current))
     return Position(
         (human, str(current.id)),
         StepCall(call_id, ids - {call_id}),
@@ -155,10 +196,6 @@ def position_of(config: RunnableConfig | None, *, blocking: bool) -> Position | 
 def _calls_tools(message: BaseMessage) -> bool:
     """Whether ``message`` is an AI message that calls tools and has an id (a turn)."""
     return isinstance(message, AIMessage) and bool(message.tool_calls) and bool(message.id)
-
-
-def _call_ids(message: AIMessage) -> tuple[str, ...]:
-    return tuple(str(c["id"]) for c in message.tool_calls if c.get("id"))
 
 
 class _Remembered:
@@ -251,10 +288,14 @@ class RecordBook:
         :meth:`latest` gave the call)."""
         call_id = position.step_call.call_id
         key = record_key(thread_id, position.turn, call_id, position.step)
+        newest = [subagent_key(thread_id, task) for task in position.tasks]
         if not (self.skip_unchanged and _same_snapshot(record, continued_from)):
             data = json.dumps(dict(record), sort_keys=True).encode()
             await self.store.put(key, data)
-        self._memory.put(key, {**record, "exec_count": 0})
+            for overwritten in newest:  # atomic on the stores this package ships
+                await self.store.replace(overwritten, data)
+        for remembered in (key, *newest):
+            self._memory.put(remembered, {**record, "exec_count": 0})
         if position.step is not None:
             self._memory.put_step(record_key(thread_id, position.turn, call_id), position.step)
 
@@ -263,12 +304,12 @@ class RecordBook:
         earlier call changed it): that of the finished siblings of its step, if any filed one
         (they built on the earlier turns), else that of the newest earlier turn."""
         if position.finished:
-            finished = tuple(position.finished)
+            finished = position.finished_calls()
             if found := await self._filed_in(thread_id, position.turn, finished, position.step):
                 return _newest(found)
-        for turn, call_ids, answers in position.earlier():
-            step = await self._step_of(thread_id, position, turn, call_ids, answers)
-            if found := await self._filed_in(thread_id, turn, call_ids, step):
+        for turn, calls, answers in position.earlier():
+            step = await self._step_of(thread_id, position, turn, calls, answers)
+            if found := await self._filed_in(thread_id, turn, calls, step):
                 return _newest(found)
         return None
 
@@ -277,7 +318,7 @@ class RecordBook:
         thread_id: str,
         position: Position,
         turn: Turn,
-        call_ids: tuple[str, ...],
+        calls: tuple[tuple[str, str], ...],
         answers: dict[str, str],
     ) -> str | None:
         """The step that ran the calls of ``turn`` on the position's branch: the checkpoint
@@ -289,19 +330,20 @@ class RecordBook:
             return None
         step = await steps.find(list(answers.values()), turn[1]) if answers else None
         if step is None and not steps.saved:
-            step = self._memory.last_step(record_key(thread_id, turn, c) for c in call_ids)
+            step = self._memory.last_step(record_key(thread_id, turn, c) for c, _ in calls)
         return step
 
     async def _filed_in(
-        self, thread_id: str, turn: Turn, call_ids: tuple[str, ...], step: str | None
+        self, thread_id: str, turn: Turn, calls: tuple[tuple[str, str], ...], step: str | None
     ) -> list[SandboxState]:
-        """The records the calls ``call_ids`` of ``turn`` filed in ``step``; else those filed
-        without a step (by an earlier version, or under ``durability="exit"``)."""
+        """The records the tool calls ``calls`` of ``turn`` filed in ``step`` (with what their
+        subagents filed); else those filed without a step (by an earlier version, or under
+        ``durability="exit"``)."""
         if step is not None:
-            found = await self._filed({record_key(thread_id, turn, c, step) for c in call_ids})
+            found = await self._filed(call_keys(thread_id, turn, calls, step))
             if found:
                 return found
-        return await self._filed({record_key(thread_id, turn, c) for c in call_ids})
+        return await self._filed(call_keys(thread_id, turn, calls))
 
     async def _filed(self, keys: set[str]) -> list[SandboxState]:
         """The records filed under ``keys`` (remembered, else read from the store)."""

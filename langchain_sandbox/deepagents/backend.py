@@ -40,7 +40,7 @@ import contextvars
 import dataclasses
 import posixpath
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -70,7 +70,12 @@ from langchain_sandbox.deepagents._pages import (
     replace_in,
 )
 from langchain_sandbox.errors import InvalidInputError, InvalidPathError, SandboxError
-from langchain_sandbox.graph.step_record import afinished_calls, finished_calls
+from langchain_sandbox.graph.step_record import (
+    acalls_sent_above,
+    afinished_calls,
+    calls_sent_above,
+    finished_calls,
+)
 from langchain_sandbox.providers.base import FileInfo as SandboxFileInfo
 from langchain_sandbox.providers.base import Provider, Session
 from langchain_sandbox.runtime import Outcome, SandboxRuntime, StepCall
@@ -117,6 +122,18 @@ class _Call:
         if self.position is None or self.book is None:
             return frozenset()
         return self.position.step_call.siblings
+
+    @property
+    def filed(self) -> bool:
+        """Whether the call's records are filed by its place in the conversation."""
+        return self.position is not None and self.book is not None
+
+    def under(self, sent: Sequence[Mapping[str, Any]]) -> _Call:
+        """This call, in a subagent run by one of the tool calls ``sent`` by the step of the
+        graph above (see ``_lineage``)."""
+        if self.position is None or not sent:
+            return self
+        return dataclasses.replace(self, position=self.position.under(sent))
 
     def after(self, finished: frozenset[str]) -> _Call:
         """This call, re-run after ``finished`` siblings of its step (see ``_lineage``)."""
@@ -216,6 +233,8 @@ class SandboxBackend(BaseSandbox):
         call = self._call(config)
         if siblings := call.siblings:
             call = call.after(finished_calls(config, siblings))
+        if call.filed:
+            call = call.under(calls_sent_above(config))
         note_checkpointer(call.runtime, config)
         return call.runtime.run_sync(_awaited(work(call)))
 
@@ -224,6 +243,8 @@ class SandboxBackend(BaseSandbox):
         call = self._call(config, blocking=False)
         if siblings := call.siblings:
             call = call.after(await afinished_calls(config, siblings))
+        if call.filed:
+            call = call.under(await acalls_sent_above(config))
         await anote_checkpointer(call.runtime, config)
         return await work(call)
 

@@ -29,11 +29,13 @@ shapes hand a call less than the whole story, and without help each lost work si
   returns.
 
 A graph with no ``sandbox`` channel at all (Deep Agents) learns the same about a re-run call
-from :func:`finished_calls`: which of its siblings' tool messages the step saved. It also learns
-from :class:`ToolSteps` which step of its own branch ran an earlier turn's calls: the checkpoint
-whose pending writes hold their tool messages (LangGraph gives every saved message an id of its
-own, so a tool message names one branch; a time-travel re-run of a step starts from a fork
-checkpoint with an id of its own).
+from :func:`finished_calls`: which of its siblings' tool messages the step saved; a call in a
+graph that a tool of another graph runs (a Deep Agents subagent) learns which tool calls that
+step of the graph above sent, from :func:`calls_sent_above`. It also learns from
+:class:`ToolSteps` which step of its own branch ran an earlier turn's calls: the checkpoint whose
+pending writes hold their tool messages (LangGraph gives every saved message an id of its own,
+so a tool message names one branch; a time-travel re-run of a step starts from a fork checkpoint
+with an id of its own).
 
 What this reads from LangGraph: the task config's ``checkpoint_ns``, ``checkpoint_map`` and
 ``thread_id``, and three private keys, ``__pregel_read`` (the channel reader Deep Agents'
@@ -67,6 +69,8 @@ CHANNEL = "sandbox"
 _READ_KEY = "__pregel_read"
 _TASK_ID_KEY = "__pregel_task_id"
 _DURABILITY_KEY = "__pregel_durability"
+_TASKS_CHANNEL = "__pregel_tasks"
+"""Channel holding the ``Send`` packets a step runs (``create_agent``: one per tool call)."""
 _RETURN_CHANNEL = "__return__"
 """Channel under which LangGraph saves a ``@task``'s result among the pending writes."""
 
@@ -115,6 +119,21 @@ class _Step:
             config, checkpointer, graph_ns, checkpoints[graph_ns], str(thread_id),
             configurable.get(_TASK_ID_KEY), checkpoints,
         )  # fmt: skip
+
+    def above(self) -> RunnableConfig | None:
+        """The checkpoint of the step of the graph above whose task runs this graph, if a task
+        runs it (its namespace segment carries a task id, ``node:<task id>``)."""
+        parent_ns, _, own = self.graph_ns.rpartition("|")
+        checkpoint_id = self.checkpoints.get(parent_ns)
+        if ":" not in own or not checkpoint_id:
+            return None
+        return {
+            "configurable": {
+                "thread_id": self.thread_id,
+                "checkpoint_ns": parent_ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
 
     @property
     def checkpoint_config(self) -> RunnableConfig:
@@ -373,6 +392,80 @@ class ToolSteps:
             self._cursor = await self._get(parent) if parent else None
 
 
+def _sent_calls(checkpoint: Any) -> tuple[Mapping[str, Any], ...]:
+    """The tool calls among the ``Send`` packets of a saved step (``None``: not saved)."""
+    values = checkpoint.checkpoint.get("channel_values", {}) if checkpoint else {}
+    found: list[Mapping[str, Any]] = []
+    for packet in values.get(_TASKS_CHANNEL) or ():
+        arg = getattr(packet, "arg", None)
+        if isinstance(arg, Mapping) and isinstance(arg.get("tool_call"), Mapping):
+            arg = [arg["tool_call"]]  # ToolCallWithContext
+        for item in arg if isinstance(arg, list) else []:
+            if isinstance(item, Mapping) and item.get("id") and item.get("name"):
+                found.append(item)
+    return tuple(found)
+
+
+_SENT_CACHE_SIZE = 1024
+_sent: OrderedDict[tuple[str, str, str], tuple[Mapping[str, Any], ...]] = OrderedDict()
+_sent_lock = threading.Lock()
+
+
+def _above(config: RunnableConfig | None) -> tuple[_Step, RunnableConfig] | None:
+    """The call's step and the checkpoint of the step above (see :meth:`_Step.above`)."""
+    step = _Step.of(config)
+    above = step.above() if step is not None else None
+    return (step, above) if step is not None and above is not None else None
+
+
+def _sent_key(config: RunnableConfig) -> tuple[str, str, str]:
+    c = config["configurable"]
+    return (str(c["thread_id"]), str(c["checkpoint_ns"]), str(c["checkpoint_id"]))
+
+
+def _remember_sent(config: RunnableConfig, checkpoint: Any) -> tuple[Mapping[str, Any], ...]:
+    calls = _sent_calls(checkpoint)
+    # A saved checkpoint never changes; one not saved yet is not remembered.
+    if calls:
+        with _sent_lock:
+            _sent[_sent_key(config)] = calls
+            while len(_sent) > _SENT_CACHE_SIZE:
+                _sent.popitem(last=False)
+    return calls
+
+
+def _cached_sent(config: RunnableConfig) -> tuple[Mapping[str, Any], ...] | None:
+    with _sent_lock:
+        return _sent.get(_sent_key(config))
+
+
+def calls_sent_above(config: RunnableConfig | None) -> tuple[Mapping[str, Any], ...]:
+    """The tool calls the step of the graph above sent, when a task of that step runs this
+    call's graph (a Deep Agents subagent, run by the parent's ``task`` tool call); empty
+    otherwise, or if that step's checkpoint is not saved (``durability="exit"``). Read once per
+    step and process."""
+    found = _above(config)
+    if found is None:
+        return ()
+    step, above = found
+    cached = _cached_sent(above)
+    if cached is not None:
+        return cached
+    return _remember_sent(above, step.checkpointer.get_tuple(above))
+
+
+async def acalls_sent_above(config: RunnableConfig | None) -> tuple[Mapping[str, Any], ...]:
+    """Async twin of :func:`calls_sent_above`."""
+    found = _above(config)
+    if found is None:
+        return ()
+    step, above = found
+    cached = _cached_sent(above)
+    if cached is not None:
+        return cached
+    return _remember_sent(above, await step.checkpointer.aget_tuple(above))
+
+
 def _config(request: ToolCallRequest) -> RunnableConfig:
     return cast("RunnableConfig", getattr(request.runtime, "config", None) or {})
 
@@ -428,9 +521,11 @@ async def acontinue_from_step(request: ToolCallRequest) -> ToolCallRequest:
 
 __all__ = [
     "ToolSteps",
+    "acalls_sent_above",
     "acontinue_from_step",
     "afinished_calls",
     "arequire_record_home",
+    "calls_sent_above",
     "continue_from_step",
     "finished_calls",
     "require_record_home",

@@ -62,7 +62,7 @@ _ESCAPES = str.maketrans(
 # Comparisons use ``[ = ]``, which a command's ``shopt -s nocasematch`` cannot make case-blind;
 # ``local -`` with ``set +eu`` keeps a command's ``set -e``/``-u`` out of the save, and the save
 # starts with xtrace off (silently) so a command's ``set -x`` does not trace it.
-_PROLOGUE = r"""
+_SETUP = r"""
 __lcs_root=$PWD
 __lcs_state="$__lcs_root/%(state)s"
 __lcs_names=/tmp/.langchain_sandbox_exported
@@ -107,11 +107,17 @@ __lcs_save() {
   tmp=$dir/.shell_state.$$.$RANDOM
   { printf '%%s' "$new" >"$tmp"; } 2>/dev/null && mv -f -- "$tmp" "$__lcs_state" || rm -f -- "$tmp"
 }
+"""
+"""Defines the wrapper's functions and notes the environment the sandbox starts commands
+with: nothing in it depends on the saved state, so a shell may run it before its command
+arrives (the local provider's spare shells do)."""
+
+_RESTORE = r"""
 if [[ -f $__lcs_state ]]; then
   . "$__lcs_state"
   case $__lcs_cwd in /*) __lcs_dir=$__lcs_cwd ;; *) __lcs_dir=$__lcs_root/$__lcs_cwd ;; esac
   if ! cd -- "$__lcs_dir" 2>/dev/null; then
-    printf '[shell] %%s no longer exists; the working directory is %%s again.\n' \
+    printf '[shell] %s no longer exists; the working directory is %s again.\n' \
       "$__lcs_dir" "$__lcs_root" >&2
   fi
 fi
@@ -120,6 +126,7 @@ trap '__lcs_saved=1; exit 129' HUP
 trap '__lcs_saved=1; exit 130' INT
 trap '__lcs_saved=1; exit 143' TERM
 """
+"""Applies the saved state and sets the traps that save the new one."""
 
 
 def shell_script(command: str, cwd: str | None = None) -> str:
@@ -142,7 +149,7 @@ def shell_script(command: str, cwd: str | None = None) -> str:
     # messages about the command as it would for a plain ``bash -c command``. The save after
     # eval covers a command that replaced the EXIT trap with its own.
     return (
-        f'__lcs_prologue={_PROLOGUE_WORD}; eval "$__lcs_prologue"; {change}'
+        f'{SHELL_SETUP}__lcs_restore={_RESTORE_WORD}; eval "$__lcs_restore"; {change}'
         f'__lcs_command={_one_line(command)}; eval "$__lcs_command"; '
         "{ __lcs_status=$?; set +x; } 2>/dev/null; __lcs_save; exit $__lcs_status"
     )
@@ -153,8 +160,11 @@ def _one_line(text: str) -> str:
     return "$'" + text.translate(_ESCAPES) + "'"
 
 
-_PROLOGUE_WORD = _one_line(_PROLOGUE % {"state": _STATE_RELATIVE})
-"""The prologue as the ``$'...'`` word every script starts with (built once: it never changes)."""
+SHELL_SETUP = f'__lcs_setup={_one_line(_SETUP % {"state": _STATE_RELATIVE})}; eval "$__lcs_setup"; '
+"""How every script starts (built once: it never changes): the part a shell may run before its
+command arrives. The rest of the script is on the same line, so it still reads as line 1."""
+
+_RESTORE_WORD = _one_line(_RESTORE)
 
 
-__all__ = ["STATE_PATH", "shell_script"]
+__all__ = ["SHELL_SETUP", "STATE_PATH", "shell_script"]

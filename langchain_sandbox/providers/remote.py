@@ -10,6 +10,9 @@
   exception into the package's taxonomy (which says whether it is retryable). Running code or a
   command is never passed through it.
 * **Packages**: a remote sandbox installs with pip run as a command (:func:`pip_install_command`).
+* **Change listings**: the sandbox compares its workspace with the host's last listing itself
+  (:mod:`~langchain_sandbox.providers.guest_changes`); :func:`known_reference` names that listing
+  by the token the sandbox gave it (the listing's cursor) instead of sending it again.
 """
 
 from __future__ import annotations
@@ -20,10 +23,17 @@ import shlex
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from langchain_sandbox.errors import InvalidInputError, MissingDependencyError, SandboxError
-from langchain_sandbox.providers.base import OutputCallback, Provider, Session
+from langchain_sandbox.providers.base import (
+    ChangeListing,
+    FileInfo,
+    OutputCallback,
+    Provider,
+    Session,
+    VariablesDump,
+)
 from langchain_sandbox.results import ExecutionResult
 from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE, retry_async
 
@@ -71,6 +81,40 @@ def pip_install_command(names: Sequence[str]) -> str:
     return (
         "PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --disable-pip-version-check "
         f"--no-input --progress-bar off -- {shlex.join(names)}"
+    )
+
+
+def known_reference(known: Mapping[str, FileInfo], since: object | None) -> dict[str, Any]:
+    """How a change-listing request names the host's listing ``known``.
+
+    The sandbox keeps the listing it answered last under a token it returns as the
+    :attr:`~langchain_sandbox.providers.base.ChangeListing.cursor`. A caller that passes that
+    cursor back as ``since`` (with the listing those changes complete, as the contract says) is
+    named by the token, a few bytes, instead of one entry per file; otherwise the listing goes
+    itself. A sandbox that no longer has the listing (a restarted kernel, a devbox restored from
+    an older disk snapshot, another process's capture since) answers ``stale``, and the caller
+    asks again with ``since=None``.
+    """
+    if isinstance(since, str):
+        return {"since": since}
+    return {
+        "known": {
+            path: [info.size, info.mtime_ns, info.mode, info.kind] for path, info in known.items()
+        }
+    }
+
+
+def change_listing(
+    answer: Mapping[str, Any], contents: Mapping[str, bytes], variables: VariablesDump | None
+) -> ChangeListing:
+    """The :class:`ChangeListing` of a sandbox's answer
+    (:func:`~langchain_sandbox.providers.guest_changes.changes`, plus its token)."""
+    return ChangeListing(
+        changed=tuple(FileInfo(*entry) for entry in answer["changed"]),
+        gone=tuple(answer["gone"]),
+        contents=contents,
+        variables=variables,
+        cursor=answer["token"],
     )
 
 
@@ -136,6 +180,8 @@ __all__ = [
     "TAG_KEY",
     "RemoteProvider",
     "RemoteSession",
+    "change_listing",
+    "known_reference",
     "load_sdk",
     "pip_install_command",
     "read_tags",

@@ -386,10 +386,7 @@ class Snapshotter:
             UnsafeArchiveError: the manifest or a part does not match its hash or is malformed.
         """
         manifest, bad_parts = await self._load_readable(ref)
-        if bad_parts:
-            key = min(bad_parts)
-            await self.store.get(key)  # a missing part raises the store's own error
-            raise _corrupt_blob(key)
+        await self._raise_for(bad_parts)
         return manifest
 
     async def _load_readable(self, ref: str) -> tuple[Manifest, dict[str, int]]:
@@ -585,19 +582,28 @@ class Snapshotter:
             if variables is not None:
                 # The dump is in hand, as a changed file's content is: a stored copy damaged
                 # since it was written is found (one read of what was just dumped) and
-                # rewritten, never named again by this snapshot.
+                # rewritten. The dump this snapshotter itself stored or checked last time is
+                # trusted like every other blob it reuses, until the store's trust is due.
                 puts.append(
                     asyncio.ensure_future(
-                        self._put_new({variables.sha256: variables_blob}, verify_stored=True)
+                        self._put_new(
+                            {variables.sha256: variables_blob},
+                            verify_stored=not (
+                                trusted
+                                and known is not None
+                                and known.captured is not None
+                                and known.captured.variables == variables
+                            ),
+                        )
                     )
                 )
             unchanged = _unchanged_since(known, trusted, base, files, captured)
-            if unchanged is not None and base is not None and await self._intact(base):
-                # Nothing changed since the base this snapshotter captured, and the store still
-                # holds it as written (one small read: a root damaged since must not be named
-                # again): the base is this state's snapshot. Writing a copy that differs only
-                # in revision, time and parent would cost a put (two fsyncs on a durable local
-                # store) per call that changes nothing.
+            if unchanged is not None and base is not None:
+                # Nothing changed since the base this snapshotter captured, and the store is
+                # still trusted to hold it as written: the base is this state's snapshot.
+                # Writing a copy that differs only in revision, time and parent would cost a put
+                # (two fsyncs on a durable local store) per call that changes nothing. (Once the
+                # trust is due, a new root is written and every part checked.)
                 ref, captured = base, unchanged
             else:
                 encoded = manifest.encode_root([part for _, part in parts])
@@ -694,13 +700,6 @@ class Snapshotter:
             need.update(path for path, sha in reused.items() if sha in absent)
             hashes = {path: sha for path, sha in hashes.items() if sha not in absent}
         return hashes, [files[path] for path in sorted(need - hashes.keys())]
-
-    async def _intact(self, key: str) -> bool:
-        """Whether the store holds the blob ``key`` with the bytes it names."""
-        try:
-            return digest(await self.store.get(key)) == key
-        except SnapshotNotFoundError:
-            return False
 
     async def _readable(self, ref: str) -> Manifest | None:
         """The manifest of ``ref``, or ``None`` if the store lacks it or it is corrupt."""
@@ -955,11 +954,16 @@ class Snapshotter:
             UnsafeArchiveError: a blob does not match its size or hash.
         """
         blobs, bad = await self._fetch_checked(sizes)
-        if bad:
-            key = min(bad)
-            await self.store.get(key)  # a missing blob raises the store's own error
-            raise _corrupt_blob(key)
+        await self._raise_for(bad)
         return blobs
+
+    async def _raise_for(self, bad: Iterable[str]) -> None:
+        """Raise for the first of the ``bad`` blobs, if any: the store's own error for a missing
+        one, :class:`UnsafeArchiveError` for one that does not match its hash."""
+        key = min(bad, default=None)
+        if key is not None:
+            await self.store.get(key)
+            raise _corrupt_blob(key)
 
     async def _fetch_checked(self, sizes: Mapping[str, int]) -> tuple[dict[str, bytes], set[str]]:
         """Fetch blobs and check each against its size and hash; return the good ones and the

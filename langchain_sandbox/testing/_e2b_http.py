@@ -61,6 +61,12 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     hold: threading.Event | None = None
     after: int = 0
+    body: re.Pattern[str] | None = None
+
+    def matches(self, route: str, body: bytes) -> bool:
+        if not self.route.search(route):
+            return False
+        return self.body is None or self.body.search(body.decode("utf-8", "replace")) is not None
 
 
 class HttpError(Exception):
@@ -90,7 +96,7 @@ class Backend(Protocol):
 
     def _next_seq(self) -> int: ...
 
-    def _take_fault(self, route: str) -> Fault | None: ...
+    def _take_fault(self, route: str, body: bytes) -> Fault | None: ...
 
     def handle_api(self, handler: Handler, method: str, path: str, body: bytes) -> None: ...
 
@@ -202,7 +208,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             body = read_body(self.rfile, self.headers)
             emulator._update(index, body=_json_of(body, self.headers.get("Content-Type", "")))
-            fault = emulator._take_fault(route)
+            fault = emulator._take_fault(route, body)
             if fault is not None:
                 if fault.hold is not None:
                     fault.hold.wait()

@@ -22,6 +22,7 @@ import inspect
 import json
 import os
 import signal
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,17 +203,24 @@ class Machine:
         return WORKSPACE_ROOT if rel == "." else f"{WORKSPACE_ROOT}/{rel}"
 
     def entry(self, host: Path) -> Entry:
+        """As envd's ``EntryInfo`` describes it: a FIFO, socket or device is of no known type,
+        and ``mode`` is Go's ``FileMode.Perm()`` (no setuid, setgid or sticky bit)."""
         st = host.lstat()
-        if host.is_symlink():
+        target = None
+        if stat.S_ISLNK(st.st_mode):
             kind, target = "symlink", os.readlink(host)
+        elif stat.S_ISDIR(st.st_mode):
+            kind = "dir"
+        elif stat.S_ISREG(st.st_mode):
+            kind = "file"
         else:
-            kind, target = ("dir" if host.is_dir() else "file"), None
+            kind = "other"
         return Entry(
             name=host.name or "user",
             path=self.sandbox_path(host),
             kind=kind,
             size=0 if kind == "dir" else st.st_size,
-            mode=st.st_mode & 0o7777,
+            mode=st.st_mode & 0o777,
             mtime_ns=st.st_mtime_ns,
             symlink_target=target,
         )

@@ -97,17 +97,18 @@ def rfc3339(ns: int) -> str:
 
 def entry_json(entry: Entry) -> dict[str, Any]:
     """proto3-JSON of ``filesystem.EntryInfo`` (int64 as a string, zero values omitted)."""
-    kind_bits = {"file": stat.S_IFREG, "dir": stat.S_IFDIR, "symlink": stat.S_IFLNK}[entry.kind]
+    kind_bits = {"file": stat.S_IFREG, "dir": stat.S_IFDIR, "symlink": stat.S_IFLNK}
     message: dict[str, Any] = {
         "name": entry.name,
-        "type": _FILE_TYPES[entry.kind],
         "path": entry.path,
         "mode": entry.mode,
-        "permissions": stat.filemode(kind_bits | entry.mode),
+        "permissions": stat.filemode(kind_bits.get(entry.kind, stat.S_IFIFO) | entry.mode),
         "owner": "user",
         "group": "user",
         "modifiedTime": rfc3339(entry.mtime_ns),
     }
+    if entry.kind in _FILE_TYPES:  # FILE_TYPE_UNSPECIFIED is proto3's zero value: omitted
+        message["type"] = _FILE_TYPES[entry.kind]
     if entry.size:
         message["size"] = str(entry.size)
     if entry.symlink_target is not None:

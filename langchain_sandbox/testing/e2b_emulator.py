@@ -234,6 +234,7 @@ class E2BEmulator:
         headers: dict[str, str] | None = None,
         hold: threading.Event | None = None,
         after: int = 0,
+        body: str | None = None,
     ) -> Fault:
         """Make the next ``times`` requests whose route matches ``route`` (a regular expression
         over :attr:`RecordedRequest.route`) fail: answer ``status``, or close the connection
@@ -242,7 +243,8 @@ class E2BEmulator:
         the request). ``should_retry`` sets the ``Should-Retry`` header the SDK obeys (``None``
         omits it, leaving the SDK's own 429/502/503/504 retries on). ``times=None``: forever.
         ``hold``: the request waits until the event is set (a capture caught in flight, say).
-        ``after``: the first ``after`` matching requests pass untouched.
+        ``after``: the first ``after`` matching requests pass untouched. ``body``: only requests
+        whose body (as text) matches this regular expression too (one cell among others).
         """
         fault = Fault(
             route=re.compile(route),
@@ -255,6 +257,7 @@ class E2BEmulator:
             headers=dict(headers or {}),
             hold=hold,
             after=after,
+            body=None if body is None else re.compile(body),
         )
         with self._lock:
             self._faults.append(fault)
@@ -340,10 +343,10 @@ class E2BEmulator:
                     self._requests[index] = RecordedRequest(**{**old.__dict__, **changes})
                     return
 
-    def _take_fault(self, route: str) -> Fault | None:
+    def _take_fault(self, route: str, body: bytes) -> Fault | None:
         with self._lock:
             for fault in self._faults:
-                if fault.route.search(route):
+                if fault.matches(route, body):
                     if fault.after > 0:
                         fault.after -= 1
                         continue

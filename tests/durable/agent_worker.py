@@ -48,7 +48,7 @@ from langchain_core.tools import tool
 from langgraph.types import Command, interrupt
 
 from langchain_sandbox.runtime import SandboxRuntime
-from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter, snapshotter
 from langchain_sandbox.testing.scripted_model import ScriptedToolModel, call
 
 
@@ -396,7 +396,14 @@ def main() -> None:
     parser.add_argument("--serve", action="store_true")
     parser.add_argument("--release-between-turns", action="store_true")
     parser.add_argument("--fork-in-flight", action="store_true")
+    parser.add_argument(
+        "--store-recheck-seconds",
+        type=float,
+        help="how long the snapshotter trusts the store without checking (0: every capture)",
+    )
     args = parser.parse_args()
+    if args.store_recheck_seconds is not None:
+        snapshotter.STORE_RECHECK_SECONDS = args.store_recheck_seconds
     if args.use_async:
         asyncio.run(run_async(args))
         return

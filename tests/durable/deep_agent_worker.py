@@ -13,6 +13,11 @@ the dead one stopped (``--block-call call_0_1`` holds the second call of turn 0 
 * turn 2: ``execute`` printing the directory, the variable and the files;
 * then a final answer. A human message ``fork: <text>`` after that makes the model write
   ``<text>`` into the first file and print it; ``show`` makes it print ``run.txt``.
+
+With ``--subagent`` the parent instead delegates (:func:`subagent_script`): turn 0 writes a file
+of its own, turn 1 is a ``task`` call, whose general-purpose subagent writes
+``/home/user/report.txt`` with ``write_file`` and appends to it with ``execute``; turn 2 prints
+both files; then a final answer.
 """
 
 from __future__ import annotations
@@ -69,6 +74,37 @@ def script_for(block_at: int | None) -> Any:
     return script
 
 
+REPORT = "/home/user/report.txt"
+TASK = "SUBTASK: write the report"
+
+
+def subagent_script(block_at: int | None = None) -> Any:
+    """The parent writes a file, delegates to a subagent with ``task``, then reads both files
+    (the subagent, on the same model, sees ``TASK`` as its first message)."""
+    parent: list[Any] = [
+        call("execute", command="echo parent > /home/user/parent.txt"),
+        call("task", description=TASK, subagent_type="general-purpose"),
+        call("execute", command=f"cat /home/user/parent.txt {REPORT}"),
+        "done",
+    ]
+    child: list[Any] = [
+        call("write_file", file_path=REPORT, content="from the subagent\n"),
+        call("execute", command=f"echo ran >> {REPORT}"),
+        "report written",
+    ]
+
+    def script(messages: list[BaseMessage]) -> Any:
+        turn = sum(isinstance(m, AIMessage) for m in messages)
+        if next(m for m in messages if isinstance(m, HumanMessage)).text == TASK:
+            return child[min(turn, len(child) - 1)]
+        if turn == block_at:
+            emit("blocked", turn=turn)
+            time.sleep(3600)
+        return parent[min(turn, len(parent) - 1)]
+
+    return script
+
+
 @contextlib.contextmanager
 def deep_agent(args: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
     with sandbox_runtime(args) as runtime, sync_saver(args.saver, args.target) as saver:
@@ -79,8 +115,9 @@ def deep_agent(args: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
 
             # Held once the other call of its message has saved its tool message.
             middleware.append(_BlockCall(args.block_call, saver, "messages").middleware())
+        script = subagent_script if args.subagent else script_for
         agent = create_deep_agent(
-            ScriptedToolModel(script=script_for(args.block_at_turn)),
+            ScriptedToolModel(script=script(args.block_at_turn)),
             backend=SandboxBackend(runtime=runtime),
             checkpointer=saver,
             interrupt_on=interrupt_on,
@@ -102,6 +139,7 @@ def main() -> None:
     parser.add_argument("--block-at-turn", type=int)
     parser.add_argument("--approve-execute", action="store_true")
     parser.add_argument("--block-call", help="hold this tool call of turn 0 (its id)")
+    parser.add_argument("--subagent", action="store_true", help="the subagent_script story")
     args = parser.parse_args()
     with deep_agent(args) as (agent, _runtime):
         result = agent.invoke(payload(args), run_config(args), durability="sync")

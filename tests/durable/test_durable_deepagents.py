@@ -24,6 +24,8 @@ pytest.importorskip("deepagents")
 WORKER = Path(__file__).with_name("deep_agent_worker.py")
 HANG_GUARD = 240  # seconds; only so that a broken run fails instead of hanging
 FINAL = "/home/user/app\none\nfirst second\na,b\n1,2"
+BOTH = "parent\nfrom the subagent\nran\n"
+"""What the parent prints of its own file and its subagent's (``--subagent``)."""
 
 
 class Thread:
@@ -184,3 +186,63 @@ def _shown(run: dict[str, Any]) -> str:
     assert text.endswith("[Command succeeded with exit code 0]")
     lines = text.removesuffix("[Command succeeded with exit code 0]").splitlines()
     return "\n".join(line for line in lines if line and not line.startswith("[notice]"))
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_the_parent_continues_from_what_its_subagent_wrote(tmp_path: Path, use_async: bool) -> None:
+    """A subagent (the ``task`` tool) runs on a conversation of its own, with the same backend:
+    what it wrote (``write_file``, ``execute``) is there for the parent's next call, and for a
+    runtime with a sandbox directory of its own but the same store (as a new process has)."""
+    import asyncio
+
+    from deep_agent_worker import REPORT, subagent_script
+    from deepagents import create_deep_agent
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_sandbox.deepagents import SandboxBackend
+    from langchain_sandbox.runtime import SandboxRuntime
+    from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+    from langchain_sandbox.testing import ScriptedToolModel, call
+
+    saver = InMemorySaver()
+    config: Any = {"configurable": {"thread_id": "delegating"}}
+
+    def run(base: str, script: Any, message: str) -> list[str]:
+        store = LocalDirectoryBlobStore(tmp_path / "blobs")
+        provider_options = {"base_dir": tmp_path / base}
+        with SandboxRuntime(
+            "local", provider_options=provider_options, snapshotter=Snapshotter(store)
+        ) as runtime:
+            agent = create_deep_agent(
+                ScriptedToolModel(script=script),
+                backend=SandboxBackend(runtime=runtime),
+                checkpointer=saver,
+            )
+            payload = {"messages": [HumanMessage(message)]}
+            if use_async:
+                result = asyncio.run(agent.ainvoke(payload, config))
+            else:
+                result = agent.invoke(payload, config)
+        return [m.text for m in result["messages"] if m.type == "tool"]
+
+    tools = run("first", subagent_script(), "go")
+    assert tools[1] == "report written"
+    assert tools[-1].startswith(BOTH), tools[-1]
+
+    again = [call("execute", command=f"cat /home/user/parent.txt {REPORT}"), "read"]
+    tools = run("second", lambda messages: again[messages[-1].type == "tool"], "again")
+    assert BOTH in tools[-1], tools[-1]
+    assert "restored from the snapshot" in tools[-1]
+
+
+def test_a_new_process_resuming_after_a_subagent_sees_its_files(
+    saver: tuple[str, str], blobs: str
+) -> None:
+    """Killed right after the subagent's ``task`` call returned: the parent's next call runs in a
+    new process and finds the subagent's last record (filed under the ``task`` call)."""
+    thread = Thread(saver, blobs, "--subagent")
+    thread.kill_when_blocked("--message", "go", "--block-at-turn", "2")
+    resumed = thread.run()
+    assert BOTH in resumed["tools"][-1], resumed["tools"]
+    assert "[notice] The sandbox was restored from the snapshot" in resumed["tools"][-1]

@@ -128,6 +128,22 @@ def test_gc_keeps_both_branches_of_a_replayed_deep_agent_step(
     assert branch_stamps(thread, original) == stamps
 
 
+def test_gc_keeps_what_a_deep_agent_s_subagent_wrote(saver: tuple[str, str], blobs: str) -> None:
+    """A subagent's records are filed under its own conversation, which no checkpoint of the
+    parent holds, and under the parent's ``task`` call, which gc finds in the parent's: killed
+    after the subagent ran, collected, resumed in a new process, the parent sees its files."""
+    pytest.importorskip("deepagents")
+    from test_durable_deepagents import BOTH, Thread
+
+    thread = Thread(saver, blobs, "--subagent")
+    thread.kill_when_blocked("--message", "go", "--block-at-turn", "2")
+    gc([checkpointer_url(saver)], blobs)
+
+    resumed = thread.run()
+    assert BOTH in resumed["tools"][-1], resumed["tools"]
+    assert "[notice] The sandbox was restored from the snapshot" in resumed["tools"][-1]
+
+
 def gc_refused(checkpointers: list[str], blobs: str, *extra: str) -> str:
     """Run ``gc --yes --grace 0`` expecting a refusal (exit code 2); return its message."""
     command = [sys.executable, "-m", "langchain_sandbox.cli", "gc", "--blobs", blobs]

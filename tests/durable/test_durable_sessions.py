@@ -290,16 +290,25 @@ def _e2b_story(story: str, tmp_path: Path, blobs: str) -> Iterator[tuple[Any, St
         )
 
 
+_CAPTURE_CELL = "guest_changes"
+"""In the code of the one cell an E2B capture runs (its listing, files and variables)."""
+
+
+def _is_capture(request: Any) -> bool:
+    return request.route == "jupyter execute" and _CAPTURE_CELL in str(request.body.get("code"))
+
+
 def _kill_while_the_snapshot_is_held(emulator: Any, story: Story) -> None:
-    """Run two steps; hold the second step's snapshot in its listing; SIGKILL the process while
+    """Run two steps; hold the second step's snapshot in its request; SIGKILL the process while
     the model thinks, before that snapshot completes."""
     import threading
 
     release = threading.Event()
-    emulator.inject("ListDir", hold=release, after=1)  # the first step's snapshot completes
+    # the first step's snapshot completes
+    emulator.inject("jupyter execute", body=_CAPTURE_CELL, hold=release, after=1)
     try:
         _kill_while_blocked(story, "--message", "go", "--block-at-turn", "2")
-        listings = [r for r in emulator.requests if r.route == "envd ListDir"]
+        listings = [r for r in emulator.requests if _is_capture(r)]
         assert [r.status for r in listings] == [200, 0]  # the second was still being captured
     finally:
         release.set()
@@ -340,7 +349,7 @@ def test_fork_while_a_snapshot_is_written_behind_sees_its_checkpoint(
     (its sandbox was replaced by the fork's), finds its late snapshot: nothing is lost."""
     with _e2b_story("fork", tmp_path, blobs) as (emulator, story):
         # the second step's capture takes a while: the fork arrives while it is in flight
-        emulator.inject("ListDir", delay=3.0, after=1)
+        emulator.inject("jupyter execute", body=_CAPTURE_CELL, delay=3.0, after=1)
         done = story.run("--fork-in-flight")
     assert list(done["pending"].values()) == [2]
     assert "now 1 one" in done["fork"]

@@ -27,6 +27,10 @@ def _garble(path: Path) -> None:
     path.write_bytes(bytes(len(path.read_bytes())))
 
 
+RECHECK_EVERY_CAPTURE = ("--store-recheck-seconds", "0")
+"""Worker flags: the snapshotter checks the store at every capture instead of every 300 s."""
+
+
 def _stdout(tool_text: str) -> str:
     return tool_text.split("stdout:\n", 1)[1].strip()
 
@@ -76,10 +80,11 @@ def test_a_manifest_corrupted_while_the_session_is_live_is_not_named_again(
     tmp_path: Path,
 ) -> None:
     """The latest snapshot's manifest is damaged while its session is live, then a call changes
-    nothing (its snapshot would be the same one). The record must not name the damaged manifest
-    again: a restart restores the files and the variables."""
+    nothing (its snapshot would be the same one). Once the store's trust is due (at every
+    capture here; STORE_RECHECK_SECONDS, 300 s, by default), the record must not name the damaged
+    manifest again: a restart restores the files and the variables."""
     blobs = str(tmp_path / "blobs")
-    story = Story("code", "sqlite", str(tmp_path / "cp.sqlite"), blobs)
+    story = Story("code", "sqlite", str(tmp_path / "cp.sqlite"), blobs, *RECHECK_EVERY_CAPTURE)
     with _live(story) as turn:
         first = turn("x = 1\nopen('a.txt', 'w').write('A')")
         _garble(_blob(blobs, first["sandbox"]["snapshot"]))
@@ -114,10 +119,10 @@ def test_variables_corrupted_while_the_session_is_live_are_rewritten_from_the_ne
     tmp_path: Path,
 ) -> None:
     """The variables blob is damaged while the session is live; the next step changes only a
-    file, so its dump has the same bytes (the same key). That snapshot must not name the
-    damaged copy: a restart restores the variables with the files."""
+    file, so its dump has the same bytes (the same key). Once the store's trust is due, that
+    snapshot must not name the damaged copy: a restart restores the variables with the files."""
     blobs = str(tmp_path / "blobs")
-    story = Story("code", "sqlite", str(tmp_path / "cp.sqlite"), blobs)
+    story = Story("code", "sqlite", str(tmp_path / "cp.sqlite"), blobs, *RECHECK_EVERY_CAPTURE)
     with _live(story) as turn:
         first = turn("x = 1\nopen('a.txt', 'w').write('A')")
         root = json.loads(_blob(blobs, first["sandbox"]["snapshot"]).read_bytes())

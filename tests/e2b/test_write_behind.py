@@ -3,8 +3,8 @@ critical path, what follows it, and what a resume finds when the snapshot is lat
 
 Requests are counted from the emulator's log. The capture starts only once its call has returned
 (the engine schedules it after the call's own requests), so the requests logged before the
-capture's first one are the call's, and the rest are the snapshot's. The capture sends its listing
-and its variables dump side by side, so their order is not asserted.
+capture's first one are the call's, and the rest are the snapshot's: one code execution that lists
+the changes, reads the changed files and dumps the variables (``E2BSession.list_changes``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ import contextlib
 import threading
 from collections.abc import Callable
 
+import pytest
+
+from langchain_sandbox import rehydration
 from langchain_sandbox.providers.e2b import E2BProvider
 from langchain_sandbox.rehydration import HEAD_VARIABLE
 from langchain_sandbox.runtime import SandboxRuntime
@@ -26,10 +29,8 @@ def _routes(emulator: E2BEmulator) -> list[str]:
 
 
 def _is_capture(request: RecordedRequest) -> bool:
-    """A request of the snapshot: the listing, or the cell that dumps the variables."""
-    if request.route == "envd ListDir":
-        return True
-    return request.route == "jupyter execute" and "dump_namespace" in str(request.body.get("code"))
+    """The request of the snapshot: the cell that lists the changes (and dumps the variables)."""
+    return request.route == "jupyter execute" and "guest_changes" in str(request.body.get("code"))
 
 
 def _split(emulator: E2BEmulator) -> tuple[list[str], list[str]]:
@@ -42,10 +43,15 @@ def _split(emulator: E2BEmulator) -> tuple[list[str], list[str]]:
 WarmRuntime = Callable[..., contextlib.AbstractAsyncContextManager[SandboxRuntime]]
 
 
+def _hold_the_capture(emulator: E2BEmulator, release: threading.Event) -> None:
+    """Hold the next capture's request (its cell) until ``release`` is set."""
+    emulator.inject("jupyter execute", body="guest_changes", hold=release)
+
+
 async def _held_listing(emulator: E2BEmulator) -> RecordedRequest:
-    """The capture's listing request, once it has reached the emulator (which holds it)."""
+    """The capture's request, once it has reached the emulator (which holds it)."""
     for _ in range(600):
-        listing = [r for r in emulator.requests if r.route == "envd ListDir"]
+        listing = [r for r in emulator.requests if _is_capture(r)]
         if listing:
             return listing[0]
         await asyncio.sleep(0.1)
@@ -74,9 +80,10 @@ async def test_a_changing_call_costs_two_requests_and_its_snapshot_follows_it(
             await runtime.aflush()
             call, behind = _split(emulator)
             assert outcome.value.value == str(expected)
-            # the user's cell and the head marker; the snapshot: a listing, a variables dump
+            # the user's cell and the head marker; the snapshot: one cell (listing, changed
+            # files, variables)
             assert call == ["jupyter execute", "jupyter execute"]
-            assert behind == ["envd ListDir", "jupyter execute"]
+            assert behind == ["jupyter execute"]
             # the returned record names the last complete snapshot (the one before this call)...
             assert outcome.record["revision"] == expected + 1
             assert outcome.record["snapshot_revision"] == expected
@@ -85,16 +92,16 @@ async def test_a_changing_call_costs_two_requests_and_its_snapshot_follows_it(
             assert record["snapshot_revision"] == record["revision"] == expected + 1
 
 
-async def test_inline_snapshots_stay_selectable_and_cost_four_requests_on_the_call(
+async def test_inline_snapshots_stay_selectable_and_cost_three_requests_on_the_call(
     warm_runtime: WarmRuntime, emulator: E2BEmulator
 ) -> None:
     async with warm_runtime(write_behind=False) as runtime:
         emulator.clear_requests()
         outcome = await runtime.arun_code("t", "n += 1", resumable=True)
-        # all four before the call returns: cell, head marker, then listing and dump
+        # all three before the call returns: cell, head marker, then the capture's one cell
         assert _split(emulator) == (
             ["jupyter execute", "jupyter execute"],
-            ["envd ListDir", "jupyter execute"],
+            ["jupyter execute"],
         )
         assert outcome.record["snapshot_revision"] == outcome.record["revision"] == 2
         assert runtime.pending_snapshots() == {}
@@ -105,7 +112,7 @@ async def test_the_call_returns_while_its_snapshot_is_still_being_captured(
 ) -> None:
     async with warm_runtime() as runtime:
         release = threading.Event()
-        emulator.inject("ListDir", hold=release)
+        _hold_the_capture(emulator, release)
         try:
             emulator.clear_requests()
             outcome = await runtime.arun_code("t", "n = 'answer'\nn", resumable=True)
@@ -115,8 +122,7 @@ async def test_the_call_returns_while_its_snapshot_is_still_being_captured(
             assert listing.status == 0  # the capture is stuck in its listing; the call is back
             executed = [r.body["code"] for r in emulator.requests if r.route == "jupyter execute"]
             # the head marker is in the interpreter already, right after the user's cell: before
-            # the call returned and before the capture's own requests (its variables dump runs
-            # beside the held listing)
+            # the call returned and before the capture's own request
             assert executed.index(f"{HEAD_VARIABLE} = {outcome.record['head']!r}") == 1
         finally:
             release.set()
@@ -164,16 +170,20 @@ async def test_a_resume_whose_snapshot_never_completed_attaches_to_the_live_sand
     provider: E2BProvider,
     blob_snapshotter: Snapshotter,
     emulator: E2BEmulator,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     release = threading.Event()
     async with warm_runtime() as runtime:
-        emulator.inject("ListDir", hold=release)
+        _hold_the_capture(emulator, release)
         try:
             code = "import threading\nlock = threading.Lock()"
             outcome = await runtime.arun_code("t", code, resumable=True)
+            assert runtime.pending_snapshots() == {"t": 2}  # its capture is held
+            # another process, while the first one's capture is stuck: it cannot see the
+            # captures in flight here (a resume in this process would wait for them)
+            monkeypatch.setattr(rehydration, "_captures_in_flight", rehydration._CapturesInFlight())
             other = SandboxRuntime(provider, snapshotter=blob_snapshotter)
             try:
-                # another process, while the first one's capture is stuck
                 resumed = await other.arun_code(
                     "t", "type(lock).__name__", record=outcome.record, resumable=True
                 )
@@ -231,5 +241,5 @@ async def test_tool_calls_outside_and_inside_a_checkpointed_agent(
         await runtime.aflush()
         call_requests, behind = _split(emulator)
         assert call_requests == ["jupyter execute", "jupyter execute"]
-        assert behind == ["envd ListDir", "jupyter execute"]
+        assert behind == ["jupyter execute"]
         assert result["sandbox"]["revision"] == 2

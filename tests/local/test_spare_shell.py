@@ -11,8 +11,8 @@ import asyncio
 
 from langchain_sandbox.providers.local import LocalSession
 
-_MARK = 'echo "${BASH_EXECUTION_STRING:0:7}"'
-_SPARE = "read -r"
+_MARK = 'echo "${BASH_EXECUTION_STRING: -7}"'
+_SPARE = 'script"'  # how a spare's boot line ends (a fresh shell's script ends with its exit)
 
 
 async def _idle() -> None:

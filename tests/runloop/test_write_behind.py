@@ -1,10 +1,9 @@
 """Snapshots written behind on Runloop (the real SDK against the emulator), and the head marker
 that rides with the user's call: request counts per call, and attaching from another runtime.
 
-The capture starts only once its call has returned, and its first request is the worker's
-``changes`` (the workspace listing with the changed files, in a session the snapshotter knows),
-``ls`` (the listing alone) or ``dump`` (the variables), which it sends side by side: the requests
-logged before the first of them are the call's, the rest the snapshot's.
+The capture starts only once its call has returned, and it is one worker call, ``changes``:
+what changed since the listing the worker answered last (named by its token), the changed files
+and the variables dump. The requests logged before it are the call's, the rest the snapshot's.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ def _split(requests: list[RecordedRequest]) -> tuple[list[RecordedRequest], list
     """(the call's requests, the snapshot's requests)."""
     for index, request in enumerate(requests):
         call = _worker_call(request)
-        if call is not None and call[0] in ("changes", "ls", "dump"):
+        if call is not None and call[0] == "changes":
             return requests[:index], requests[index:]
     return requests, []
 
@@ -62,22 +61,29 @@ async def test_a_changing_call_costs_two_requests_and_carries_its_head(
             assert sent is not None
             assert sent[0] == "code"
             assert sent[1]["head"] == {"name": HEAD_VARIABLE, "value": outcome.record["head"]}
-            # behind it: the listing (with the changed files) and the variables dump, two
-            # requests each
-            ops = sorted(call[0] for call in map(_worker_call, behind) if call is not None)
-            assert ops == ["changes", "dump"]
-            assert len(behind) == 4
+            # behind it: one worker call (its execute_async and long-poll) for the changes,
+            # the changed files and the variables; the worker's listing named by its token
+            assert [r.path.rsplit("/", 1)[1] for r in behind] == [
+                "execute_async",
+                "wait_for_status",
+            ]
+            capture = _worker_call(behind[0])
+            assert capture is not None
+            assert "variables_max_bytes" in capture[1]
+            assert "since" in capture[1]
+            assert "known" not in capture[1]
             record = runtime.thread_record("t") or {}
             assert record["snapshot_revision"] == record["revision"] == expected + 1
 
 
-async def test_inline_snapshots_cost_six_requests_on_the_call(
+async def test_inline_snapshots_cost_four_requests_on_the_call(
     warm_runtime: WarmRuntime, emulator: RunloopEmulator
 ) -> None:
     async with warm_runtime(write_behind=False) as runtime:
         emulator.clear_log()
         outcome = await runtime.arun_code("t", "n += 1", resumable=True)
-        assert len(emulator.requests) == 6  # the call 2, listing 2, variables 2; no head call
+        # the call 2, the capture's one worker call 2 (changes, files, variables); no head call
+        assert len(emulator.requests) == 4
         assert outcome.record["snapshot_revision"] == outcome.record["revision"] == 2
 
 

@@ -7,15 +7,20 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from langchain_sandbox.providers.base import Provider
+from langchain_sandbox.providers.base import Provider, Session
 from langchain_sandbox.snapshots import Snapshotter
 
 
 @pytest.fixture
-async def runloop() -> AsyncIterator[Provider]:
-    # Runloop (its real SDK against the package's emulator) lists a FIFO as a regular file.
+async def runloop(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Provider]:
+    # Runloop's list_files (its real SDK against the package's emulator) lists a FIFO as a
+    # regular file; its own list_changes does not list FIFOs, so the provider-neutral one, which
+    # compares list_files on the host, stands for a provider that does.
+    from langchain_sandbox.providers.runloop.provider import RunloopSession
     from langchain_sandbox.testing.runloop_emulator import emulated_runloop_provider
 
+    monkeypatch.setattr(RunloopSession, "list_changes", Session.list_changes)
+    monkeypatch.setattr(RunloopSession, "lists_variables", False)
     async with emulated_runloop_provider() as provider:
         yield provider
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import datetime as dt
 import functools
 import hashlib
 import inspect
@@ -54,9 +55,10 @@ from langchain_sandbox.errors import (
     SandboxTimeoutError,
     SessionClosedError,
 )
-from langchain_sandbox.providers import kernel_state
+from langchain_sandbox.providers import guest_changes, kernel_state
 from langchain_sandbox.providers.base import (
     Capabilities,
+    ChangeListing,
     FileInfo,
     Limits,
     OutputCallback,
@@ -72,6 +74,8 @@ from langchain_sandbox.providers.remote import (
     TAG_KEY,
     RemoteProvider,
     RemoteSession,
+    change_listing,
+    known_reference,
     load_sdk,
     read_tags,
     tag_metadata,
@@ -110,6 +114,19 @@ _KERNEL_STATE_MODULE = (
 )
 _KERNEL_STATE_PACKED = base64.b64encode(zlib.compress(inspect.getsource(kernel_state).encode()))
 _CHUNK_BYTES = 4 * 1024 * 1024  # of a variables dump, per line of output or per upload
+_CHANGES_SOURCE = "from __future__ import annotations\n" + guest_changes.shipped_source()
+_CHANGES_MODULE = (
+    "_langchain_sandbox_guest_changes_" + hashlib.sha256(_CHANGES_SOURCE.encode()).hexdigest()[:12]
+)
+_CHANGES_PACKED = base64.b64encode(zlib.compress(_CHANGES_SOURCE.encode()))
+# A change listing carries each changed file up to this size, and no more in all than this
+# (the rest is read one request per file, as before); envd's listing rounds mtimes to
+# microseconds and reports Go's FileMode.Perm(), and the kernel's listing says the same.
+_BUNDLE_FILE_BYTES = _CHUNK_BYTES
+_BUNDLE_BYTES = 16 * 1024 * 1024
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_LISTED_MTIME_UNIT_NS = 1000
+_LISTED_MODE_MASK = 0o777
 
 
 @functools.cache
@@ -215,6 +232,7 @@ class E2BSession(RemoteSession):
 
     provider_name = PROVIDER_NAME
     capabilities = CAPABILITIES
+    lists_variables = True
 
     def __init__(
         self,
@@ -441,7 +459,76 @@ class E2BSession(RemoteSession):
             lambda: self._sandbox.files.list(absolute, depth=_LIST_DEPTH if recursive else 1),
             path=path,
         )
-        return sorted((_file_info(e) for e in entries), key=lambda info: info.path)
+        listed = (_file_info(entry) for entry in entries)
+        return sorted((info for info in listed if info is not None), key=lambda info: info.path)
+
+    async def list_changes(
+        self,
+        known: Mapping[str, FileInfo],
+        *,
+        max_bytes: int,
+        variables_max_bytes: int | None = None,
+        since: object | None = None,
+    ) -> ChangeListing:
+        """One code execution in the kernel: it lists the workspace, compares it with ``known``
+        (named by the kernel's token when ``since`` is the cursor it returned, see
+        :func:`~langchain_sandbox.providers.remote.known_reference`), reads the changed regular
+        files (opened without blocking: a FIFO cannot hang it) and, when asked, dumps the
+        variables; entries are what :meth:`list_files` would report for them."""
+        request: dict[str, Any] = {
+            "max_bytes": min(max_bytes, _BUNDLE_BYTES),
+            "max_file_bytes": _BUNDLE_FILE_BYTES,
+            "mtime_unit_ns": _LISTED_MTIME_UNIT_NS,
+            "mode_mask": _LISTED_MODE_MASK,
+        }
+        lines = await self._changes(
+            {**request, **known_reference(known, since)}, variables_max_bytes
+        )
+        if json.loads(lines[-1]).get("stale"):  # a new kernel: it never saw the token
+            lines = await self._changes(
+                {**request, **known_reference(known, None)}, variables_max_bytes
+            )
+        # Lines: one per bundled file (a JSON pair), the dump's base64 chunks, the answer.
+        *rest, described = lines
+        files = [json.loads(line) for line in rest if line.startswith("[")]
+        chunks = [line for line in rest if not line.startswith("[")]
+        answer = json.loads(described)
+        variables = (
+            None
+            if variables_max_bytes is None
+            else _variables_dump(chunks, answer["variables"], variables_max_bytes)
+        )
+        contents = {path: base64.b64decode(data) for path, data in files}
+        return change_listing(answer, contents, variables)
+
+    async def _changes(self, request: dict[str, Any], variables_max_bytes: int | None) -> list[str]:
+        packed = base64.b64encode(json.dumps(request).encode()).decode()
+        dump = (
+            ""
+            if variables_max_bytes is None
+            else _DUMP_LINES.format(limit=variables_max_bytes)
+            + "    answer['variables'] = described\n"
+        )
+        return await self._kernel_call(
+            f"    request = json.loads(base64.b64decode({packed!r}))\n"
+            "    known = request.pop('known', None)\n"
+            "    if known is None:\n"
+            "        token, known = getattr(changes, 'last_answered', (None, None))\n"
+            "        if token != request.pop('since'):\n"
+            f"            print({_MARKER!r} + json.dumps({{'stale': True}}))\n"
+            "            return\n"
+            f"    answer, listing = changes.changes({WORKSPACE_ROOT!r}, known, **request)\n"
+            "    answer['token'] = __import__('os').urandom(8).hex()\n"
+            "    changes.last_answered = (answer['token'], listing)\n"
+            # each file on a line of its own: no output line is over a file's cap (4 MB) in base64
+            "    for path, data in answer.pop('contents').items():\n"
+            f"        print({_MARKER!r} + json.dumps([path, data]))\n"
+            f"{dump}"
+            f"    print({_MARKER!r} + json.dumps(answer))\n",
+            "list changes",
+            kernel_state=variables_max_bytes is not None,
+            changes=True,
+        )
 
     async def remove_files(self, paths: Sequence[str]) -> None:
         import e2b
@@ -462,23 +549,43 @@ class E2BSession(RemoteSession):
 
     # -- variables ---------------------------------------------------------------------------
 
-    async def _kernel_call(self, body: str, what: str) -> list[str]:
-        """Run ``body`` in the kernel with ``ks``, the kernel_state module (built from its source
-        once per kernel), in scope; return what it printed behind the marker, line by line."""
+    async def _kernel_call(
+        self, body: str, what: str, *, kernel_state: bool = True, changes: bool = False
+    ) -> list[str]:
+        """Run ``body`` in the kernel, inside a function (the user's globals keep no name of
+        ours); return what it printed behind the marker, line by line.
+
+        In scope: ``ks``, the kernel_state module, with ``kernel_state``; ``changes``, the
+        guest_changes module, with ``changes``. Each is built from its source once per kernel
+        and kept in ``sys.modules`` (its compressed source travels with every call that needs
+        it: the host cannot know whether the kernel was restarted).
+        """
         code = (
             "def _langchain_sandbox_call():\n"
-            "    import base64, json, sys\n"
-            f"    ks = sys.modules.get({_KERNEL_STATE_MODULE!r})\n"
-            "    if ks is None:\n"
-            "        import types, zlib\n"
-            "        def source(packed):\n"
-            "            return zlib.decompress(base64.b64decode(packed)).decode()\n"
-            f"        ks = types.ModuleType({_KERNEL_STATE_MODULE!r})\n"
-            f"        exec(compile(source({_KERNEL_STATE_PACKED!r}), '<kernel_state>', 'exec'),"
-            " ks.__dict__)\n"
-            f"        ks.prepare(source({_cloudpickle_packed()!r}))\n"
-            f"        sys.modules[{_KERNEL_STATE_MODULE!r}] = ks\n"
-            f"{body}"
+            "    import base64, json, sys, types, zlib\n"
+            "    def source(packed):\n"
+            "        return zlib.decompress(base64.b64decode(packed)).decode()\n"
+            "    def module(name, packed, prepare=None):\n"
+            "        found = sys.modules.get(name)\n"
+            "        if found is None:\n"
+            "            found = types.ModuleType(name)\n"
+            "            exec(compile(source(packed), '<' + name + '>', 'exec'), found.__dict__)\n"
+            "            if prepare is not None:\n"
+            "                found.prepare(source(prepare))\n"
+            "            sys.modules[name] = found\n"
+            "        return found\n"
+            + (
+                f"    ks = module({_KERNEL_STATE_MODULE!r}, {_KERNEL_STATE_PACKED!r},"
+                f" {_cloudpickle_packed()!r})\n"
+                if kernel_state
+                else ""
+            )
+            + (
+                f"    changes = module({_CHANGES_MODULE!r}, {_CHANGES_PACKED!r})\n"
+                if changes
+                else ""
+            )
+            + f"{body}"
             "_langchain_sandbox_call()\n"
             "del _langchain_sandbox_call\n"
         )
@@ -503,29 +610,13 @@ class E2BSession(RemoteSession):
         return lines
 
     async def _dump_variables(self, max_bytes: int) -> VariablesDump:
-        # The dump comes back as lines of base64 chunks, then one line that describes it.
         lines = await self._kernel_call(
-            f"    blob, saved, skipped = ks.dump_namespace(globals(), {max_bytes})\n"
-            f"    for start in range(0, len(blob), {_CHUNK_BYTES}):\n"
-            f"        chunk = base64.b64encode(blob[start : start + {_CHUNK_BYTES}]).decode()\n"
-            f"        print({_MARKER!r} + chunk)\n"
-            f"    print({_MARKER!r} + json.dumps({{'size': len(blob), 'saved': saved,"
-            " 'skipped': skipped}))\n",
+            _DUMP_LINES.format(limit=max_bytes)
+            + f"    print({_MARKER!r} + json.dumps(described))\n",
             "dump variables",
         )
         *chunks, described = lines
-        data = b"".join(base64.b64decode(chunk) for chunk in chunks)
-        answer = json.loads(described)
-        if len(data) != answer["size"] or len(data) > max_bytes:
-            raise SandboxError(
-                f"E2B: the variables dump is {len(data)} bytes, not the {answer['size']} "
-                "announced.",
-                provider=PROVIDER_NAME,
-            )
-        reasons = {str(name): str(why) for name, why in answer["skipped"].items()}
-        return VariablesDump(
-            data=data, saved=tuple(answer["saved"]), skipped=tuple(reasons), reasons=reasons
-        )
+        return _variables_dump(chunks, json.loads(described), max_bytes)
 
     async def _load_variables(self, data: bytes) -> dict[str, str]:
         # A large dump goes up in several calls, each adding a chunk to a buffer in the kernel.
@@ -577,6 +668,31 @@ class E2BSession(RemoteSession):
         self._closed = True
 
 
+# Kernel lines that dump the variables: the dump's base64 chunks, each printed behind the marker,
+# and ``described``, what the host checks them against (the caller prints it).
+_DUMP_LINES = (
+    "    blob, saved, skipped = ks.dump_namespace(globals(), {limit})\n"
+    f"    for start in range(0, len(blob), {_CHUNK_BYTES}):\n"
+    f"        chunk = base64.b64encode(blob[start : start + {_CHUNK_BYTES}]).decode()\n"
+    f"        print({_MARKER!r} + chunk)\n"
+    "    described = {{'size': len(blob), 'saved': saved, 'skipped': skipped}}\n"
+)
+
+
+def _variables_dump(chunks: list[str], described: dict[str, Any], max_bytes: int) -> VariablesDump:
+    """The dump the kernel printed as ``chunks`` of base64, checked against ``described``."""
+    data = b"".join(base64.b64decode(chunk) for chunk in chunks)
+    if len(data) != described["size"] or len(data) > max_bytes:
+        raise SandboxError(
+            f"E2B: the variables dump is {len(data)} bytes, not the {described['size']} announced.",
+            provider=PROVIDER_NAME,
+        )
+    reasons = {str(name): str(why) for name, why in described["skipped"].items()}
+    return VariablesDump(
+        data=data, saved=tuple(described["saved"]), skipped=tuple(reasons), reasons=reasons
+    )
+
+
 def _execution_fields(execution: Any) -> dict[str, Any]:
     """Result fields from the SDK's ``Execution``: the last value, figures, the exception."""
     value: str | None = None
@@ -608,13 +724,23 @@ def _listed_path(path: str) -> str:
     return path[len(prefix) :] if path.startswith(prefix) else relative_path(path)
 
 
-def _file_info(entry: Any) -> FileInfo:
-    kind: Literal["file", "dir", "symlink"] = getattr(entry.type, "value", "file")
+def _file_info(entry: Any) -> FileInfo | None:
+    """An envd entry as a :class:`FileInfo`, in exactly the form the kernel's change listing
+    gives it (:mod:`~langchain_sandbox.providers.guest_changes` with microsecond mtimes and
+    permission bits), so an unchanged file compares equal; ``None`` for an entry of no known
+    type (FIFOs, sockets, devices: never listed)."""
+    if entry.type is None:
+        return None
+    kind: Literal["file", "dir", "symlink"] = entry.type.value
+    # The SDK's datetime has microseconds; counted exactly (a float timestamp would be off by
+    # up to a few hundred nanoseconds, and then differ from the kernel's listing).
+    micros = (entry.modified_time - _EPOCH) // dt.timedelta(microseconds=1)
     return FileInfo(
         path=_listed_path(entry.path),
         size=0 if kind == "dir" else int(entry.size),
-        mtime_ns=int(entry.modified_time.timestamp() * 1_000_000_000),
-        mode=int(entry.mode) & 0o7777,
+        mtime_ns=micros * _LISTED_MTIME_UNIT_NS,
+        # Newer envd reports a symlink's target's permissions; the link's own are always these.
+        mode=0o777 if kind == "symlink" else int(entry.mode) & _LISTED_MODE_MASK,
         kind=kind,
     )
 

@@ -174,13 +174,14 @@ class _Interrupter:
 
 
 _SPARE_BOOT = (
-    "read -r __lcs_go <&{go} || exit 0; IFS= read -r -d '' __lcs_script <&{script}; "
+    " read -r __lcs_go <&{go} || exit 0; IFS= read -r -d '' __lcs_script <&{script}; "
     'exec {go}<&- {script}<&-; SECONDS=0; eval "unset -v __lcs_go __lcs_script;$__lcs_script"'
 )
-"""What a spare shell runs: wait for the go line (end of file: the spare is discarded, exit), read
-the script (a memfd, so ``read`` takes it in blocks, not a byte at a time as from a pipe), close
-both descriptors and ``eval`` it, on the script's first line so its messages keep their line
-numbers. ``SECONDS`` counts from the command, not from the spare's start."""
+"""What a spare shell runs after the request's preamble: wait for the go line (end of file: the
+spare is discarded, exit), read the script (a memfd, so ``read`` takes it in blocks, not a byte
+at a time as from a pipe), close both descriptors and ``eval`` it, on the script's first line so
+its messages keep their line numbers. ``SECONDS`` counts from the command, not from the spare's
+start."""
 
 _SPARE_IDLE_MS = 2
 """How long the worker waits for a next request before it starts a spare."""
@@ -226,15 +227,17 @@ class _Spare:
     ``warm`` (the persistent shell's) use spares.
     """
 
-    def __init__(self, shell: str, cwd: str | None, env: dict[str, str], inherited: bytes) -> None:
+    def __init__(
+        self, shell: str, cwd: str | None, env: dict[str, str], inherited: bytes, preamble: bytes
+    ) -> None:
         import subprocess
 
-        self.key = (shell, cwd, env, inherited)
+        self.key = (shell, cwd, env, inherited, preamble)
         self._script = os.memfd_create("command", os.MFD_CLOEXEC)
         go, self._go = os.pipe()
         try:
             self.process = subprocess.Popen(
-                [shell, "-c", _SPARE_BOOT.format(go=go, script=self._script)],
+                [shell, "-c", preamble + _SPARE_BOOT.format(go=go, script=self._script).encode()],
                 cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -470,7 +473,9 @@ class Worker:
         shell, cwd, env = _command_context(request)
         script = os.fsencode(str(request["command"]))
         started = time.perf_counter()
-        process = self._run_spare(shell, cwd, env, script) if request.get("warm") else None
+        process = None
+        if request.get("warm"):
+            process = self._run_spare(shell, cwd, env, script, _preamble(request))
         if process is None:
             process = subprocess.Popen(
                 [shell, "-c", script],
@@ -526,7 +531,7 @@ class Worker:
             self._spare_for = None
             return
         try:
-            self._spare = _Spare(shell, cwd, env, _inherited())
+            self._spare = _Spare(shell, cwd, env, _inherited(), _preamble(request))
         except Exception:
             # No spare this time (no memfd, the process limit reached...): commands start
             # their own process, as without spares.
@@ -546,17 +551,22 @@ class Worker:
             spare.discard()
 
     def _run_spare(
-        self, shell: str, cwd: str | None, env: dict[str, str], script: bytes
+        self, shell: str, cwd: str | None, env: dict[str, str], script: bytes, preamble: bytes
     ) -> subprocess.Popen[bytes] | None:
         """The spare's process running ``script``, if the spare was started exactly as a fresh
-        process for this command would be; ``None`` (and no spare) otherwise."""
+        process for this command would be and already ran the script's ``preamble``; ``None``
+        (and no spare) otherwise."""
         spare = self._take_spare()
         if spare is None:
             return None
-        if b"\0" in script or spare.key != (shell, cwd, env, _inherited()):
+        if (
+            b"\0" in script
+            or not script.startswith(preamble)
+            or spare.key != (shell, cwd, env, _inherited(), preamble)
+        ):
             spare.discard()
             return None
-        return spare.run(script)
+        return spare.run(script[len(preamble) :])
 
     # -------------------------------------------------------------- variables
 
@@ -586,6 +596,12 @@ class Worker:
         blob = bytes(request["data"])
         failed = self._kernel_state().load_namespace(self.namespace, blob)
         return {"failed": failed}
+
+
+def _preamble(request: dict[str, Any]) -> bytes:
+    """The start of a warm command's script that a spare may run before the command arrives
+    (the persistent shell's setup: it depends on nothing but the environment)."""
+    return os.fsencode(str(request.get("preamble", "")))
 
 
 def _command_context(request: dict[str, Any]) -> tuple[str, str | None, dict[str, str]]:

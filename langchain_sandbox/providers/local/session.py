@@ -51,7 +51,7 @@ from langchain_sandbox.providers.local._quota import WorkspaceQuota
 from langchain_sandbox.providers.local._streams import OutputStreams
 from langchain_sandbox.providers.local._worker_process import WorkerDied, WorkerProcess
 from langchain_sandbox.providers.names import LOCAL
-from langchain_sandbox.providers.persistent_shell import shell_script
+from langchain_sandbox.providers.persistent_shell import SHELL_SETUP, shell_script
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
 
@@ -324,6 +324,8 @@ class LocalSession(Session):
         on_output: OutputCallback | None,
         warm: bool = False,
     ) -> ExecutionResult:
+        """``warm``: a persistent-shell script, which may run in a spare shell that already ran
+        its setup (see ``_worker._Spare``)."""
         if cwd != WORKSPACE_ROOT:  # the root is the sandbox's own mount: always a directory
             await asyncio.to_thread(self._files.require_dir, cwd)
         payload = {
@@ -333,6 +335,7 @@ class LocalSession(Session):
             "limit": self.spec.limits.max_output_bytes,
             "shell": self.launcher.bash,
             "warm": warm,
+            "preamble": SHELL_SETUP if warm else "",
         }
         return await self._execute("command", "command", payload, timeout, on_output)
 

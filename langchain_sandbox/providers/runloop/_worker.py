@@ -16,9 +16,12 @@ after reading):
   for the provider to download, not put in the answer line);
 * ``cmd``: run ``bash -c`` with a cwd, extra environment, a timeout and capped output;
 * ``ls``: list a directory without following symlinks;
-* ``changes``: ``ls`` of the whole workspace, plus the contents of the regular files whose
-  ``(size, mtime_ns)`` differ from the ``known`` ones the request carries (each up to
-  ``max_file_bytes``, together up to ``max_bytes``), so a capture lists and reads in one call;
+* ``changes``: how the workspace differs from the listing the host knows
+  (:func:`~langchain_sandbox.providers.guest_changes.changes`: changed entries, gone paths, the
+  contents of changed regular files), and with ``variables_max_bytes`` the interpreter's ``dump``
+  too, so a capture is one call. The host sends its listing as ``known``, or as ``since``: the
+  token of the listing this worker answered last, which it keeps in :data:`LISTING_NAME` (an
+  unknown token is answered ``{"stale": true}``, and the host sends the listing itself);
 * ``serve``: the interpreter itself (internal).
 
 Any request may carry ``head`` (``{"name": ..., "value": ...}``): the interpreter sets that global
@@ -64,6 +67,7 @@ from collections.abc import Callable
 from typing import Any
 
 from langchain_sandbox.providers import guest as _guest_module
+from langchain_sandbox.providers.guest_changes import changes
 from langchain_sandbox.providers import kernel_state as _kernel_state_module
 from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 from langchain_sandbox.results import OutputCapture
@@ -85,6 +89,7 @@ SOCKET_NAME = "kernel.sock"
 PID_NAME = "kernel.pid"
 SAVED_NAME = "saved-variables.pkl"
 DUMP_NAME = "variables-dump.pkl"
+LISTING_NAME = "last-listing.marshal"
 INLINE_DUMP_BYTES = 1024 * 1024
 DUMP_PART_BYTES = 16 * 1024 * 1024  # a large dump is downloaded in files of this size
 KILL_GRACE = 3.0
@@ -590,57 +595,50 @@ def list_directory(request: dict[str, Any]) -> dict[str, Any]:
     return {"entries": entries}
 
 
-def list_changes(request: dict[str, Any]) -> dict[str, Any]:
-    """A recursive ``ls`` of ``path`` with the contents (base64, in ``contents``) of the regular
-    files not in ``known`` with the same ``[size, mtime_ns]``, smallest first while they fit
-    ``max_bytes`` and ``max_file_bytes`` each.
+def list_changes(state_dir: str, request: dict[str, Any]) -> dict[str, Any]:
+    """The ``changes`` answer (plus ``token``, naming the listing it leaves, for the next call's
+    ``since``); ``{"stale": True}`` when ``since`` names a listing this worker no longer has."""
+    import marshal
 
-    Only regular files are opened (a FIFO would block the read). A file whose stat changed while
-    it was read is listed as it is now, without contents (the host reads it again); one that
-    vanished is left out of the listing; a bundled file's entry is its stat after the read.
-    """
-    import stat
-
-    answer = list_directory(dict(request, recursive=True))
-    if "entries" not in answer:
-        return answer
-    known: dict[str, list[int]] = request.get("known", {})
-    per_file = int(request["max_file_bytes"])
-    room = int(request["max_bytes"])
-    wanted = [
-        entry
-        for entry in answer["entries"]
-        if entry["kind"] == "file"
-        and entry["size"] <= per_file
-        and known.get(entry["path"]) != [entry["size"], entry["mtime_ns"]]
-    ]
-    contents: dict[str, str] = {}
-    gone: set[str] = set()
-    for entry in sorted(wanted, key=lambda item: item["size"]):
-        if entry["size"] > room:
-            break
-        path = os.path.join(WORKSPACE, entry["path"])
+    path = os.path.join(state_dir, LISTING_NAME)
+    known: dict[str, list[Any]] | None = request.get("known")
+    if known is None:
         try:
-            before = os.lstat(path)
-            if not stat.S_ISREG(before.st_mode):
-                continue
             with open(path, "rb") as handle:
-                data = handle.read(per_file + 1)
-            after = os.lstat(path)
-        except FileNotFoundError:
-            gone.add(entry["path"])
-            continue
-        except OSError:
-            continue  # not readable: the host's read says why
-        entry.update(_entry(path, after))
-        if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or len(
-            data
-        ) != after.st_size:
-            continue  # changed while read: listed as it is now, read again by the host
-        contents[entry["path"]] = _b64(data)
-        room -= len(data)
-    answer["entries"] = [entry for entry in answer["entries"] if entry["path"] not in gone]
-    answer["contents"] = contents
+                token, known = marshal.load(handle)
+        except (OSError, EOFError, ValueError, TypeError):
+            token = None
+        if token != request["since"] or known is None:
+            return {"stale": True}
+    try:
+        answer, listing = changes(
+            request["path"],
+            known,
+            max_bytes=int(request["max_bytes"]),
+            max_file_bytes=int(request["max_file_bytes"]),
+        )
+    except FileNotFoundError as exc:
+        return {"missing": str(exc)}
+    answer["token"] = binascii.hexlify(os.urandom(8)).decode()
+    with open(path + ".tmp", "wb") as handle:
+        marshal.dump((answer["token"], listing), handle)
+    os.replace(path + ".tmp", path)
+    return answer
+
+
+def changes_and_variables(
+    state_dir: str, request: dict[str, Any], head: dict[str, str] | None
+) -> dict[str, Any]:
+    """``list_changes``, then, when the request has ``variables_max_bytes``, the interpreter's
+    ``dump`` under ``variables``: a capture's listing, files and variables in one call. The head
+    marker rides with the dump (or on its own when there is none)."""
+    answer = list_changes(state_dir, request)
+    limit = request.get("variables_max_bytes")
+    if limit is not None and "stale" not in answer and "missing" not in answer:
+        dump = {"op": "dump", "max_bytes": limit, "head": head}
+        answer["variables"] = call_interpreter(state_dir, dump)
+    elif head is not None:
+        call_interpreter(state_dir, {"op": "head", "head": head})
     return answer
 
 
@@ -671,14 +669,15 @@ def main(argv: list[str]) -> None:
         _emit(call_interpreter(state_dir, dict(request, op=op)))
         return
     head = request.pop("head", None)
+    if op == "changes":
+        _emit(changes_and_variables(state_dir, request, head))
+        return
     if head is not None:
         call_interpreter(state_dir, {"op": "head", "head": head})
     if op == "cmd":
         _emit(run_command(request))
     elif op == "ls":
         _emit(list_directory(request))
-    elif op == "changes":
-        _emit(list_changes(request))
     else:
         _emit({"failure": f"unknown operation {op!r}"})
 

@@ -56,7 +56,7 @@ from langchain_sandbox.errors import (
     SandboxTimeoutError,
     SessionClosedError,
 )
-from langchain_sandbox.providers import guest, kernel_state
+from langchain_sandbox.providers import guest, guest_changes, kernel_state
 from langchain_sandbox.providers.base import (
     Capabilities,
     ChangeListing,
@@ -66,7 +66,6 @@ from langchain_sandbox.providers.base import (
     SessionRecord,
     SessionSpec,
     VariablesDump,
-    changes_between,
     install_spec_packages,
 )
 from langchain_sandbox.providers.names import RUNLOOP as PROVIDER_NAME
@@ -75,6 +74,8 @@ from langchain_sandbox.providers.remote import (
     TAG_KEY,
     RemoteProvider,
     RemoteSession,
+    change_listing,
+    known_reference,
     load_sdk,
     read_tags,
     tag_metadata,
@@ -148,7 +149,8 @@ def _sdk() -> Any:
 
 def _worker_script() -> str:
     """The worker program, standalone: the package imports it makes are replaced by the code
-    itself (the output capture inline, the kernel-state module as source it loads on demand)."""
+    itself (the output capture and the change listing inline, the kernel-state module as source
+    it loads on demand)."""
     worker = inspect.getsource(_runloop_worker)
     start, end = "# <package-imports>", "# </package-imports>"
     inlined = "\n".join(
@@ -159,6 +161,7 @@ def _worker_script() -> str:
             "    return _unpacked('cloudpickle')",
             f"DEFAULT_CAPTURE_BYTES = {DEFAULT_CAPTURE_BYTES}",
             inspect.getsource(OutputCapture),
+            guest_changes.shipped_source(),
         ]
     )
     return worker[: worker.index(start)] + inlined + worker[worker.index(end) + len(end) :]
@@ -490,6 +493,7 @@ class RunloopSession(RemoteSession):
 
     provider_name = PROVIDER_NAME
     capabilities = CAPABILITIES
+    lists_variables = True
 
     def __init__(
         self,
@@ -714,13 +718,15 @@ class RunloopSession(RemoteSession):
         *,
         wait: float,
         on_output: OutputCallback | None = None,
+        interpreter: bool = False,
     ) -> dict[str, Any]:
         """Run one worker operation; ``{"timed_out": True}`` when ``wait`` ran out.
 
-        Calls to the interpreter take turns: it runs one cell at a time, and a call kept waiting
-        behind another would count that wait against its own timeout.
+        Calls to the interpreter (its operations, and any other that says it talks to the
+        ``interpreter``) take turns: it runs one cell at a time, and a call kept waiting behind
+        another would count that wait against its own timeout.
         """
-        if op in _INTERPRETER_OPS:
+        if interpreter or op in _INTERPRETER_OPS:
             async with self._interpreter_turn:
                 return await self._worker(op, request, wait=wait, on_output=on_output)
         return await self._worker(op, request, wait=wait, on_output=on_output)
@@ -903,29 +909,42 @@ class RunloopSession(RemoteSession):
         variables_max_bytes: int | None = None,
         since: object | None = None,
     ) -> ChangeListing:
-        """One worker call: the listing and the changed files' contents in its answer line (a
-        ``known`` map over the inline request limit costs one upload more)."""
+        """One worker call (``changes``): the worker compares the workspace with ``known`` and
+        answers the changed entries, the gone paths, the changed files' contents and, when
+        asked, the variables dump. ``known`` travels as the worker's token when ``since`` is
+        the cursor it returned (:func:`~langchain_sandbox.providers.remote.known_reference`);
+        sent itself, a listing over the inline request limit costs one upload. A dump over the
+        inline size costs its downloads."""
         await self._ready()
-        request = {
+        request: dict[str, Any] = {
             "path": WORKSPACE_ROOT,
-            "known": {
-                path: [info.size, info.mtime_ns]
-                for path, info in known.items()
-                if info.kind == "file"
-            },
             "max_bytes": min(max_bytes, _BUNDLE_BYTES),
             "max_file_bytes": _BUNDLE_FILE_BYTES,
         }
-        answer = await self.worker("changes", request, wait=120.0)
+        if variables_max_bytes is not None:
+            request["variables_max_bytes"] = variables_max_bytes
+        answer = await self._changes(request, known, since)
+        if answer.get("stale"):  # the worker lost the listing the token named: send it
+            answer = await self._changes(request, known, None)
+        variables = (
+            None
+            if variables_max_bytes is None
+            else await self._variables(answer["variables"], variables_max_bytes)
+        )
+        contents = {path: base64.b64decode(data) for path, data in answer["contents"].items()}
+        return change_listing(answer, contents, variables)
+
+    async def _changes(
+        self, request: dict[str, Any], known: Mapping[str, FileInfo], since: object | None
+    ) -> dict[str, Any]:
+        request = {**request, **known_reference(known, since)}
+        interpreter = "variables_max_bytes" in request  # the dump waits for a running cell
+        answer = await self.worker("changes", request, wait=120.0, interpreter=interpreter)
         if answer.get("timed_out"):
             raise SandboxTimeoutError("Listing files timed out.", provider=PROVIDER_NAME)
         if "missing" in answer:
             raise InvalidPathError("The workspace is gone.")
-        return changes_between(
-            known,
-            (FileInfo(**entry) for entry in answer["entries"]),
-            {path: base64.b64decode(data) for path, data in answer["contents"].items()},
-        )
+        return answer
 
     async def remove_files(self, paths: Sequence[str]) -> None:
         resolved = [resolve_path(path) for path in paths]
@@ -939,8 +958,16 @@ class RunloopSession(RemoteSession):
     async def _dump_variables(self, max_bytes: int) -> VariablesDump:
         await self._ready()
         answer = await self.worker("dump", {"max_bytes": max_bytes}, wait=120.0)
+        return await self._variables(answer, max_bytes)
+
+    async def _variables(self, answer: dict[str, Any], max_bytes: int) -> VariablesDump:
+        """The dump the interpreter answered: inline, or left in files to download."""
         if answer.get("timed_out"):
             raise SandboxTimeoutError("Capturing variables timed out.", provider=PROVIDER_NAME)
+        if "error" in answer:  # the interpreter exited while dumping
+            raise SandboxError(
+                f"Capturing variables failed: {answer['error']['value']}", provider=PROVIDER_NAME
+            )
         if "paths" in answer:  # a large dump is files of the devbox, not a line of output
             data = b"".join(
                 [
