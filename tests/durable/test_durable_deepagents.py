@@ -206,3 +206,14 @@ def test_a_new_process_resuming_after_a_subagent_sees_its_files(
     resumed = thread.run()
     assert BOTH in resumed["tools"][-1], resumed["tools"]
     assert "[notice] The sandbox was restored from the snapshot" in resumed["tools"][-1]
+
+
+def test_a_subagent_started_in_a_new_process_sees_the_parent_s_files(
+    saver: tuple[str, str], blobs: str
+) -> None:
+    """Killed before the ``task`` call: the subagent starts in a new process, with no sandbox
+    alive; it continues from the parent's record, so the parent's file is still there."""
+    thread = Thread(saver, blobs, "--subagent")
+    thread.kill_when_blocked("--message", "go", "--block-at-turn", "1")
+    resumed = thread.run()
+    assert BOTH in resumed["tools"][-1], resumed["tools"]
