@@ -217,3 +217,15 @@ def test_a_subagent_started_in_a_new_process_sees_the_parent_s_files(
     thread.kill_when_blocked("--message", "go", "--block-at-turn", "1")
     resumed = thread.run()
     assert BOTH in resumed["tools"][-1], resumed["tools"]
+
+
+def test_a_subagent_killed_midway_resumes_in_a_new_process(
+    saver: tuple[str, str], blobs: str
+) -> None:
+    """Killed after the subagent's ``write_file``, before its ``execute``: LangGraph re-runs the
+    ``task`` call in the new process; the subagent finds the file it wrote, and the parent
+    both files."""
+    thread = Thread(saver, blobs, "--subagent")
+    thread.kill_when_blocked("--message", "go", "--block-subagent-at-turn", "1")
+    resumed = thread.run()
+    assert _shown(resumed) == BOTH.rstrip(), resumed["tools"]  # the subagent's work, once
