@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
@@ -40,10 +41,10 @@ def record_key(thread_id: str, turn: Turn, call_id: str, step: str | None = None
     return hashlib.sha256(name.encode()).hexdigest()
 
 
-def subagent_key(thread_id: str, call_id: str) -> str:
-    """The store key of the newest record the subagent run by the ``task`` call ``call_id``
-    filed (overwritten by each of its calls: the parent continues from its last)."""
-    name = json.dumps(["langchain-sandbox/deepagents-subagent", thread_id, call_id])
+def subagent_key(thread_id: str, turn: Turn, call_id: str) -> str:
+    """The store key of the newest record the subagent run by the ``task`` call ``call_id`` of
+    ``turn`` filed (overwritten by each of its calls: the parent continues from its last)."""
+    name = json.dumps(["langchain-sandbox/deepagents-subagent", thread_id, *turn, call_id])
     return hashlib.sha256(name.encode()).hexdigest()
 
 
@@ -57,13 +58,23 @@ def call_keys(
     for call_id, name in calls:
         keys.add(record_key(thread_id, turn, call_id, step))
         if name == TASK_TOOL:
-            keys.add(subagent_key(thread_id, call_id))
+            keys.add(subagent_key(thread_id, turn, call_id))
     return keys
 
 
 def tool_calls(message: AIMessage) -> tuple[tuple[str, str], ...]:
     """The ``(id, name)`` of each tool call of ``message`` that has an id."""
     return tuple((str(c["id"]), str(c["name"])) for c in message.tool_calls if c.get("id"))
+
+
+def messages_in(value: Any) -> list[BaseMessage]:
+    """The messages in a ``messages`` channel's value or write (a list, one message, or a delta
+    channel's snapshot wrapping the list)."""
+    if isinstance(value, BaseMessage):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [m for item in value for m in messages_in(item)]
+    return []
 
 
 def conversation_turns(
@@ -190,6 +201,7 @@ __all__ = [
     "Turn",
     "call_keys",
     "conversation_turns",
+    "messages_in",
     "record_key",
     "subagent_key",
     "tool_calls",

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from langchain_core.messages import BaseMessage, ToolMessage
+from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, Send
@@ -51,7 +51,7 @@ from langchain_sandbox.errors import (
     MissingDependencyError,
     SnapshotNotFoundError,
 )
-from langchain_sandbox.filed_records import RecordKeys
+from langchain_sandbox.filed_records import RecordKeys, messages_in
 from langchain_sandbox.providers import get_provider
 from langchain_sandbox.providers.base import Provider, SessionRecord
 from langchain_sandbox.snapshots import BlobStore, Snapshotter
@@ -113,8 +113,8 @@ async def checkpoint_references(saver: BaseCheckpointSaver[Any]) -> CheckpointRe
             str(item.config["configurable"].get("checkpoint_ns", "")),
             str(item.checkpoint["id"]),
             (item.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
-            _messages(channels["messages"]) if "messages" in channels else None,
-            [m for channel, value in writes if channel == "messages" for m in _messages(value)],
+            messages_in(channels["messages"]) if "messages" in channels else None,
+            [m for channel, value in writes if channel == "messages" for m in messages_in(value)],
         )
         checkpoint_id = str(item.checkpoint["id"])
         if thread_id not in latest or checkpoint_id > latest[thread_id][0]:
@@ -171,16 +171,6 @@ def _session_id(record: Mapping[str, Any]) -> str | None:
     session = record.get("session")
     found = session.get("session_id") if isinstance(session, Mapping) else None
     return str(found) if found else None
-
-
-def _messages(value: Any) -> list[BaseMessage]:
-    """The messages in a ``messages`` channel's value or write (a list, one message, or a delta
-    channel's snapshot wrapping the list)."""
-    if isinstance(value, BaseMessage):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [m for item in value for m in _messages(item)]
-    return []
 
 
 @contextlib.asynccontextmanager

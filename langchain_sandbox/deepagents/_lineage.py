@@ -50,7 +50,7 @@ import json
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +66,7 @@ from langchain_sandbox.filed_records import (
     subagent_key,
     tool_calls,
 )
-from langchain_sandbox.graph.step_record import ToolSteps
+from langchain_sandbox.graph.step_record import StepAbove, ToolSteps
 from langchain_sandbox.runtime import SandboxRuntime, StepCall
 from langchain_sandbox.snapshots import BlobStore, Snapshotter
 from langchain_sandbox.state import SandboxState
@@ -87,7 +87,11 @@ class Position:
         finished: Siblings that finished in this run of the step before it (a call re-run
             after a crash continues from their records, not from the earlier turn's).
         tasks: In a subagent, the parent's ``task`` call (or calls) running it: each record
-            is filed under their :func:`~langchain_sandbox.filed_records.subagent_key` too.
+            is filed under their :func:`~langchain_sandbox.filed_records.subagent_key` too
+            (in the turn of ``parent``).
+        parent: In a subagent, the position of that ``task`` call in the parent's
+            conversation: a subagent call before any of its own records continues from the
+            record the parent's call would.
         steps: Which steps of the branch ran earlier calls (``None``: no saved steps; records
             are then filed and read without one).
     """
@@ -97,6 +101,7 @@ class Position:
     messages: Sequence[BaseMessage]
     finished: frozenset[str] = frozenset()
     tasks: tuple[str, ...] = ()
+    parent: Position | None = None
     steps: ToolSteps | None = None
 
     @property
@@ -129,25 +134,33 @@ class Position:
         current: AIMessage = self.messages[-1]  # type: ignore[assignment]
         return tuple(c for c in tool_calls(current) if c[0] in self.finished)
 
-    def under(self, sent: Iterable[Mapping[str, Any]]) -> Position:
-        """This position, in a subagent run by one of the ``task`` calls ``sent`` by the step of
-        the graph above (:func:`~langchain_sandbox.graph.step_record.calls_sent_above`): the
-        one whose description opens the subagent's conversation (that of a forked subagent
-        ends its first message). Calls with the same description all count: the parent
-        continues from the newest record of any of its turn's calls."""
+    def under(self, above: StepAbove) -> Position:
+        """This position, in a subagent run by one of the ``task`` calls of the parent's step
+        ``above``: the one whose description opens the subagent's conversation (that of a forked
+        subagent ends its first message). Calls with the same description all count: the
+        parent continues from the newest record of any of its turn's calls."""
         first = next((m for m in self.messages if isinstance(m, HumanMessage)), None)
         if first is None:
             return self
         text = first.text
         tasks = tuple(
             str(c["id"])
-            for c in sent
+            for c in above.sent
             if c.get("name") == TASK_TOOL
             and isinstance(description := (c.get("args") or {}).get("description"), str)
             and description
             and text.endswith(description)
         )
-        return dataclasses.replace(self, tasks=tasks) if tasks else self
+        if not tasks:
+            return self
+        steps = self.steps.above() if self.steps is not None else None
+        parent = _position_in(above.messages, tasks[0], steps)
+        if parent is None:
+            return self
+        finished = above.answered & parent.step_call.siblings
+        return dataclasses.replace(
+            self, tasks=tasks, parent=dataclasses.replace(parent, finished=finished)
+        )
 
 
 def position_of(config: RunnableConfig | None, *, blocking: bool) -> Position | None:
@@ -181,15 +194,29 @@ def position_of(config: RunnableConfig | None, *, blocking: bool) -> Position | 
     call_id = pending[path[1]].get("id")
     if not call_id:
         return None
+    return _position_in(messages[: last + 1], str(call_id), ToolSteps.of(config, blocking=blocking))
+
+
+def _position_in(
+    messages: Sequence[BaseMessage], call_id: str, steps: ToolSteps | None
+) -> Position | None:
+    """The position of the tool call ``call_id`` of the last AI message of ``messages`` that
+    calls tools, and the conversation up to it."""
+    last = next((i for i in range(len(messages) - 1, -1, -1) if _calls_tools(messages[i])), None)
+    if last is None:
+        return None
+    current: AIMessage = messages[last]  # type: ignore[assignment]
+    ids = frozenset(c for c, _ in tool_calls(current))
+    if call_id not in ids:
+        return None
     human = next(
         (str(m.id or "") for m in reversed(messages[:last]) if isinstance(m, HumanMessage)), ""
     )
-    ids = frozenset(call_id for call_id, _ in tool_calls(current))
     return Position(
         (human, str(current.id)),
         StepCall(call_id, ids - {call_id}),
         messages[: last + 1],
-        steps=ToolSteps.of(config, blocking=blocking),
+        steps=steps,
     )
 
 
@@ -288,7 +315,8 @@ class RecordBook:
         :meth:`latest` gave the call)."""
         call_id = position.step_call.call_id
         key = record_key(thread_id, position.turn, call_id, position.step)
-        newest = [subagent_key(thread_id, task) for task in position.tasks]
+        parent = position.parent
+        newest = [subagent_key(thread_id, parent.turn, t) for t in position.tasks] if parent else []
         if not (self.skip_unchanged and _same_snapshot(record, continued_from)):
             data = json.dumps(dict(record), sort_keys=True).encode()
             await self.store.put(key, data)
@@ -311,6 +339,8 @@ class RecordBook:
             step = await self._step_of(thread_id, position, turn, calls, answers)
             if found := await self._filed_in(thread_id, turn, calls, step):
                 return _newest(found)
+        if position.parent is not None:  # a subagent's first changes build on its parent's
+            return await self.latest(thread_id, position.parent)
         return None
 
     async def _step_of(

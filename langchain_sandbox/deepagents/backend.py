@@ -40,7 +40,7 @@ import contextvars
 import dataclasses
 import posixpath
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -71,10 +71,11 @@ from langchain_sandbox.deepagents._pages import (
 )
 from langchain_sandbox.errors import InvalidInputError, InvalidPathError, SandboxError
 from langchain_sandbox.graph.step_record import (
-    acalls_sent_above,
+    StepAbove,
     afinished_calls,
-    calls_sent_above,
+    astep_above,
     finished_calls,
+    step_above,
 )
 from langchain_sandbox.providers.base import FileInfo as SandboxFileInfo
 from langchain_sandbox.providers.base import Provider, Session
@@ -128,12 +129,12 @@ class _Call:
         """Whether the call's records are filed by its place in the conversation."""
         return self.position is not None and self.book is not None
 
-    def under(self, sent: Sequence[Mapping[str, Any]]) -> _Call:
-        """This call, in a subagent run by one of the tool calls ``sent`` by the step of the
-        graph above (see ``_lineage``)."""
-        if self.position is None or not sent:
+    def under(self, above: StepAbove | None) -> _Call:
+        """This call, in a subagent run by a tool call of the parent's step ``above`` (see
+        ``_lineage``)."""
+        if self.position is None or above is None:
             return self
-        return dataclasses.replace(self, position=self.position.under(sent))
+        return dataclasses.replace(self, position=self.position.under(above))
 
     def after(self, finished: frozenset[str]) -> _Call:
         """This call, re-run after ``finished`` siblings of its step (see ``_lineage``)."""
@@ -234,7 +235,7 @@ class SandboxBackend(BaseSandbox):
         if siblings := call.siblings:
             call = call.after(finished_calls(config, siblings))
         if call.filed:
-            call = call.under(calls_sent_above(config))
+            call = call.under(step_above(config))
         note_checkpointer(call.runtime, config)
         return call.runtime.run_sync(_awaited(work(call)))
 
@@ -244,7 +245,7 @@ class SandboxBackend(BaseSandbox):
         if siblings := call.siblings:
             call = call.after(await afinished_calls(config, siblings))
         if call.filed:
-            call = call.under(await acalls_sent_above(config))
+            call = call.under(await astep_above(config))
         await anote_checkpointer(call.runtime, config)
         return await work(call)
 

@@ -31,11 +31,11 @@ shapes hand a call less than the whole story, and without help each lost work si
 A graph with no ``sandbox`` channel at all (Deep Agents) learns the same about a re-run call
 from :func:`finished_calls`: which of its siblings' tool messages the step saved; a call in a
 graph that a tool of another graph runs (a Deep Agents subagent) learns which tool calls that
-step of the graph above sent, from :func:`calls_sent_above`. It also learns from
-:class:`ToolSteps` which step of its own branch ran an earlier turn's calls: the checkpoint whose
-pending writes hold their tool messages (LangGraph gives every saved message an id of its own,
-so a tool message names one branch; a time-travel re-run of a step starts from a fork checkpoint
-with an id of its own).
+step of the graph above sent, and the conversation it started from, from :func:`step_above`.
+It also learns from :class:`ToolSteps` which step of its own branch ran an earlier turn's calls:
+the checkpoint whose pending writes hold their tool messages (LangGraph gives every saved message
+an id of its own, so a tool message names one branch; a time-travel re-run of a step starts from
+a fork checkpoint with an id of its own).
 
 What this reads from LangGraph: the task config's ``checkpoint_ns``, ``checkpoint_map`` and
 ``thread_id``, and three private keys, ``__pregel_read`` (the channel reader Deep Agents'
@@ -48,6 +48,7 @@ reads only happen in a graph run with a checkpointer: without one nothing outliv
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -55,13 +56,14 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any, cast
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import EmptyChannelError
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from langchain_sandbox.checkpointer_names import run_checkpointer
 from langchain_sandbox.errors import ConfigurationError
+from langchain_sandbox.filed_records import messages_in
 from langchain_sandbox.state import SandboxState, merge_sandbox_state
 from langchain_sandbox.tools.base import graph_record
 
@@ -358,6 +360,21 @@ class ToolSteps:
 
         return cls(step, _blocking_get if blocking else saver.aget_tuple)
 
+    def above(self) -> ToolSteps | None:
+        """The walker of the step of the graph above whose task runs this call's graph (a Deep
+        Agents subagent's parent), if a task runs it."""
+        above = self._step.above()
+        if above is None:
+            return None
+        where = above["configurable"]
+        step = dataclasses.replace(
+            self._step,
+            graph_ns=where["checkpoint_ns"],
+            checkpoint_id=where["checkpoint_id"],
+            task_id=None,
+        )
+        return ToolSteps(step, self._get)
+
     async def find(self, message_ids: Collection[str], issued_by: str) -> str | None:
         """The checkpoint whose step wrote one of ``message_ids`` (the tool messages answering
         the AI message ``issued_by``); ``None`` if no checkpoint back to the step that wrote
@@ -406,9 +423,26 @@ def _sent_calls(checkpoint: Any) -> tuple[Mapping[str, Any], ...]:
     return tuple(found)
 
 
-_SENT_CACHE_SIZE = 1024
-_sent: OrderedDict[tuple[str, str, str], tuple[Mapping[str, Any], ...]] = OrderedDict()
-_sent_lock = threading.Lock()
+@dataclass(frozen=True)
+class StepAbove:
+    """The step of the graph above whose task runs this call's graph (a Deep Agents subagent,
+    run by the parent's ``task`` tool call), as saved in its checkpoint.
+
+    Attributes:
+        sent: The tool calls the step sent (one task each).
+        messages: The conversation the step started from (``messages``, rebuilt from the
+            writes of the checkpoint's ancestors when a delta channel stores only changes).
+        answered: Tool calls of the step whose tool messages it saved (they finished).
+    """
+
+    sent: tuple[Mapping[str, Any], ...]
+    messages: tuple[BaseMessage, ...]
+    answered: frozenset[str]
+
+
+_CONVERSATIONS_CACHED = 256
+_conversations: OrderedDict[tuple[str, str, str], tuple[BaseMessage, ...]] = OrderedDict()
+_conversations_lock = threading.Lock()
 
 
 def _above(config: RunnableConfig | None) -> tuple[_Step, RunnableConfig] | None:
@@ -418,52 +452,90 @@ def _above(config: RunnableConfig | None) -> tuple[_Step, RunnableConfig] | None
     return (step, above) if step is not None and above is not None else None
 
 
-def _sent_key(config: RunnableConfig) -> tuple[str, str, str]:
+def _key(config: RunnableConfig) -> tuple[str, str, str]:
     c = config["configurable"]
     return (str(c["thread_id"]), str(c["checkpoint_ns"]), str(c["checkpoint_id"]))
 
 
-def _remember_sent(config: RunnableConfig, checkpoint: Any) -> tuple[Mapping[str, Any], ...]:
-    calls = _sent_calls(checkpoint)
-    # A saved checkpoint never changes; one not saved yet is not remembered.
-    if calls:
-        with _sent_lock:
-            _sent[_sent_key(config)] = calls
-            while len(_sent) > _SENT_CACHE_SIZE:
-                _sent.popitem(last=False)
-    return calls
+def _cached(config: RunnableConfig) -> tuple[BaseMessage, ...] | None:
+    with _conversations_lock:
+        return _conversations.get(_key(config))
 
 
-def _cached_sent(config: RunnableConfig) -> tuple[Mapping[str, Any], ...] | None:
-    with _sent_lock:
-        return _sent.get(_sent_key(config))
+def _remember(config: RunnableConfig, messages: tuple[BaseMessage, ...]) -> None:
+    # Saved checkpoints never change: the conversation a step started from is read once.
+    with _conversations_lock:
+        _conversations[_key(config)] = messages
+        while len(_conversations) > _CONVERSATIONS_CACHED:
+            _conversations.popitem(last=False)
 
 
-def calls_sent_above(config: RunnableConfig | None) -> tuple[Mapping[str, Any], ...]:
-    """The tool calls the step of the graph above sent, when a task of that step runs this
-    call's graph (a Deep Agents subagent, run by the parent's ``task`` tool call); empty
-    otherwise, or if that step's checkpoint is not saved (``durability="exit"``). Read once per
-    step and process."""
+def _message_writes(checkpoint: Any) -> list[BaseMessage]:
+    return [
+        m for _, channel, value in checkpoint.pending_writes or () if channel == "messages"
+        for m in messages_in(value)
+    ]  # fmt: skip
+
+
+def _step_above(checkpoint: Any, messages: tuple[BaseMessage, ...]) -> StepAbove:
+    answered = {
+        m.tool_call_id
+        for _, channel, value in checkpoint.pending_writes or ()
+        if channel != _RETURN_CHANNEL
+        for m in (value if isinstance(value, list | tuple) else [value])
+        if isinstance(m, ToolMessage)
+    }
+    return StepAbove(_sent_calls(checkpoint), messages, frozenset(answered))
+
+
+def step_above(config: RunnableConfig | None) -> StepAbove | None:
+    """The step of the graph above, when a task of that step runs this call's graph; ``None``
+    otherwise, or if that step's checkpoint is not saved (``durability="exit"``). Its
+    conversation is read once per step and process; its writes on every call."""
     found = _above(config)
     if found is None:
-        return ()
+        return None
     step, above = found
-    cached = _cached_sent(above)
-    if cached is not None:
-        return cached
-    return _remember_sent(above, step.checkpointer.get_tuple(above))
+    checkpoint = step.checkpointer.get_tuple(above)
+    if checkpoint is None:
+        return None
+    messages = _cached(above)
+    if messages is None:
+        chunks: list[list[BaseMessage]] = []
+        cursor = checkpoint
+        while cursor is not None and "messages" not in cursor.checkpoint["channel_values"]:
+            parent = cursor.parent_config
+            cursor = step.checkpointer.get_tuple(parent) if parent else None
+            chunks.append(_message_writes(cursor) if cursor is not None else [])
+        if cursor is not None:
+            chunks.append(messages_in(cursor.checkpoint["channel_values"]["messages"]))
+        messages = tuple(m for chunk in reversed(chunks) for m in chunk)
+        _remember(above, messages)
+    return _step_above(checkpoint, messages)
 
 
-async def acalls_sent_above(config: RunnableConfig | None) -> tuple[Mapping[str, Any], ...]:
-    """Async twin of :func:`calls_sent_above`."""
+async def astep_above(config: RunnableConfig | None) -> StepAbove | None:
+    """Async twin of :func:`step_above`."""
     found = _above(config)
     if found is None:
-        return ()
+        return None
     step, above = found
-    cached = _cached_sent(above)
-    if cached is not None:
-        return cached
-    return _remember_sent(above, await step.checkpointer.aget_tuple(above))
+    checkpoint = await step.checkpointer.aget_tuple(above)
+    if checkpoint is None:
+        return None
+    messages = _cached(above)
+    if messages is None:
+        chunks: list[list[BaseMessage]] = []
+        cursor = checkpoint
+        while cursor is not None and "messages" not in cursor.checkpoint["channel_values"]:
+            parent = cursor.parent_config
+            cursor = await step.checkpointer.aget_tuple(parent) if parent else None
+            chunks.append(_message_writes(cursor) if cursor is not None else [])
+        if cursor is not None:
+            chunks.append(messages_in(cursor.checkpoint["channel_values"]["messages"]))
+        messages = tuple(m for chunk in reversed(chunks) for m in chunk)
+        _remember(above, messages)
+    return _step_above(checkpoint, messages)
 
 
 def _config(request: ToolCallRequest) -> RunnableConfig:
@@ -520,13 +592,14 @@ async def acontinue_from_step(request: ToolCallRequest) -> ToolCallRequest:
 
 
 __all__ = [
+    "StepAbove",
     "ToolSteps",
-    "acalls_sent_above",
     "acontinue_from_step",
     "afinished_calls",
     "arequire_record_home",
-    "calls_sent_above",
+    "astep_above",
     "continue_from_step",
     "finished_calls",
     "require_record_home",
+    "step_above",
 ]

@@ -78,9 +78,10 @@ REPORT = "/home/user/report.txt"
 TASK = "SUBTASK: write the report"
 
 
-def subagent_script(block_at: int | None = None) -> Any:
+def subagent_script(block_at: int | None = None, block_child_at: int | None = None) -> Any:
     """The parent writes a file, delegates to a subagent with ``task``, then reads both files
-    (the subagent, on the same model, sees ``TASK`` as its first message)."""
+    (the subagent, on the same model, sees ``TASK`` as its first message). ``block_at`` holds
+    the parent's model at that turn, ``block_child_at`` the subagent's."""
     parent: list[Any] = [
         call("execute", command="echo parent > /home/user/parent.txt"),
         call("task", description=TASK, subagent_type="general-purpose"),
@@ -95,12 +96,12 @@ def subagent_script(block_at: int | None = None) -> Any:
 
     def script(messages: list[BaseMessage]) -> Any:
         turn = sum(isinstance(m, AIMessage) for m in messages)
-        if next(m for m in messages if isinstance(m, HumanMessage)).text == TASK:
-            return child[min(turn, len(child) - 1)]
-        if turn == block_at:
+        in_child = next(m for m in messages if isinstance(m, HumanMessage)).text == TASK
+        if turn == (block_child_at if in_child else block_at):
             emit("blocked", turn=turn)
             time.sleep(3600)
-        return parent[min(turn, len(parent) - 1)]
+        steps = child if in_child else parent
+        return steps[min(turn, len(steps) - 1)]
 
     return script
 
@@ -115,9 +116,13 @@ def deep_agent(args: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
 
             # Held once the other call of its message has saved its tool message.
             middleware.append(_BlockCall(args.block_call, saver, "messages").middleware())
-        script = subagent_script if args.subagent else script_for
+        script = (
+            subagent_script(args.block_at_turn, args.block_subagent_at_turn)
+            if args.subagent
+            else script_for(args.block_at_turn)
+        )
         agent = create_deep_agent(
-            ScriptedToolModel(script=script(args.block_at_turn)),
+            ScriptedToolModel(script=script),
             backend=SandboxBackend(runtime=runtime),
             checkpointer=saver,
             interrupt_on=interrupt_on,
@@ -140,6 +145,7 @@ def main() -> None:
     parser.add_argument("--approve-execute", action="store_true")
     parser.add_argument("--block-call", help="hold this tool call of turn 0 (its id)")
     parser.add_argument("--subagent", action="store_true", help="the subagent_script story")
+    parser.add_argument("--block-subagent-at-turn", type=int)
     args = parser.parse_args()
     with deep_agent(args) as (agent, _runtime):
         result = agent.invoke(payload(args), run_config(args), durability="sync")

@@ -246,3 +246,80 @@ def test_a_new_process_resuming_after_a_subagent_sees_its_files(
     resumed = thread.run()
     assert BOTH in resumed["tools"][-1], resumed["tools"]
     assert "[notice] The sandbox was restored from the snapshot" in resumed["tools"][-1]
+
+
+def test_a_subagent_started_in_a_new_process_sees_the_parent_s_files(
+    saver: tuple[str, str], blobs: str
+) -> None:
+    """Killed before the ``task`` call: the subagent starts in a new process, with no sandbox
+    alive; it continues from the parent's record, so the parent's file is still there."""
+    thread = Thread(saver, blobs, "--subagent")
+    thread.kill_when_blocked("--message", "go", "--block-at-turn", "1")
+    resumed = thread.run()
+    assert BOTH in resumed["tools"][-1], resumed["tools"]
+
+
+def test_a_subagent_killed_midway_resumes_in_a_new_process(
+    saver: tuple[str, str], blobs: str
+) -> None:
+    """Killed after the subagent's ``write_file``, before its ``execute``: LangGraph re-runs the
+    ``task`` call in the new process; the subagent finds the file it wrote, and the parent
+    both files."""
+    thread = Thread(saver, blobs, "--subagent")
+    thread.kill_when_blocked("--message", "go", "--block-subagent-at-turn", "1")
+    resumed = thread.run()
+    assert _shown(resumed) == BOTH.rstrip(), resumed["tools"]  # the subagent's work, once
+
+
+def test_a_subagent_in_a_fork_starts_from_the_fork_s_files(tmp_path: Path) -> None:
+    """A fork from before the ``task`` call delegates again: its subagent starts from the
+    fork's record (the parent's file), not from the live sandbox the first branch's subagent
+    left (with the report), though both branches' model messages reuse the same ids."""
+    from deep_agent_worker import subagent_script
+    from deepagents import create_deep_agent
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_sandbox.deepagents import SandboxBackend
+    from langchain_sandbox.runtime import SandboxRuntime
+    from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+    from langchain_sandbox.testing import ScriptedToolModel, call
+
+    look = "SUBTASK: look around"
+    main = subagent_script()
+
+    def script(messages: list[Any]) -> Any:
+        humans = [m.text for m in messages if isinstance(m, HumanMessage)]
+        answered = messages[-1].type == "tool"
+        if humans[0] == look:
+            # The subagent answers with what it saw: the parent's task message shows it.
+            return str(messages[-1].text) if answered else call("execute", command="ls /home/user")
+        if humans[-1] == "fork":
+            return (
+                "forked"
+                if answered
+                else call("task", description=look, subagent_type="general-purpose")
+            )
+        return main(messages)
+
+    store = LocalDirectoryBlobStore(tmp_path / "blobs")
+    options = {"base_dir": tmp_path / "s"}
+    with SandboxRuntime("local", provider_options=options, snapshotter=Snapshotter(store)) as rt:
+        agent = create_deep_agent(
+            ScriptedToolModel(script=script),
+            backend=SandboxBackend(runtime=rt),
+            checkpointer=InMemorySaver(),
+        )
+        config: Any = {"configurable": {"thread_id": "forking"}}
+        first = agent.invoke({"messages": [HumanMessage("go")]}, config)
+        assert BOTH in first["messages"][-2].text
+        before_task = next(
+            s.config
+            for s in agent.get_state_history(config)
+            if s.next == ("model",) and len(s.values["messages"]) == 3
+        )
+        fork = agent.invoke({"messages": [HumanMessage("fork")]}, before_task)
+    looked = [m.text for m in fork["messages"] if m.type == "tool"][-1]
+    assert fork["messages"][-1].text == "forked"
+    assert "parent.txt" in looked, looked
+    assert "report.txt" not in looked, looked
