@@ -145,10 +145,11 @@ def main() -> None:
     parser.add_argument("--approve-execute", action="store_true")
     parser.add_argument("--block-call", help="hold this tool call of turn 0 (its id)")
     parser.add_argument("--subagent", action="store_true", help="the subagent_script story")
+    parser.add_argument("--durability", default="sync", choices=["sync", "async"])
     parser.add_argument("--block-subagent-at-turn", type=int)
     args = parser.parse_args()
     with deep_agent(args) as (agent, _runtime):
-        result = agent.invoke(payload(args), run_config(args), durability="sync")
+        result = agent.invoke(payload(args), run_config(args), durability=args.durability)
         thread = {"configurable": {"thread_id": args.thread}}
         history = [
             {

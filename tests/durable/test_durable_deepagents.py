@@ -129,15 +129,17 @@ def test_fork_from_an_old_checkpoint_sees_its_own_files(saver: tuple[str, str], 
     assert _shown(again) == "first\nagain"
 
 
+@pytest.mark.parametrize("durability", ["sync", "async"])
 def test_a_replayed_step_keeps_its_own_files_across_processes(
-    saver: tuple[str, str], blobs: str
+    saver: tuple[str, str], blobs: str, durability: str
 ) -> None:
     """Time travel to the checkpoint between turn 0's model call and its tools, then run on: the
     very same AI message's tool calls run again (same message and tool call ids, as with any
     model: the message is in the checkpoint), and ``run.txt`` gets this run's time. New
     processes continuing either branch read ``run.txt`` of their own branch, not the run that
-    filed first."""
-    thread = Thread(saver, blobs)
+    filed first. Under ``durability="async"`` a call may run before its step's checkpoint is
+    saved: it still finds the records of its own branch."""
+    thread = Thread(saver, blobs, "--durability", durability)
     original, stamps = replay_first_tools(thread)
     assert branch_stamps(thread, original) == stamps
 
