@@ -109,6 +109,18 @@ class Position:
         """The checkpoint the call's step started from, which its record's key names."""
         return self.steps.step_id if self.steps is not None else None
 
+    def find_step_blocking(self) -> None:
+        """Find, with the checkpointer's blocking reads in the calling thread, the step of the
+        newest earlier turn whose calls were answered (what the record lookup asks first), so
+        the lookup on the runtime's loop reads no checkpoint for it (each read there is a hop
+        to a worker thread)."""
+        if self.steps is None:
+            return
+        for turn, _, answers in self.earlier():
+            if answers:
+                self.steps.find_blocking(list(answers.values()), turn[1])
+                return
+
     def earlier(self) -> Iterator[tuple[Turn, tuple[tuple[str, str], ...], dict[str, str]]]:
         """The AI messages that call tools before this one, newest first, each as its turn, tool
         calls ``(id, name)`` and the ids of the tool messages answering them; read backwards

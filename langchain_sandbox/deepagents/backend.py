@@ -236,6 +236,8 @@ class SandboxBackend(BaseSandbox):
             call = call.after(finished_calls(config, siblings))
         if call.filed:
             call = call.under(step_above(config))
+        if call.filed and call.position is not None:
+            call.position.find_step_blocking()
         note_checkpointer(call.runtime, config)
         return call.runtime.run_sync(_awaited(work(call)))
 

@@ -341,6 +341,9 @@ class ToolSteps:
         self._get = get
         self._cursor: Any = None
         self._started = False
+        self._looked = False
+        self._fallback: RunnableConfig | None = None
+        self._found: str | None = None
 
     @classmethod
     def of(cls, config: RunnableConfig | None, *, blocking: bool) -> ToolSteps | None:
@@ -379,20 +382,37 @@ class ToolSteps:
         """The checkpoint whose step wrote one of ``message_ids`` (the tool messages answering
         the AI message ``issued_by``); ``None`` if no checkpoint back to the step that wrote
         ``issued_by`` did. Calls ask for older turns after newer ones: the walk goes on."""
+        while (wanted := self._next(message_ids, issued_by)) is not None:
+            self._read(wanted, await self._get(wanted))
+        return self._found
+
+    def find_blocking(self, message_ids: Collection[str], issued_by: str) -> str | None:
+        """:meth:`find` with the checkpointer's blocking reads, in the calling thread (a tool's
+        own thread: no hop to a worker thread per checkpoint). What it finds is remembered in
+        the process, so a :meth:`find` after it for the same turn reads nothing."""
+        saver = self._step.checkpointer
+        while (wanted := self._next(message_ids, issued_by)) is not None:
+            self._read(wanted, saver.get_tuple(wanted))
+        return self._found
+
+    def _next(self, message_ids: Collection[str], issued_by: str) -> RunnableConfig | None:
+        """The checkpoint the walk must read next, or ``None`` when it is over (``_found``
+        then holds the answer). One step of the walk: a checkpoint just read (``_read``) is
+        looked through first."""
         thread_id = self._step.thread_id
-        while True:
-            if (found := _remembered_step(thread_id, message_ids)) is not None:
-                return found
-            if not self._started:
-                self._started = True
-                self._cursor = await self._get(self._step.checkpoint_config)
-                if self._cursor is None:
-                    self.saved = False
-                    latest = {"thread_id": thread_id, "checkpoint_ns": self._step.graph_ns}
-                    self._cursor = await self._get({"configurable": latest})
-            cursor = self._cursor
-            if cursor is None:
-                return None
+        self._found = _remembered_step(thread_id, message_ids)
+        if self._found is not None:
+            return None
+        if not self._started:
+            return self._step.checkpoint_config
+        cursor = self._cursor
+        if cursor is None:
+            if self._fallback is not None:
+                wanted, self._fallback = self._fallback, None
+                return wanted
+            return None
+        if not self._looked:
+            self._looked = True
             issued_here = False
             for _, _, value in cursor.pending_writes or ():
                 for message in value if isinstance(value, list | tuple) else [value]:
@@ -401,12 +421,24 @@ class ToolSteps:
                             thread_id, message.id, cursor.config["configurable"]["checkpoint_id"]
                         )
                     issued_here |= isinstance(message, AIMessage) and message.id == issued_by
-            if (found := _remembered_step(thread_id, message_ids)) is not None:
-                return found
-            if issued_here:
-                return None  # its calls can only have run after the step that wrote it
-            parent = cursor.parent_config
-            self._cursor = await self._get(parent) if parent else None
+            self._found = _remembered_step(thread_id, message_ids)
+            if self._found is not None or issued_here:
+                # A step's calls can only have run after the step that wrote their message.
+                return None
+        parent: RunnableConfig | None = cursor.parent_config
+        return parent
+
+    def _read(self, wanted: RunnableConfig, checkpoint: Any) -> None:
+        """Take the checkpoint read for ``wanted`` as the walk's position."""
+        if not self._started:
+            self._started = True
+            if checkpoint is None:
+                # Not saved yet (durability="async"): start from the newest saved checkpoint.
+                self.saved = False
+                latest = {"thread_id": self._step.thread_id, "checkpoint_ns": self._step.graph_ns}
+                self._fallback = {"configurable": latest}
+        self._cursor = checkpoint
+        self._looked = False
 
 
 def _sent_calls(checkpoint: Any) -> tuple[Mapping[str, Any], ...]:
