@@ -41,10 +41,13 @@ def record_key(thread_id: str, turn: Turn, call_id: str, step: str | None = None
     return hashlib.sha256(name.encode()).hexdigest()
 
 
-def subagent_key(thread_id: str, turn: Turn, call_id: str) -> str:
+def subagent_key(thread_id: str, turn: Turn, call_id: str, step: str | None = None) -> str:
     """The store key of the newest record the subagent run by the ``task`` call ``call_id`` of
-    ``turn`` filed (overwritten by each of its calls: the parent continues from its last)."""
-    name = json.dumps(["langchain-sandbox/deepagents-subagent", thread_id, *turn, call_id])
+    ``turn`` in the step that started from checkpoint ``step`` filed (overwritten by each of its
+    calls: the parent continues from its last; a replay of the step on another branch has a key
+    of its own)."""
+    parts = [thread_id, *turn, call_id, *([step] if step is not None else [])]
+    name = json.dumps(["langchain-sandbox/deepagents-subagent", *parts])
     return hashlib.sha256(name.encode()).hexdigest()
 
 
@@ -58,7 +61,7 @@ def call_keys(
     for call_id, name in calls:
         keys.add(record_key(thread_id, turn, call_id, step))
         if name == TASK_TOOL:
-            keys.add(subagent_key(thread_id, turn, call_id))
+            keys.add(subagent_key(thread_id, turn, call_id, step))
     return keys
 
 
@@ -150,8 +153,11 @@ class RecordKeys:
             calls = self._turns.get(thread_id, {})
             for message in written:
                 if isinstance(message, ToolMessage):
+                    # Every call as if it ran a subagent: a key nothing was filed under keeps
+                    # nothing, and a tool message need not name its tool.
+                    as_task = [(message.tool_call_id, TASK_TOOL)]
                     for turn in calls.get(message.tool_call_id, ()):
-                        found.add(record_key(thread_id, turn, message.tool_call_id, checkpoint_id))
+                        found |= call_keys(thread_id, turn, as_task, checkpoint_id)
         return found
 
     def _note(self, thread_id: str, turns: list[tuple[Turn, AIMessage]]) -> None:

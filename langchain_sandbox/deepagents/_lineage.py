@@ -328,7 +328,11 @@ class RecordBook:
         call_id = position.step_call.call_id
         key = record_key(thread_id, position.turn, call_id, position.step)
         parent = position.parent
-        newest = [subagent_key(thread_id, parent.turn, t) for t in position.tasks] if parent else []
+        newest = (
+            [subagent_key(thread_id, parent.turn, t, parent.step) for t in position.tasks]
+            if parent
+            else []
+        )
         if not (self.skip_unchanged and _same_snapshot(record, continued_from)):
             data = json.dumps(dict(record), sort_keys=True).encode()
             await self.store.put(key, data)
