@@ -325,3 +325,69 @@ def test_a_subagent_in_a_fork_starts_from_the_fork_s_files(tmp_path: Path) -> No
     assert fork["messages"][-1].text == "forked"
     assert "parent.txt" in looked, looked
     assert "report.txt" not in looked, looked
+
+
+def test_a_replayed_task_call_keeps_each_branch_s_subagent_files(tmp_path: Path) -> None:
+    """Time travel to just before the parent's ``task`` call ran replays that very call (same
+    message and call ids) on a fork: its subagent stamps a file anew. Each branch's record under
+    the task call names its own step, so a runtime that starts with no sandbox (what a new
+    process is) and continues the *first* branch finds that branch's stamp, not the replay's."""
+    from deepagents import create_deep_agent
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_sandbox.deepagents import SandboxBackend
+    from langchain_sandbox.runtime import SandboxRuntime
+    from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+    from langchain_sandbox.testing import ScriptedToolModel, call
+
+    stamp = "SUBTASK: stamp the run"
+    path = "/home/user/stamp.txt"
+    show = call("execute", command=f"cat {path}")
+
+    def script(messages: list[Any]) -> Any:
+        humans = [m.text for m in messages if isinstance(m, HumanMessage)]
+        answered = messages[-1].type == "tool"
+        if humans[0] == stamp:
+            return "stamped" if answered else call("execute", command=f"date +%s%N > {path}")
+        if humans[-1] == "show":
+            return "shown" if answered else show
+        return (
+            "delegated"
+            if answered
+            else call("task", description=stamp, subagent_type="general-purpose")
+        )
+
+    def shown(result: dict[str, Any]) -> str:
+        return str([m.text for m in result["messages"] if m.type == "tool"][-1])
+
+    saver = InMemorySaver()
+    config: Any = {"configurable": {"thread_id": "replayed-task"}}
+
+    def agent(runtime: SandboxRuntime) -> Any:
+        model = ScriptedToolModel(script=script)
+        return create_deep_agent(model, backend=SandboxBackend(runtime=runtime), checkpointer=saver)
+
+    def runtime(name: str) -> SandboxRuntime:
+        store = LocalDirectoryBlobStore(tmp_path / "blobs")
+        options = {"base_dir": tmp_path / name}
+        return SandboxRuntime("local", provider_options=options, snapshotter=Snapshotter(store))
+
+    with runtime("first") as rt:
+        first_agent = agent(rt)
+        first_agent.invoke({"messages": [HumanMessage("go")]}, config)
+        first_end = first_agent.get_state(config).config
+        first_stamp = shown(first_agent.invoke({"messages": [HumanMessage("show")]}, first_end))
+        before_tools = next(
+            s.config
+            for s in first_agent.get_state_history(config)
+            if s.next == ("tools",) and s.values["messages"][-1].tool_calls[0]["name"] == "task"
+        )
+        first_agent.invoke(None, before_tools)  # the replay: the same task call, run again
+        replay_end = first_agent.get_state(config).config
+        replay_stamp = shown(first_agent.invoke({"messages": [HumanMessage("show")]}, replay_end))
+    assert first_stamp != replay_stamp, (first_stamp, replay_stamp)
+
+    with runtime("fresh") as rt:
+        again = shown(agent(rt).invoke({"messages": [HumanMessage("show")]}, first_end))
+    assert again.strip().endswith(first_stamp.strip().splitlines()[-1]), (again, first_stamp)
