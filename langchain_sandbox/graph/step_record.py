@@ -520,6 +520,40 @@ def _step_above(checkpoint: Any, messages: tuple[BaseMessage, ...]) -> StepAbove
     return StepAbove(_sent_calls(checkpoint), messages, frozenset(answered))
 
 
+class _Conversation:
+    """The conversation a saved step started from, rebuilt from its checkpoint back to the last
+    one holding the whole ``messages`` channel (a delta channel stores only the changes between
+    such snapshots, as the writes of the checkpoints in between). The walk's reads are the
+    caller's, blocking or async: :meth:`wanted` names the next checkpoint to read."""
+
+    def __init__(self, checkpoint: Any) -> None:
+        self._cursor = checkpoint
+        self._chunks: list[list[BaseMessage]] = []
+
+    def wanted(self) -> RunnableConfig | None:
+        """The next checkpoint to read; ``None`` once the walk is over."""
+        cursor = self._cursor
+        if cursor is None or "messages" in cursor.checkpoint["channel_values"]:
+            return None
+        parent: RunnableConfig | None = cursor.parent_config
+        if not parent:
+            self._cursor = None
+        return parent or None
+
+    def take(self, checkpoint: Any) -> None:
+        """The checkpoint read for :meth:`wanted` (``None``: not saved)."""
+        self._cursor = checkpoint
+        if checkpoint is not None:
+            self._chunks.append(_message_writes(checkpoint))
+
+    def messages(self) -> tuple[BaseMessage, ...]:
+        """The conversation, oldest first (once the walk is over)."""
+        chunks = list(self._chunks)
+        if self._cursor is not None:
+            chunks.append(messages_in(self._cursor.checkpoint["channel_values"]["messages"]))
+        return tuple(m for chunk in reversed(chunks) for m in chunk)
+
+
 def step_above(config: RunnableConfig | None) -> StepAbove | None:
     """The step of the graph above, when a task of that step runs this call's graph; ``None``
     otherwise, or if that step's checkpoint is not saved (``durability="exit"``). Its
@@ -533,15 +567,10 @@ def step_above(config: RunnableConfig | None) -> StepAbove | None:
         return None
     messages = _cached(above)
     if messages is None:
-        chunks: list[list[BaseMessage]] = []
-        cursor = checkpoint
-        while cursor is not None and "messages" not in cursor.checkpoint["channel_values"]:
-            parent = cursor.parent_config
-            cursor = step.checkpointer.get_tuple(parent) if parent else None
-            chunks.append(_message_writes(cursor) if cursor is not None else [])
-        if cursor is not None:
-            chunks.append(messages_in(cursor.checkpoint["channel_values"]["messages"]))
-        messages = tuple(m for chunk in reversed(chunks) for m in chunk)
+        walk = _Conversation(checkpoint)
+        while (wanted := walk.wanted()) is not None:
+            walk.take(step.checkpointer.get_tuple(wanted))
+        messages = walk.messages()
         _remember(above, messages)
     return _step_above(checkpoint, messages)
 
@@ -557,15 +586,10 @@ async def astep_above(config: RunnableConfig | None) -> StepAbove | None:
         return None
     messages = _cached(above)
     if messages is None:
-        chunks: list[list[BaseMessage]] = []
-        cursor = checkpoint
-        while cursor is not None and "messages" not in cursor.checkpoint["channel_values"]:
-            parent = cursor.parent_config
-            cursor = await step.checkpointer.aget_tuple(parent) if parent else None
-            chunks.append(_message_writes(cursor) if cursor is not None else [])
-        if cursor is not None:
-            chunks.append(messages_in(cursor.checkpoint["channel_values"]["messages"]))
-        messages = tuple(m for chunk in reversed(chunks) for m in chunk)
+        walk = _Conversation(checkpoint)
+        while (wanted := walk.wanted()) is not None:
+            walk.take(await step.checkpointer.aget_tuple(wanted))
+        messages = walk.messages()
         _remember(above, messages)
     return _step_above(checkpoint, messages)
 
