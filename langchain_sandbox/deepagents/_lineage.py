@@ -342,6 +342,11 @@ class RecordBook:
             self._memory.put(remembered, {**record, "exec_count": 0})
         if position.step is not None:
             self._memory.put_step(record_key(thread_id, position.turn, call_id), position.step)
+        if parent is not None and parent.step is not None:
+            # The parent's next call looks for the task call's step; under
+            # durability="async" its tool message may not be saved yet when it asks.
+            for task in position.tasks:
+                self._memory.put_step(record_key(thread_id, parent.turn, task), parent.step)
 
     async def latest(self, thread_id: str, position: Position) -> SandboxState | None:
         """The record the conversation before ``position`` left the sandbox in (``None``: no

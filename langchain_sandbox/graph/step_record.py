@@ -54,12 +54,19 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from functools import reduce
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import EmptyChannelError
 from langgraph.prebuilt.tool_node import ToolCallRequest
+from tenacity import (
+    AsyncRetrying,
+    Retrying,
+    retry_if_result,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from langchain_sandbox.checkpointer_names import run_checkpointer
 from langchain_sandbox.errors import ConfigurationError
@@ -554,15 +561,40 @@ class _Conversation:
         return tuple(m for chunk in reversed(chunks) for m in chunk)
 
 
+ABOVE_SAVED_WITHIN = 10.0
+"""Seconds a call in a graph run by a task waits for the checkpoint of the step above to be
+saved. Under ``durability="async"`` (LangGraph's default) a step's checkpoint is saved beside its
+tasks, so a Deep Agents subagent can start before the parent's step is saved; without that step
+its records would not be filed under the parent's ``task`` call, and the parent's next call would
+continue from before the subagent."""
+
+
+_R = TypeVar("_R", Retrying, AsyncRetrying)
+
+
+def _saved_above(step: _Step, retrying: type[_R]) -> _R:
+    """Reads of the checkpoint above, repeated while it is not saved yet (not under
+    ``durability="exit"``, which saves no step before the last)."""
+    durability = (step.config.get("configurable") or {}).get(_DURABILITY_KEY)
+    within = 0.0 if durability == "exit" else ABOVE_SAVED_WITHIN
+    return retrying(
+        stop=stop_after_delay(within),
+        wait=wait_exponential(multiplier=0.002, max=0.05),
+        retry=retry_if_result(lambda checkpoint: checkpoint is None),
+        retry_error_callback=lambda state: None,
+    )
+
+
 def step_above(config: RunnableConfig | None) -> StepAbove | None:
     """The step of the graph above, when a task of that step runs this call's graph; ``None``
-    otherwise, or if that step's checkpoint is not saved (``durability="exit"``). Its
-    conversation is read once per step and process; its writes on every call."""
+    otherwise, or if that step's checkpoint is not saved (``durability="exit"``, or not within
+    :data:`ABOVE_SAVED_WITHIN`). Its conversation is read once per step and process; its writes
+    on every call."""
     found = _above(config)
     if found is None:
         return None
     step, above = found
-    checkpoint = step.checkpointer.get_tuple(above)
+    checkpoint = _saved_above(step, Retrying)(step.checkpointer.get_tuple, above)
     if checkpoint is None:
         return None
     messages = _cached(above)
@@ -581,7 +613,7 @@ async def astep_above(config: RunnableConfig | None) -> StepAbove | None:
     if found is None:
         return None
     step, above = found
-    checkpoint = await step.checkpointer.aget_tuple(above)
+    checkpoint: Any = await _saved_above(step, AsyncRetrying)(step.checkpointer.aget_tuple, above)
     if checkpoint is None:
         return None
     messages = _cached(above)

@@ -8,16 +8,19 @@ conversation) and the snapshot store (the records and snapshots the backend file
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.memory import InMemorySaver
 
 pytest.importorskip("deepagents")
 
@@ -190,24 +193,48 @@ def _shown(run: dict[str, Any]) -> str:
     return "\n".join(line for line in lines if line and not line.startswith("[notice]"))
 
 
+class _LateSaver(InMemorySaver):
+    """Saves every checkpoint and write late, as a remote database under load does: under
+    ``durability="async"`` (the default) a step's tasks, a subagent among them, run before the
+    step's checkpoint is saved, and the next step's before the subagent's tool message is."""
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.2)
+        return super().put(*args, **kwargs)
+
+    def put_writes(self, *args: Any, **kwargs: Any) -> None:
+        time.sleep(0.2)
+        super().put_writes(*args, **kwargs)
+
+    async def aput(self, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.2)
+        return super().put(*args, **kwargs)
+
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        await asyncio.sleep(0.2)
+        super().put_writes(*args, **kwargs)
+
+
+@pytest.mark.parametrize("late_saves", [False, True])
 @pytest.mark.parametrize("use_async", [False, True])
-def test_the_parent_continues_from_what_its_subagent_wrote(tmp_path: Path, use_async: bool) -> None:
+def test_the_parent_continues_from_what_its_subagent_wrote(
+    tmp_path: Path, use_async: bool, late_saves: bool
+) -> None:
     """A subagent (the ``task`` tool) runs on a conversation of its own, with the same backend:
     what it wrote (``write_file``, ``execute``) is there for the parent's next call, and for a
-    runtime with a sandbox directory of its own but the same store (as a new process has)."""
-    import asyncio
+    runtime with a sandbox directory of its own but the same store (as a new process has),
+    however late the checkpointer saves the parent's steps."""
 
     from deep_agent_worker import REPORT, subagent_script
     from deepagents import create_deep_agent
     from langchain_core.messages import HumanMessage
-    from langgraph.checkpoint.memory import InMemorySaver
 
     from langchain_sandbox.deepagents import SandboxBackend
     from langchain_sandbox.runtime import SandboxRuntime
     from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
     from langchain_sandbox.testing import ScriptedToolModel, call
 
-    saver = InMemorySaver()
+    saver = _LateSaver() if late_saves else InMemorySaver()
     config: Any = {"configurable": {"thread_id": "delegating"}}
 
     def run(base: str, script: Any, message: str) -> list[str]:
@@ -280,7 +307,6 @@ def test_a_subagent_in_a_fork_starts_from_the_fork_s_files(tmp_path: Path) -> No
     from deep_agent_worker import subagent_script
     from deepagents import create_deep_agent
     from langchain_core.messages import HumanMessage
-    from langgraph.checkpoint.memory import InMemorySaver
 
     from langchain_sandbox.deepagents import SandboxBackend
     from langchain_sandbox.runtime import SandboxRuntime
@@ -334,7 +360,6 @@ def test_a_replayed_task_call_keeps_each_branch_s_subagent_files(tmp_path: Path)
     process is) and continues the *first* branch finds that branch's stamp, not the replay's."""
     from deepagents import create_deep_agent
     from langchain_core.messages import HumanMessage
-    from langgraph.checkpoint.memory import InMemorySaver
 
     from langchain_sandbox.deepagents import SandboxBackend
     from langchain_sandbox.runtime import SandboxRuntime
