@@ -8,6 +8,7 @@ which knows E2B's routes. It knows nothing about sandboxes.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import re
@@ -15,6 +16,7 @@ import select
 import socket
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
@@ -234,12 +236,26 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(error.status, error.body, error.headers)
         except (ValueError, KeyError) as error:
             self.send_json(400, {"code": 400, "message": f"bad request: {error}"})
-        except OSError:
-            self.close_connection = True
+        except Exception as error:
+            self._fail(error)
         finally:
             if self._swallow:
                 self.abort()
             emulator._update(index, status=self._status)
+
+    def _fail(self, error: Exception) -> None:
+        """An error neither the request nor the API's rules explain. The client gone (or the
+        answer begun) closes the connection; a failure of the emulator itself answers 500, as
+        the real API does, and prints its traceback (pytest shows it with the failing test):
+        a connection closed without an answer would say nothing of it."""
+        gone = isinstance(error, ConnectionError) or (
+            isinstance(error, OSError) and error.errno in (errno.ENOTCONN, errno.EBADF)
+        )
+        if gone or self._status:
+            self.close_connection = True
+            return
+        traceback.print_exception(error)
+        self.send_json(500, {"code": 500, "message": f"emulator error: {error!r}"})
 
     # -- responses -------------------------------------------------------------------------
 

@@ -302,3 +302,22 @@ async def test_code_contexts_are_separate_kernels(sdk_env: E2BEmulator) -> None:
     await sandbox.remove_code_context(context)
     assert [c.id for c in await sandbox.list_code_contexts()] == ["default"]
     await sandbox.kill()
+
+
+async def test_a_failure_of_the_emulator_itself_is_a_500_that_names_it(
+    sdk_env: E2BEmulator, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """An error of the emulator's own (here the machine behind a sandbox failing to start with
+    an ``OSError``) answers 500 with its message, as the real API answers its own failures, and
+    prints its traceback: a connection closed without an answer would only say "connection
+    closed before message completed"."""
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sdk_env, "_new_machine", broken)
+    with pytest.raises(Exception, match="No space left on device") as failed:
+        await AsyncSandbox.create()
+    assert "emulator error" in str(failed.value)
+    assert "OSError" in capfd.readouterr().err
+    assert [r.status for r in sdk_env.requests if r.route == "POST /v2/sandboxes"] == [500]

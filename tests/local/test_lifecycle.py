@@ -151,3 +151,40 @@ async def test_closing_during_a_call_ends_it_as_closed(provider: LocalProvider) 
     await session.close()
     with pytest.raises(SessionClosedError):
         await asyncio.wait_for(running, 30)
+
+
+async def test_sessions_created_at_once_on_a_new_provider_all_get_the_compiled_worker(
+    tmp_path: Path,
+) -> None:
+    """The first sessions of a provider find the machine's facts and compile the worker; made at
+    once, each must start with the worker its sandbox was given (a race set one session's
+    bytecode path and another's copy of the files apart, and made the compile fail)."""
+    provider = LocalProvider(base_dir=tmp_path / "sandboxes")
+    try:
+        sessions = await asyncio.gather(*(provider.create() for _ in range(4)))
+        shown = await asyncio.gather(
+            *(s.run_shell("ls /opt/langchain-sandbox/ && echo alive") for s in sessions)
+        )
+        for result in shown:
+            assert "worker.pyc" in result.stdout, result.stdout
+            assert result.stdout.endswith("alive\n")
+    finally:
+        await provider.aclose()
+
+
+def test_the_worker_compiled_by_many_threads_at_once_is_compiled_for_each(tmp_path: Path) -> None:
+    """Providers in other threads (or processes) may compile into the same directory at once:
+    every one gets the bytecode, none a half-moved or stolen staging file."""
+    from concurrent.futures import ThreadPoolExecutor
+    from functools import partial
+
+    from langchain_sandbox.providers.local._bubblewrap import describe_python
+    from langchain_sandbox.providers.local._launcher import compile_worker
+
+    python = describe_python(sys.executable)
+    caches = [tmp_path / f"runtime-{attempt}" for attempt in range(10)]
+    for cache in caches:
+        with ThreadPoolExecutor(4) as pool:
+            made = list(pool.map(partial(compile_worker, python, isolated=True), [str(cache)] * 4))
+        assert all(path is not None and Path(path).is_file() for path in made), made
+        assert not list(cache.glob("*.tmp"))

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,7 +281,8 @@ def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> 
         target.parent.mkdir(parents=True, exist_ok=True)
         for source, cfile, name in compiled:
             shown = f"{SANDBOX_RUNTIME_DIR}/{name}" if isolated else str(source)
-            staging = cfile.with_suffix(f".{os.getpid()}.tmp")
+            # Unique per call: providers in other threads or processes may compile here too.
+            staging = cfile.with_suffix(f".{uuid.uuid4().hex}.tmp")
             staged.append(staging)
             subprocess.run(
                 [

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 import uuid
 import warnings
@@ -149,6 +150,7 @@ class LocalProvider(Provider):
         self._worker_bytecode: str | None = None
         self._sandbox_files: dict[str, str] = {}
         self._cgroups: CgroupSupport | None = None
+        self._environment_lock = threading.Lock()
         self._sessions: dict[str, LocalSession] = {}
 
     @property
@@ -157,20 +159,26 @@ class LocalProvider(Provider):
 
     async def _environment(self) -> tuple[PythonInstall, CgroupSupport]:
         """Facts about this machine (and the worker compiled for it), found once per provider."""
-        if self._python_install is None:
-            python = await asyncio.to_thread(describe_python, self.python)
-            self._worker_bytecode = await asyncio.to_thread(
-                compile_worker,
-                python,
-                str(self.base_dir / "runtime"),
-                isolated=self.isolation == "bubblewrap",
-            )
-            if self.isolation == "bubblewrap":
-                self._sandbox_files = await asyncio.to_thread(sandbox_files, self._worker_bytecode)
-            self._python_install = python
-        if self._cgroups is None:
-            self._cgroups = await asyncio.to_thread(detect_cgroups)
-        return self._python_install, self._cgroups
+        if self._python_install is not None and self._cgroups is not None:
+            return self._python_install, self._cgroups
+        return await asyncio.to_thread(self._find_environment)
+
+    def _find_environment(self) -> tuple[PythonInstall, CgroupSupport]:
+        # Under a lock: sessions created at once would each compile the worker and set the
+        # bytecode and the sandbox's copy of it apart, so a session could start with a worker
+        # path whose file its sandbox was not given.
+        with self._environment_lock:
+            if self._python_install is None:
+                python = describe_python(self.python)
+                self._worker_bytecode = compile_worker(
+                    python, str(self.base_dir / "runtime"), isolated=self.isolation == "bubblewrap"
+                )
+                if self.isolation == "bubblewrap":
+                    self._sandbox_files = sandbox_files(self._worker_bytecode)
+                self._python_install = python
+            if self._cgroups is None:
+                self._cgroups = detect_cgroups()
+            return self._python_install, self._cgroups
 
     async def create(self, spec: SessionSpec | None = None) -> LocalSession:
         spec = spec or SessionSpec()
