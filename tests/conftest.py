@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import hashlib
@@ -10,12 +11,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.memory import InMemorySaver
 
 from langchain_sandbox.paths import ENVIRONMENTS_ENV, environments_dir
 from langchain_sandbox.providers.base import Provider
@@ -124,3 +127,33 @@ def warm_runtime(
             await runtime.aclose()
 
     return make
+
+
+class LateSaver(InMemorySaver):
+    """Saves every checkpoint and write late, as a remote database under load does: under
+    ``durability="async"`` (LangGraph's default) a step's tasks run before the step's checkpoint
+    is saved, and the next step's before the last one's writes are."""
+
+    delay = 0.2
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(self.delay)
+        return super().put(*args, **kwargs)
+
+    def put_writes(self, *args: Any, **kwargs: Any) -> None:
+        time.sleep(self.delay)
+        super().put_writes(*args, **kwargs)
+
+    async def aput(self, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(self.delay)
+        return super().put(*args, **kwargs)
+
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        await asyncio.sleep(self.delay)
+        super().put_writes(*args, **kwargs)
+
+
+@pytest.fixture(params=["prompt", "late"])
+def memory_saver(request: pytest.FixtureRequest) -> InMemorySaver:
+    """An ``InMemorySaver`` that saves at once, then one that saves late (:class:`LateSaver`)."""
+    return LateSaver() if request.param == "late" else InMemorySaver()

@@ -222,6 +222,33 @@ def _start_record(request: ToolCallRequest, step: _Step) -> SandboxState | None:
     return record
 
 
+SAVED_WITHIN = 10.0
+"""Seconds a call waits for a checkpoint of its run that is not saved yet, when it needs it:
+under ``durability="async"`` (LangGraph's default) a step's checkpoint is saved beside its
+tasks, so with a slow checkpointer a task can run first. A Deep Agents subagent needs its
+parent's step (else its records are not filed under the parent's ``task`` call, and the parent's
+next call continues from before the subagent), and a subgraph's first node its own first
+checkpoint (else a parent that does not pass ``sandbox`` is not refused, and the record is lost
+with the invocation)."""
+
+
+_R = TypeVar("_R", Retrying, AsyncRetrying)
+
+
+def _until_saved(step: _Step, retrying: type[_R]) -> _R:
+    """Reads of a checkpoint of the run, repeated while it is not saved yet (not under
+    ``durability="exit"``, which saves no step before the last): ``None`` after
+    :data:`SAVED_WITHIN`."""
+    durability = (step.config.get("configurable") or {}).get(_DURABILITY_KEY)
+    within = 0.0 if durability == "exit" else SAVED_WITHIN
+    return retrying(
+        stop=stop_after_delay(within),
+        wait=wait_exponential(multiplier=0.002, max=0.05),
+        retry=retry_if_result(lambda checkpoint: checkpoint is None),
+        retry_error_callback=lambda state: None,
+    )
+
+
 def _check_passed(ns: str, checkpoint: Any) -> None:
     """For one one-invocation graph level: refuse unless its parent passed it the ``sandbox``
     key (its checkpoints then carry a version of it from its input on). ``checkpoint`` is
@@ -236,14 +263,15 @@ def _require_home(step: _Step, own: Any = None) -> None:
     """Refuse (see :func:`_check_passed`) unless every one-invocation graph from the node's up to
     the first that keeps its state per thread is passed ``sandbox`` by its parent. ``own``: the
     node's graph's checkpoint of this step, if already read. A checkpoint of this run that is
-    not saved yet (``durability="async"``) is stood in for by the level's newest: any earlier
-    one of the same invocation tells the same."""
+    not saved yet (``durability="async"``) is waited for: the level's newest could be its
+    invocation's input checkpoint, which carries no channel versions but the input's. The
+    newest stands in only where the run's checkpoint is not known."""
     saver = step.checkpointer
     for index, (ns, at_run, latest) in enumerate(step.transient_levels()):
         checkpoint = own if index == 0 else None
-        if checkpoint is None and at_run is not None:
-            checkpoint = saver.get_tuple(at_run)
-        _check_passed(ns, checkpoint or saver.get_tuple(latest))
+        if checkpoint is None:
+            checkpoint = _until_saved(step, Retrying)(saver.get_tuple, at_run or latest)
+        _check_passed(ns, checkpoint)
 
 
 async def _arequire_home(step: _Step, own: Any = None) -> None:
@@ -251,9 +279,9 @@ async def _arequire_home(step: _Step, own: Any = None) -> None:
     saver = step.checkpointer
     for index, (ns, at_run, latest) in enumerate(step.transient_levels()):
         checkpoint = own if index == 0 else None
-        if checkpoint is None and at_run is not None:
-            checkpoint = await saver.aget_tuple(at_run)
-        _check_passed(ns, checkpoint or await saver.aget_tuple(latest))
+        if checkpoint is None:
+            checkpoint = await _until_saved(step, AsyncRetrying)(saver.aget_tuple, at_run or latest)
+        _check_passed(ns, checkpoint)
 
 
 def _with_record(
@@ -561,40 +589,16 @@ class _Conversation:
         return tuple(m for chunk in reversed(chunks) for m in chunk)
 
 
-ABOVE_SAVED_WITHIN = 10.0
-"""Seconds a call in a graph run by a task waits for the checkpoint of the step above to be
-saved. Under ``durability="async"`` (LangGraph's default) a step's checkpoint is saved beside its
-tasks, so a Deep Agents subagent can start before the parent's step is saved; without that step
-its records would not be filed under the parent's ``task`` call, and the parent's next call would
-continue from before the subagent."""
-
-
-_R = TypeVar("_R", Retrying, AsyncRetrying)
-
-
-def _saved_above(step: _Step, retrying: type[_R]) -> _R:
-    """Reads of the checkpoint above, repeated while it is not saved yet (not under
-    ``durability="exit"``, which saves no step before the last)."""
-    durability = (step.config.get("configurable") or {}).get(_DURABILITY_KEY)
-    within = 0.0 if durability == "exit" else ABOVE_SAVED_WITHIN
-    return retrying(
-        stop=stop_after_delay(within),
-        wait=wait_exponential(multiplier=0.002, max=0.05),
-        retry=retry_if_result(lambda checkpoint: checkpoint is None),
-        retry_error_callback=lambda state: None,
-    )
-
-
 def step_above(config: RunnableConfig | None) -> StepAbove | None:
     """The step of the graph above, when a task of that step runs this call's graph; ``None``
     otherwise, or if that step's checkpoint is not saved (``durability="exit"``, or not within
-    :data:`ABOVE_SAVED_WITHIN`). Its conversation is read once per step and process; its writes
+    :data:`SAVED_WITHIN`). Its conversation is read once per step and process; its writes
     on every call."""
     found = _above(config)
     if found is None:
         return None
     step, above = found
-    checkpoint = _saved_above(step, Retrying)(step.checkpointer.get_tuple, above)
+    checkpoint = _until_saved(step, Retrying)(step.checkpointer.get_tuple, above)
     if checkpoint is None:
         return None
     messages = _cached(above)
@@ -613,7 +617,7 @@ async def astep_above(config: RunnableConfig | None) -> StepAbove | None:
     if found is None:
         return None
     step, above = found
-    checkpoint: Any = await _saved_above(step, AsyncRetrying)(step.checkpointer.aget_tuple, above)
+    checkpoint: Any = await _until_saved(step, AsyncRetrying)(step.checkpointer.aget_tuple, above)
     if checkpoint is None:
         return None
     messages = _cached(above)

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -193,32 +192,9 @@ def _shown(run: dict[str, Any]) -> str:
     return "\n".join(line for line in lines if line and not line.startswith("[notice]"))
 
 
-class _LateSaver(InMemorySaver):
-    """Saves every checkpoint and write late, as a remote database under load does: under
-    ``durability="async"`` (the default) a step's tasks, a subagent among them, run before the
-    step's checkpoint is saved, and the next step's before the subagent's tool message is."""
-
-    def put(self, *args: Any, **kwargs: Any) -> Any:
-        time.sleep(0.2)
-        return super().put(*args, **kwargs)
-
-    def put_writes(self, *args: Any, **kwargs: Any) -> None:
-        time.sleep(0.2)
-        super().put_writes(*args, **kwargs)
-
-    async def aput(self, *args: Any, **kwargs: Any) -> Any:
-        await asyncio.sleep(0.2)
-        return super().put(*args, **kwargs)
-
-    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
-        await asyncio.sleep(0.2)
-        super().put_writes(*args, **kwargs)
-
-
-@pytest.mark.parametrize("late_saves", [False, True])
 @pytest.mark.parametrize("use_async", [False, True])
 def test_the_parent_continues_from_what_its_subagent_wrote(
-    tmp_path: Path, use_async: bool, late_saves: bool
+    tmp_path: Path, use_async: bool, memory_saver: InMemorySaver
 ) -> None:
     """A subagent (the ``task`` tool) runs on a conversation of its own, with the same backend:
     what it wrote (``write_file``, ``execute``) is there for the parent's next call, and for a
@@ -234,7 +210,7 @@ def test_the_parent_continues_from_what_its_subagent_wrote(
     from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
     from langchain_sandbox.testing import ScriptedToolModel, call
 
-    saver = _LateSaver() if late_saves else InMemorySaver()
+    saver = memory_saver
     config: Any = {"configurable": {"thread_id": "delegating"}}
 
     def run(base: str, script: Any, message: str) -> list[str]:

@@ -60,9 +60,9 @@ def test_without_a_checkpointer_nothing_is_promised_and_the_graph_runs(
     assert state["messages"][-1].text == "done"
 
 
-def _agent_as_a_subgraph(runtime: SandboxRuntime, *states: Any) -> Any:
+def _agent_as_a_subgraph(runtime: SandboxRuntime, saver: InMemorySaver, *states: Any) -> Any:
     """The agent as a subgraph (its state lasts one invocation) of graphs of the ``states``,
-    the root's first."""
+    the root's first, which ``saver`` checkpoints."""
     node: Any = create_agent(
         ScriptedToolModel(script=[call("sandbox_exec", code="x = 1"), "done"]),
         middleware=[SandboxMiddleware(runtime=runtime, tools=[SandboxExecTool()])],
@@ -71,7 +71,7 @@ def _agent_as_a_subgraph(runtime: SandboxRuntime, *states: Any) -> Any:
         graph = StateGraph(state)
         graph.add_node("agent", node)
         graph.add_edge(START, "agent")
-        node = graph.compile(checkpointer=InMemorySaver() if depth == len(states) - 1 else None)
+        node = graph.compile(checkpointer=saver if depth == len(states) - 1 else None)
     return node
 
 
@@ -81,15 +81,20 @@ def _agent_as_a_subgraph(runtime: SandboxRuntime, *states: Any) -> Any:
         ("async", [MessagesState]),
         ("sync", [MessagesState]),
         ("sync", [MessagesState, SandboxGraphState]),  # the middle graph lasts one invocation too
+        ("async", [MessagesState, SandboxGraphState]),
     ],
 )
 def test_an_agent_subgraph_whose_parent_drops_the_record_is_refused_before_the_model(
-    runtime: SandboxRuntime, thread: str, durability: Any, states: list[Any]
+    runtime: SandboxRuntime,
+    thread: str,
+    durability: Any,
+    states: list[Any],
+    memory_saver: InMemorySaver,
 ) -> None:
     """``create_agent`` + SandboxMiddleware as a node of a parent without ``sandbox`` (or of one
     with it that is itself a subgraph of a root without it): the record would end with the
     invocation. ``before_agent`` refuses, before any sandbox exists."""
-    app = _agent_as_a_subgraph(runtime, *states)
+    app = _agent_as_a_subgraph(runtime, memory_saver, *states)
     with pytest.raises(ConfigurationError, match="parent graph's state"):
         app.invoke(
             {"messages": [HumanMessage("go")]},
@@ -101,9 +106,9 @@ def test_an_agent_subgraph_whose_parent_drops_the_record_is_refused_before_the_m
 
 @pytest.mark.parametrize("depth", [1, 2])
 def test_an_agent_subgraph_whose_parent_keeps_the_record_runs(
-    runtime: SandboxRuntime, thread: str, depth: int
+    runtime: SandboxRuntime, thread: str, depth: int, memory_saver: InMemorySaver
 ) -> None:
-    app = _agent_as_a_subgraph(runtime, *[SandboxGraphState] * depth)
+    app = _agent_as_a_subgraph(runtime, memory_saver, *[SandboxGraphState] * depth)
     config = {"configurable": {"thread_id": thread}}
     state = app.invoke({"messages": [HumanMessage("go")]}, config)
     assert state["sandbox"]["revision"] == 1, "the record reached the parent's state"
