@@ -41,6 +41,7 @@ import socket
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -372,6 +373,12 @@ class RunloopEmulator:
                 return _Reply({"message": error.message}, status=error.status)
             except (ValueError, KeyError, TypeError) as error:
                 return _Reply({"message": f"Bad request: {error}"}, status=400)
+            except Exception as error:
+                # A failure of the emulator itself: a 500 that names it, as Runloop answers its
+                # own failures, and its traceback for the test's output (a connection closed
+                # without an answer would say nothing of it).
+                traceback.print_exception(error)
+                return _Reply({"message": f"emulator error: {error!r}"}, status=500)
         return _Reply({"message": f"No route for {method} {path}"}, status=404)
 
     def _send(self, handler: _Handler, reply: _Reply, extra: dict[str, str]) -> None:

@@ -13,6 +13,7 @@ from runloop_api_client import (
     APIConnectionError,
     AsyncRunloopSDK,
     AuthenticationError,
+    InternalServerError,
     NotFoundError,
     RateLimitError,
     RunloopSDK,
@@ -226,3 +227,21 @@ async def test_several_devboxes_run_at_once_and_apart() -> None:
     # Closing shut every devbox down and joined the emulator's threads.
     assert {d.status for d in emulator.account.listing()} == {"shutdown"}
     assert not [t for t in threading.enumerate() if t.name.startswith("runloop-emulator")]
+
+
+async def test_a_failure_of_the_emulator_itself_is_a_500_that_names_it(
+    emulator: RunloopEmulator, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """An error of the emulator's own (a devbox's machine failing to start with an
+    ``OSError``) answers 500 with its message and prints its traceback, rather than closing the
+    connection with no answer."""
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(emulator.account, "create", broken)
+    async with _sdk(emulator, max_retries=0) as sdk:
+        with pytest.raises(InternalServerError, match="No space left on device"):
+            await sdk.devbox.create(name="probe")
+    assert "OSError" in capfd.readouterr().err
+    assert [r.status for r in emulator.requests] == [500]
