@@ -50,7 +50,30 @@ _NETWORK_ETC = (
 )
 
 _DATA_SOURCE = "/proc/self/fd/"
-_HOST_KEYRING_VIEWS = ("/proc/keys", "/proc/key-users")
+# Kernel files of /proc that describe the host, not the sandbox: the ones Docker masks, the
+# keyring's (not namespaced: the host user's keys and key quotas), and the memory maps and
+# allocator statistics a red team read (physical page flags, slab and vmalloc layouts help kernel
+# exploits). Files are covered with an empty sealed file (a bind of /dev/null would not even open:
+# the sandbox's mounts are nodev), directories with an empty read-only tmpfs; only those the host's
+# kernel has. (/sys/firmware, also masked by Docker, is absent: /sys is not
+# mounted at all.)
+_MASKED_PROC_FILES = (
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/key-users",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/kpageflags",
+    "/proc/kpagecount",
+    "/proc/kpagecgroup",
+    "/proc/slabinfo",
+    "/proc/vmallocinfo",
+    "/proc/pagetypeinfo",
+    "/proc/sysrq-trigger",
+)
+_MASKED_PROC_DIRS = ("/proc/asound", "/proc/acpi", "/proc/scsi")
 
 _DESCRIBE_PYTHON = (
     "import json, os, site, sys;"
@@ -281,9 +304,7 @@ def bubblewrap_argv(
     # /proc and /dev are read-only: the sandbox user maps to the host's uid, which would
     # otherwise own (and could write) host-wide sysctls such as /proc/sys/kernel/core_pattern.
     argv += ["--proc", "/proc"]
-    # The kernel keyring is not namespaced: these list the host user's keys and key quotas.
-    for path in _HOST_KEYRING_VIEWS:
-        argv += ["--ro-bind", "/dev/null", path]
+    argv += _proc_mask_args()
     argv += ["--remount-ro", "/proc", "--dev", "/dev"]
     size = ["--size", str(tmp_size_bytes)] if tmp_size_bytes is not None else []
     argv += [*size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
@@ -341,6 +362,18 @@ def _memfd(name: str, data: bytes) -> int:
         os.close(fd)
         raise
     return fd
+
+
+@functools.cache
+def _proc_mask_args() -> tuple[str, ...]:
+    args: list[str] = []
+    for path in _MASKED_PROC_FILES:
+        if os.path.exists(path):
+            args += ["--ro-bind-data", sealed_file("masked", b""), path]
+    for path in _MASKED_PROC_DIRS:
+        if os.path.isdir(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
+    return tuple(args)
 
 
 def _system_dir_args(directory: str) -> list[str]:
