@@ -217,11 +217,16 @@ print(json.dumps(found))
 """
 
 
-async def test_host_wide_proc_files_read_empty(session: LocalSession) -> None:
+def _present() -> tuple[list[str], list[str]]:
+    """The masked paths the host's kernel has."""
     files = [path for path in _MASKED_FILES if os.path.exists(path)]
-    dirs = [path for path in _MASKED_DIRS if os.path.isdir(path)]
+    return files, [path for path in _MASKED_DIRS if os.path.isdir(path)]
+
+
+async def test_host_wide_proc_files_read_empty(session: LocalSession) -> None:
+    files, dirs = _present()
     assert files, "the host's /proc must have some of the masked files for this test to mean much"
     result = await session.run_code(f"FILES = {files!r}\nDIRS = {dirs!r}\n" + _READ)
     assert result.ok, result.render()
     found = json.loads(result.stdout)
-    assert found == {**dict.fromkeys(files, ""), **dict.fromkeys(dirs, [])}
+    assert found == {**dict.fromkeys(files, ""), **{path: [] for path in dirs}}

@@ -173,6 +173,12 @@ ALLOWED: tuple[SyscallGroup, ...] = (
         "holds only them; the cgroup bounds their number)",
     ),
     SyscallGroup(
+        "randomness",
+        ("getrandom",),
+        None,
+        "the kernel's random numbers (`os.urandom`, `secrets`, hash seeds)",
+    ),
+    SyscallGroup(
         "sandboxing",
         ("seccomp", "landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"),
         None,
@@ -401,6 +407,7 @@ REFUSED_HERE_ALLOWED_BY_DOCKER = frozenset(
         "io_uring_register",
         "io_uring_setup",
         "memfd_secret",
+        "modify_ldt",
         "ptrace",
     }
 )
