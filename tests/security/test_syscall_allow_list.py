@@ -230,3 +230,23 @@ async def test_host_wide_proc_files_read_empty(session: LocalSession) -> None:
     assert result.ok, result.render()
     found = json.loads(result.stdout)
     assert found == {**dict.fromkeys(files, ""), **{path: [] for path in dirs}}
+
+
+_OTHER_ABI = r"""
+import ctypes, json, platform, subprocess, sys
+# getpid of the x32 ABI (x86_64's __X32_SYSCALL_BIT); on other machines just an unknown number.
+probe = "import ctypes; ctypes.CDLL(None).syscall(0x40000000 | 39); print('survived')"
+done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+print(json.dumps({"machine": platform.machine(), "returncode": done.returncode, "stdout": done.stdout}))
+"""
+
+
+async def test_a_call_of_another_abi_kills_the_process(session: LocalSession) -> None:
+    result = await session.run_code(_OTHER_ABI)
+    assert result.ok, result.render()
+    found = json.loads(result.stdout)
+    if found["machine"] == "x86_64":
+        assert found["returncode"] == -31  # SIGSYS: the filter's verdict for a foreign ABI
+        assert found["stdout"] == ""
+    else:
+        assert (found["returncode"], found["stdout"]) == (0, "survived\n")
