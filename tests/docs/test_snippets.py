@@ -47,6 +47,9 @@ IDLE_PAGES = [page for page in PAGES if _nothing_to_run(page)]
 
 TALLY: dict[str, list[str]] = {"executed": [], "not_run": []}
 
+# Every page in a fresh interpreter, some with sandboxes and emulators: minutes in all.
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize(
     "page",
