@@ -1,0 +1,139 @@
+"""Each isolation layer of the local provider proven on its own: the attack it stops, run with that
+one layer removed from the generated bubblewrap command line (and the others that would mask it
+relaxed), succeeds; with the layer in place it fails.
+
+The layers, their bwrap arguments and the test that proves each are the table of ``README.md`` in
+this directory; ``test_the_command_line_carries_every_documented_layer`` holds the generated argv
+against it. ``_without`` is the test-only switch: it removes a layer's arguments by the layer's
+name from what :func:`bubblewrap_argv` generates, so no option of the provider can turn a layer off.
+The runs below start bwrap directly, without the seccomp filter (its rules are one of the layers
+that would mask another).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import subprocess
+import sys
+import termios
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from langchain_sandbox.providers.local._bubblewrap import (
+    bubblewrap_argv,
+    describe_python,
+    find_bubblewrap,
+)
+
+README = Path(__file__).with_name("README.md")
+_ROW = re.compile(r"^\| `(?P<layer>[a-z-]+)` \| (?P<args>[^|]+) \| (?P<test>[^|]+) \|$")
+
+
+def _table() -> dict[str, tuple[list[str], str]]:
+    """Layer name -> (its bwrap arguments, the test that proves it alone, or "none yet")."""
+    rows = {}
+    for line in README.read_text().splitlines():
+        if match := _ROW.match(line.strip()):
+            args = re.findall(r"`([^`]+)`", match["args"])
+            rows[match["layer"]] = ([a for arg in args for a in arg.split()], match["test"].strip())
+    return rows
+
+
+LAYERS = _table()
+PYTHON = describe_python(sys.executable)
+
+
+def _argv(workspace: Path, command: Sequence[str]) -> list[str]:
+    return bubblewrap_argv(
+        find_bubblewrap(),
+        command,
+        python=PYTHON,
+        workspace=str(workspace),
+        files={},
+        env={"PATH": "/usr/bin:/bin"},
+        network=False,
+    )
+
+
+def _without(argv: list[str], layer: str) -> list[str]:
+    """``argv`` with the arguments of ``layer`` (as the table gives them) removed once."""
+    args = LAYERS[layer][0]
+    for start in range(len(argv) - len(args) + 1):
+        if argv[start : start + len(args)] == args:
+            return argv[:start] + argv[start + len(args) :]
+    raise AssertionError(f"{layer}: {args} not in the command line")
+
+
+def test_the_command_line_carries_every_documented_layer(tmp_path: Path) -> None:
+    assert {"clearenv", "new-session", "cap-drop", "unshare-net"} <= set(LAYERS)
+    argv = _argv(tmp_path, ["true"])
+    names = {name for name in globals() if name.startswith("test_")}
+    for layer, (_, test) in LAYERS.items():
+        assert _without(argv, layer) != argv, layer  # its arguments are in the command line
+        assert test == "none yet" or test in names, f"{layer}: no test {test!r} here"
+
+
+@pytest.mark.parametrize("layer_on", [True, False], ids=["clearenv", "without-clearenv"])
+def test_clearenv_alone_keeps_the_host_environment_out(tmp_path: Path, layer_on: bool) -> None:
+    """Without ``--clearenv`` a variable of the host's environment reaches sandboxed code."""
+    argv = _argv(tmp_path, ["/bin/sh", "-c", 'echo "[$HOST_ONLY_SECRET]"'])
+    if not layer_on:
+        argv = _without(argv, "clearenv")
+    env = {**os.environ, "HOST_ONLY_SECRET": "sk-host-1234"}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout == ("[]\n" if layer_on else "[sk-host-1234]\n")
+
+
+_INJECT = (
+    "import fcntl, termios\n"
+    "try:\n"
+    "    for ch in b'id\\n':\n"
+    "        fcntl.ioctl(0, termios.TIOCSTI, bytes([ch]))\n"
+    "    print('injected')\n"
+    "except OSError as exc:\n"
+    "    print('refused', exc.errno)\n"
+)
+
+
+@pytest.mark.parametrize("layer_on", [True, False], ids=["new-session", "without-new-session"])
+def test_new_session_alone_keeps_keystrokes_out_of_the_callers_terminal(
+    tmp_path: Path, layer_on: bool
+) -> None:
+    """Sandboxed code whose stdin is the caller's terminal pushes keystrokes into it (TIOCSTI:
+    the caller's shell would run them) unless ``--new-session`` took the terminal away. Run
+    without the seccomp filter, whose ioctl rule would refuse it too."""
+    if Path("/proc/sys/dev/tty/legacy_tiocsti").read_text().strip() != "1":
+        pytest.skip("this kernel refuses TIOCSTI to everyone (dev.tty.legacy_tiocsti=0)")
+    argv = _argv(tmp_path, [PYTHON.sandbox_executable(), "-c", _INJECT])
+    if not layer_on:
+        argv = _without(argv, "new-session")
+    controller, terminal = pty.openpty()
+    try:
+        done = subprocess.run(
+            argv,
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            start_new_session=True,
+            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),  # the caller's terminal
+        )
+        os.set_blocking(terminal, False)
+        try:
+            typed = os.read(terminal, 100)
+        except BlockingIOError:
+            typed = b""
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    if layer_on:
+        assert done.stdout.startswith("refused"), done
+        assert typed == b""
+    else:
+        assert done.stdout == "injected\n", done
+        assert typed == b"id\n"
