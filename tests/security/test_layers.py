@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from network_probe import LoopbackListener
 
 from langchain_sandbox.providers.local._bubblewrap import (
     bubblewrap_argv,
@@ -70,7 +71,7 @@ def _without(argv: list[str], layer: str) -> list[str]:
 
 
 def test_the_command_line_carries_every_documented_layer(tmp_path: Path) -> None:
-    assert {"clearenv", "new-session", "cap-drop", "unshare-net"} <= set(LAYERS)
+    assert {"clearenv", "new-session", "cap-drop", "uid", "unshare-net"} <= set(LAYERS)
     argv = _argv(tmp_path, ["true"])
     names = {name for name in globals() if name.startswith("test_")}
     for layer, (_, test) in LAYERS.items():
@@ -137,3 +138,44 @@ def test_new_session_alone_keeps_keystrokes_out_of_the_callers_terminal(
     else:
         assert done.stdout == "injected\n", done
         assert typed == b"id\n"
+
+
+@pytest.mark.parametrize(
+    ("relaxed", "removed", "reads"),
+    [
+        pytest.param("uid", None, False, id="cap-drop"),
+        pytest.param("uid", "cap-drop", True, id="without-cap-drop"),
+        pytest.param("cap-drop", None, False, id="uid"),
+        pytest.param("cap-drop", "uid", True, id="without-uid"),
+    ],
+)
+def test_cap_drop_and_the_sandbox_uid_each_alone_keep_the_callers_privileges_out(
+    tmp_path: Path, relaxed: str, removed: str | None, reads: bool
+) -> None:
+    """Started by root, a sandbox keeps root's capabilities unless ``--cap-drop ALL`` drops them
+    or the switch to the sandbox uid loses them: either alone keeps it from reading a file whose
+    mode forbids it (CAP_DAC_OVERRIDE). Each is run with the other removed."""
+    if os.geteuid() != 0:
+        pytest.skip("only a sandbox started by root has capabilities to drop")
+    locked = tmp_path / "locked"
+    locked.write_text("host-only")
+    locked.chmod(0)
+    argv = _without(_argv(tmp_path, ["/bin/sh", "-c", "cat /home/user/locked"]), relaxed)
+    if removed is not None:
+        argv = _without(argv, removed)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.stdout == ("host-only" if reads else ""), done
+    assert (done.returncode == 0) is reads, done
+
+
+@pytest.mark.parametrize("layer_on", [True, False], ids=["unshare-net", "without-unshare-net"])
+def test_unshare_net_alone_keeps_the_hosts_loopback_out_of_reach(
+    tmp_path: Path, layer_on: bool, loopback_listener: LoopbackListener
+) -> None:
+    """Without ``--unshare-net`` sandboxed code connects to a port on the host's 127.0.0.1."""
+    argv = _argv(tmp_path, [PYTHON.sandbox_executable(), "-c", loopback_listener.probe])
+    if not layer_on:
+        argv = _without(argv, "unshare-net")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.startswith("refused" if layer_on else "connected"), done
+    assert loopback_listener.reached() is not layer_on
