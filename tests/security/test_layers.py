@@ -179,3 +179,24 @@ def test_unshare_net_alone_keeps_the_hosts_loopback_out_of_reach(
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.startswith("refused" if layer_on else "connected"), done
     assert loopback_listener.reached() is not layer_on
+
+
+@pytest.mark.parametrize(
+    "layer_on", [True, False], ids=["read-only-root", "without-read-only-root"]
+)
+def test_the_read_only_root_alone_keeps_the_sandbox_from_planting_files_outside_its_workspace(
+    tmp_path: Path, layer_on: bool
+) -> None:
+    """Without ``--remount-ro /`` code can create files beside the system directories (where a
+    later command's lookups would find them). Run as the uid that owns the root (the sandbox
+    uid removed), which could write there otherwise."""
+    if os.geteuid() != 0:
+        pytest.skip("the relaxed run needs a caller who owns the sandbox's root directory")
+    plant = "mkdir /planted && echo planted"
+    argv = _without(_argv(tmp_path, ["/bin/sh", "-c", plant]), "uid")
+    if not layer_on:
+        argv = _without(argv, "read-only-root")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.stdout == ("" if layer_on else "planted\n"), done
+    if layer_on:
+        assert "Read-only file system" in done.stderr, done
