@@ -200,3 +200,15 @@ def test_the_read_only_root_alone_keeps_the_sandbox_from_planting_files_outside_
     assert done.stdout == ("" if layer_on else "planted\n"), done
     if layer_on:
         assert "Read-only file system" in done.stderr, done
+
+
+@pytest.mark.parametrize("layer_on", [True, False], ids=["unshare-pid", "without-unshare-pid"])
+def test_unshare_pid_alone_hides_the_hosts_processes(tmp_path: Path, layer_on: bool) -> None:
+    """Without ``--unshare-pid`` the sandbox's ``/proc`` lists the host's processes: this test's
+    own among them (its command line, its environment's owner...)."""
+    look = f"test -d /proc/{os.getpid()} && echo visible || echo hidden"
+    argv = _argv(tmp_path, ["/bin/sh", "-c", look])
+    if not layer_on:
+        argv = _without(argv, "unshare-pid")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout == ("hidden\n" if layer_on else "visible\n"), done
