@@ -212,3 +212,39 @@ def test_unshare_pid_alone_hides_the_hosts_processes(tmp_path: Path, layer_on: b
         argv = _without(argv, "unshare-pid")
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout == ("hidden\n" if layer_on else "visible\n"), done
+
+
+@pytest.mark.parametrize("layer_on", [True, False], ids=["unshare-ipc", "without-unshare-ipc"])
+def test_unshare_ipc_alone_hides_the_hosts_shared_memory(tmp_path: Path, layer_on: bool) -> None:
+    """Without ``--unshare-ipc`` the sandbox sees (and may attach to) the host's System V
+    shared memory segments: one this test makes is listed inside."""
+    made = subprocess.run(
+        ["ipcmk", "-M", "4096"], capture_output=True, text=True, timeout=30, check=True
+    )
+    segment = made.stdout.split()[-1]
+    try:
+        argv = _argv(tmp_path, ["/bin/sh", "-c", "ipcs -m"])
+        if not layer_on:
+            argv = _without(argv, "unshare-ipc")
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+    finally:
+        subprocess.run(["ipcrm", "-m", segment], timeout=30, check=True)
+    listed = any(line.split()[1:2] == [segment] for line in done.stdout.splitlines())
+    assert listed is not layer_on, done.stdout
+
+
+@pytest.mark.parametrize(
+    "layer_on", [True, False], ids=["disable-userns", "without-disable-userns"]
+)
+def test_disable_userns_alone_keeps_code_from_making_a_user_namespace(
+    tmp_path: Path, layer_on: bool
+) -> None:
+    """Without ``--disable-userns`` code makes a user namespace of its own, where it could be
+    root with every capability (the start of most kernel privilege escalations). Run without the
+    seccomp filter, whose clone/unshare rules would refuse it too; no uid is mapped in it (the
+    read-only ``/proc`` refuses the map), so ``id`` shows the overflow uid."""
+    argv = _argv(tmp_path, ["/bin/sh", "-c", "unshare -U id -u && echo made"])
+    if not layer_on:
+        argv = _without(argv, "disable-userns")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.stdout == ("" if layer_on else "65534\nmade\n"), done
