@@ -248,3 +248,23 @@ def test_disable_userns_alone_keeps_code_from_making_a_user_namespace(
         argv = _without(argv, "disable-userns")
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.stdout == ("" if layer_on else "65534\nmade\n"), done
+
+
+@pytest.mark.parametrize(
+    "layer_on", [True, False], ids=["read-only-proc", "without-read-only-proc"]
+)
+def test_the_read_only_proc_alone_keeps_sysctls_unwritable(tmp_path: Path, layer_on: bool) -> None:
+    """Without ``--remount-ro /proc`` code writes the sysctls its namespaces' owner may write
+    (for the uid that maps to the host's, host-wide ones too). Shown harmlessly with the
+    hostname of the sandbox's own UTS namespace, as the uid that owns it (the sandbox uid
+    removed)."""
+    if os.geteuid() != 0:
+        pytest.skip("the relaxed run needs a caller whose uid owns the sandbox's namespaces")
+    write = "echo planted > /proc/sys/kernel/hostname && cat /proc/sys/kernel/hostname"
+    argv = _without(_argv(tmp_path, ["/bin/sh", "-c", write]), "uid")
+    if not layer_on:
+        argv = _without(argv, "read-only-proc")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.stdout == ("" if layer_on else "planted\n"), done
+    if layer_on:
+        assert "Read-only file system" in done.stderr, done
