@@ -181,6 +181,20 @@ def test_unshare_net_alone_keeps_the_hosts_loopback_out_of_reach(
     assert loopback_listener.reached() is not layer_on
 
 
+def _plant_as_owner(tmp_path: Path, script: str, layer: str, layer_on: bool) -> None:
+    """Run ``script`` (which prints ``planted`` once it wrote) as the uid that owns what it
+    writes (the sandbox uid removed), with or without ``layer``: a read-only mount refuses it."""
+    if os.geteuid() != 0:
+        pytest.skip("the relaxed run needs a caller whose uid owns the sandbox's root and /proc")
+    argv = _without(_argv(tmp_path, ["/bin/sh", "-c", script]), "uid")
+    if not layer_on:
+        argv = _without(argv, layer)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.stdout == ("" if layer_on else "planted\n"), done
+    if layer_on:
+        assert "Read-only file system" in done.stderr, done
+
+
 @pytest.mark.parametrize(
     "layer_on", [True, False], ids=["read-only-root", "without-read-only-root"]
 )
@@ -190,16 +204,7 @@ def test_the_read_only_root_alone_keeps_the_sandbox_from_planting_files_outside_
     """Without ``--remount-ro /`` code can create files beside the system directories (where a
     later command's lookups would find them). Run as the uid that owns the root (the sandbox
     uid removed), which could write there otherwise."""
-    if os.geteuid() != 0:
-        pytest.skip("the relaxed run needs a caller who owns the sandbox's root directory")
-    plant = "mkdir /planted && echo planted"
-    argv = _without(_argv(tmp_path, ["/bin/sh", "-c", plant]), "uid")
-    if not layer_on:
-        argv = _without(argv, "read-only-root")
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    assert done.stdout == ("" if layer_on else "planted\n"), done
-    if layer_on:
-        assert "Read-only file system" in done.stderr, done
+    _plant_as_owner(tmp_path, "mkdir /planted && echo planted", "read-only-root", layer_on)
 
 
 @pytest.mark.parametrize("layer_on", [True, False], ids=["unshare-pid", "without-unshare-pid"])
@@ -258,13 +263,5 @@ def test_the_read_only_proc_alone_keeps_sysctls_unwritable(tmp_path: Path, layer
     (for the uid that maps to the host's, host-wide ones too). Shown harmlessly with the
     hostname of the sandbox's own UTS namespace, as the uid that owns it (the sandbox uid
     removed)."""
-    if os.geteuid() != 0:
-        pytest.skip("the relaxed run needs a caller whose uid owns the sandbox's namespaces")
     write = "echo planted > /proc/sys/kernel/hostname && cat /proc/sys/kernel/hostname"
-    argv = _without(_argv(tmp_path, ["/bin/sh", "-c", write]), "uid")
-    if not layer_on:
-        argv = _without(argv, "read-only-proc")
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    assert done.stdout == ("" if layer_on else "planted\n"), done
-    if layer_on:
-        assert "Read-only file system" in done.stderr, done
+    _plant_as_owner(tmp_path, write, "read-only-proc", layer_on)
