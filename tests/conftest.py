@@ -13,12 +13,13 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
+from network_probe import LoopbackListener
 
 from langchain_sandbox.paths import ENVIRONMENTS_ENV, environments_dir
 from langchain_sandbox.providers.base import Provider
@@ -157,3 +158,13 @@ class LateSaver(InMemorySaver):
 def memory_saver(request: pytest.FixtureRequest) -> InMemorySaver:
     """An ``InMemorySaver`` that saves at once, then one that saves late (:class:`LateSaver`)."""
     return LateSaver() if request.param == "late" else InMemorySaver()
+
+
+@pytest.fixture
+def loopback_listener() -> Iterator[LoopbackListener]:
+    """See :class:`LoopbackListener`."""
+    listener = LoopbackListener()
+    try:
+        yield listener
+    finally:
+        listener.close()

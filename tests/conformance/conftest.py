@@ -33,10 +33,16 @@ async def _e2b(tmp_path: Path) -> AsyncIterator[Provider]:
 
 @contextlib.asynccontextmanager
 async def _runloop(tmp_path: Path) -> AsyncIterator[Provider]:
-    from langchain_sandbox.testing.runloop_emulator import emulated_runloop_provider
+    from langchain_sandbox.testing.runloop_emulator import RunloopEmulator
 
-    async with emulated_runloop_provider() as provider:
-        yield provider
+    # With the network a real devbox always has: Runloop cannot deny it (no network_control),
+    # and the suite checks that the flag tells the truth.
+    async with RunloopEmulator(network=True) as emulator:
+        provider = emulator.provider()
+        try:
+            yield provider
+        finally:
+            await provider.aclose()
 
 
 _FACTORIES = {"local": _local, "e2b": _e2b, "runloop": _runloop}

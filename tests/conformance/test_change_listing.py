@@ -1,7 +1,8 @@
 """``Session.list_changes``, held against every provider: what differs from the caller's listing
 (new, modified, mode-only, replaced by a directory, removed), FIFOs neither listed nor blocking,
 bundled contents only of regular files and within ``max_bytes``, and the variables dump exactly
-when asked of a provider that ``lists_variables``, loadable elsewhere."""
+when asked of a provider that ``lists_variables`` (from ``dump_variables`` on one that does not),
+the same variables, loadable elsewhere."""
 
 from __future__ import annotations
 
@@ -73,10 +74,14 @@ async def test_list_changes_reports_what_differs_from_the_known_listing(
         assert by_path["c.txt"].mode == 0o600
         assert by_path["c.txt"].mtime_ns == known["c.txt"].mtime_ns  # only its mode changed
         assert by_path["replaced"].kind == "dir"
-        assert {path: data for path, data in second.contents.items()} in (
-            {},  # a provider that bundles nothing: the caller reads them
-            {"b.txt": b"bb", "c.txt": b"c", "new.txt": b"n"},
-        )
+        expected = {"b.txt": b"bb", "c.txt": b"c", "new.txt": b"n"}
+        bundled = dict(second.contents)
+        # A provider that bundles nothing (the local one: the caller reads the workspace directly)
+        # or, within max_bytes, everything; either way the caller gets the same bytes.
+        assert set(bundled) in (set(), set(expected))
+        unbundled = sorted(set(expected) - set(bundled))
+        read = await session.read_files(unbundled) if unbundled else {}
+        assert {**bundled, **read} == expected
 
         after = _applied(known, second)
         # with the cursor of the listing ``after`` was completed with, and without one
@@ -106,12 +111,16 @@ async def test_variables_come_with_the_listing_only_when_asked(provider: Provide
         asked = await session.list_changes({}, max_bytes=_BIG, variables_max_bytes=_BIG)
         # the listing left no name of its own among the user's globals
         assert (await session.run_code(names)).value == before
-        if not session.lists_variables:
+        if session.lists_variables:
+            dump = asked.variables
+            assert dump is not None
+        else:
+            # Its listing never carries them (the snapshotter dumps them apart): the same
+            # variables must come the other way, and move as well.
             assert asked.variables is None
-            return
-        dump = asked.variables
-        assert dump is not None
+            dump = await session.dump_variables(max_bytes=_BIG)
         assert set(dump.saved) == {"x", "squares"}
+        assert dump.skipped == ()
     async with await provider.create() as target:
         assert await target.load_variables(dump.data) == {}
         result = await target.run_code("x + 1, squares[-1]")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from network_probe import LoopbackListener
 
 from langchain_sandbox.errors import InvalidPackageNameError, InvalidPathError
 from langchain_sandbox.providers.base import Limits, Provider, SessionSpec
@@ -200,44 +201,22 @@ async def test_pause_then_attach_keeps_files_and_variables(provider: Provider) -
         await session.close()
 
 
-async def test_network_is_denied_unless_asked_for(provider: Provider) -> None:
-    import socket
-    import threading
-
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-    accepted: list[bool] = []
-
-    def accept() -> None:
-        server.settimeout(10)
-        try:
-            conn, _ = server.accept()
-            accepted.append(True)
-            conn.close()
-        except OSError:
-            pass
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    probe = (
-        "import socket\n"
-        "try:\n"
-        f"    socket.create_connection(('127.0.0.1', {port}), timeout=3).close()\n"
-        "    print('connected')\n"
-        "except OSError as exc:\n"
-        "    print('refused', type(exc).__name__)\n"
-    )
-    try:
-        async with await provider.create() as session:
-            result = await session.run_code(probe)
-            if provider.capabilities.network_control:
-                assert result.stdout.startswith("refused"), result.render()
-                assert not accepted
-            else:
-                assert result.ok, result.render()
-    finally:
-        server.close()
-        thread.join(timeout=15)
+async def test_network_is_denied_unless_asked_for(
+    provider: Provider, loopback_listener: LoopbackListener
+) -> None:
+    """Where the provider controls the network, a sandbox reaches nothing unless its session
+    asks; where it does not (Runloop: a devbox always has the network), the flag says so and the
+    probe connects."""
+    async with await provider.create() as session:
+        result = await session.run_code(loopback_listener.probe)
+    reached = loopback_listener.reached()
+    assert result.ok, result.render()
+    if provider.capabilities.network_control:
+        assert result.stdout.startswith("refused"), result.render()
+        assert not reached
+    else:
+        assert result.stdout == "connected\n", result.render()
+        assert reached
 
 
 async def test_malformed_environment_is_refused_before_anything_runs(provider: Provider) -> None:

@@ -156,6 +156,7 @@ async def test_a_dump_too_large_skips_the_largest_variable_and_keeps_the_session
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow
 async def test_a_dump_over_64_mb_moves_whole(provider: Provider) -> None:
     async with await provider.create() as session:
         ran = await session.run_code(

@@ -1,10 +1,12 @@
-"""Reports what the snippet test ran and what it did not run (and why)."""
+"""Reports what the snippet test ran, what it did not run (and why), and the pages with nothing to
+run (which have no test)."""
 
 from __future__ import annotations
 
 import pytest
 
-from .test_snippets import TALLY
+from .markdown_blocks import blocks
+from .test_snippets import IDLE_PAGES, ROOT, TALLY
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -17,3 +19,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     )
     for entry in TALLY["not_run"]:
         write(f"  not run  {entry}")
+    if IDLE_PAGES:
+        write(f"docs pages with nothing to run (no test collected): {len(IDLE_PAGES)}")
+        for page in IDLE_PAGES:
+            write(f"  idle     {page.relative_to(ROOT)}")
+            for block in blocks(page, ROOT):
+                if block.not_run is not None:
+                    write(f"    not run  {block.where}: {block.not_run}")

@@ -3,8 +3,10 @@
 One test per page: its Python and shell blocks run in page order in a fresh interpreter, in a scratch
 directory whose ``.venv`` is the environment running the tests (pages say ``.venv/bin/...``), with
 ``$LANGCHAIN_SANDBOX_HOME`` there too and no provider API key: everything runs offline, on the local
-provider or the emulators of ``langchain_sandbox.testing``. How many blocks ran, and which were not
-run and why, is printed at the end of the session (``conftest.py``).
+provider or the emulators of ``langchain_sandbox.testing``. A page with nothing to run (no code
+block, or only blocks marked not-run) gets no test at all rather than one that passes having run
+nothing. How many blocks ran, which were not run and why, and which pages had nothing to run, is
+printed at the end of the session (``conftest.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .markdown_blocks import PYTHON, SHELL, blocks
+from .markdown_blocks import PYTHON, SHELL, Block, MarkdownError, blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted(
@@ -26,19 +28,41 @@ PAGES = sorted(
 RUNNER = Path(__file__).with_name("run_page.py")
 SECRETS = ("E2B_API_KEY", "RUNLOOP_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
+
+def _runs(block: Block) -> bool:
+    return block.language in PYTHON | SHELL and block.not_run is None
+
+
+def _nothing_to_run(page: Path) -> bool:
+    """Whether ``page`` has no block to run; a page that breaks the block rules has a test,
+    which fails saying how."""
+    try:
+        return not any(_runs(b) for b in blocks(page, ROOT))
+    except MarkdownError:
+        return False
+
+
+IDLE_PAGES = [page for page in PAGES if _nothing_to_run(page)]
+"""Pages with nothing to run: listed at the end of the session, with no test of their own."""
+
 TALLY: dict[str, list[str]] = {"executed": [], "not_run": []}
 
+# Every page in a fresh interpreter, some with sandboxes and emulators: minutes in all.
+pytestmark = pytest.mark.slow
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+
+@pytest.mark.parametrize(
+    "page",
+    [page for page in PAGES if page not in IDLE_PAGES],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
 def test_page_runs_as_written(page: Path, tmp_path: Path) -> None:
     relative = page.relative_to(ROOT)
     found = blocks(page, ROOT)
-    runnable = [b for b in found if b.language in PYTHON | SHELL and b.not_run is None]
+    runnable = [b for b in found if _runs(b)]
     TALLY["not_run"] += [
         f"{relative}:{b.line}: {b.not_run}" for b in found if b.not_run is not None
     ]
-    if not runnable:
-        return
     spec = {
         "page": str(relative),
         "blocks": [

@@ -8,7 +8,8 @@ the snapshot store connect them. It prints one JSON object per line on stdout:
   and hangs there, so the test can SIGKILL the process mid-run;
 * ``{"event": "done", ...}``: the run ended (or stopped at an interrupt), with the tool outputs,
   the sandbox record and the checkpoint ids the test needs;
-* with ``--serve``: one reply per command line read on stdin (alternating workers).
+* with ``--serve``: one reply per command line read on stdin (alternating workers; a turn may
+  name a ``checkpoint_id`` to fork from).
 
 Stories (``--story``):
 
@@ -317,16 +318,20 @@ def emit_done(
 
 
 def serve(graph: Any, args: argparse.Namespace, runtime: SandboxRuntime) -> None:
-    """Answer one command per stdin line: a turn (``{"message": ...}``) or ``{"live": true}``."""
+    """Answer one command per stdin line: a turn (``{"message": ...}``, with ``"checkpoint_id"``
+    to continue from that checkpoint) or ``{"live": true}``."""
     emit("ready")
     for line in sys.stdin:
         command = json.loads(line)
         if command.get("live"):
             emit("live", live=runtime.live_sessions())
             continue
+        configurable = {"thread_id": args.thread}
+        if command.get("checkpoint_id"):  # a fork from that checkpoint, in this live process
+            configurable.update(checkpoint_id=command["checkpoint_id"], checkpoint_ns="")
         result = graph.invoke(
             {"messages": [HumanMessage(command["message"])]},
-            {"configurable": {"thread_id": args.thread}},
+            {"configurable": configurable},
             durability="sync",
         )
         tools = [m.text for m in result["messages"] if isinstance(m, ToolMessage)]

@@ -13,7 +13,14 @@ import threading
 import time
 
 import pytest
-from e2b import CommandExitException, FileNotFoundException, SandboxQuery
+from e2b import (
+    CommandExitException,
+    FileNotFoundException,
+    InvalidArgumentException,
+    SandboxException,
+    SandboxQuery,
+    TimeoutException,
+)
 from e2b_code_interpreter import AsyncSandbox, Sandbox
 
 from langchain_sandbox.testing.e2b_emulator import E2BEmulator
@@ -200,7 +207,7 @@ async def test_a_command_can_be_killed_and_streams_output(sdk_env: E2BEmulator) 
 async def test_closing_the_execute_stream_interrupts_the_cell(sdk_env: E2BEmulator) -> None:
     sandbox = await AsyncSandbox.create()
     await sandbox.run_code("progress = 0")
-    with pytest.raises(Exception, match="timed out"):
+    with pytest.raises(TimeoutException, match="timed out"):
         await sandbox.run_code(
             "import time\nwhile True:\n    progress += 1\n    time.sleep(0.01)", timeout=1
         )
@@ -274,7 +281,7 @@ async def test_emulated_sandboxes_are_isolated_and_links_do_not_lead_out(
     # Host-side file operations do not follow a link out of the workspace.
     with pytest.raises(FileNotFoundException):
         await sandbox.files.read("/home/user/etc-link/hostname")
-    with pytest.raises(Exception, match="cannot write"):
+    with pytest.raises(InvalidArgumentException, match="cannot write"):
         await sandbox.files.write("/home/user/etc-link/planted", b"x")
     names = [e.name for e in await sandbox.files.list("/home/user")]
     assert "etc-link" in names  # listed as a link, never followed
@@ -316,8 +323,9 @@ async def test_a_failure_of_the_emulator_itself_is_a_500_that_names_it(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(sdk_env, "_new_machine", broken)
-    with pytest.raises(Exception, match="No space left on device") as failed:
+    with pytest.raises(SandboxException, match="No space left on device") as failed:
         await AsyncSandbox.create()
+    assert type(failed.value) is SandboxException  # no narrower kind: the API's own failure
     assert "emulator error" in str(failed.value)
     assert "OSError" in capfd.readouterr().err
     assert [r.status for r in sdk_env.requests if r.route == "POST /v2/sandboxes"] == [500]

@@ -221,7 +221,7 @@ async def test_files_outside_the_workspace_never_reach_the_network(
 async def test_reading_a_file_over_the_limit_is_refused(provider: E2BProvider) -> None:
     async with await provider.create(SessionSpec(limits=Limits(max_file_bytes=1000))) as session:
         await session.write_files({"big.bin": b"x" * 5000, "small.bin": b"y" * 10})
-        with pytest.raises(Exception, match="1000-byte limit"):
+        with pytest.raises(InvalidInputError, match="1000-byte limit"):
             await session.read_files(["big.bin"])
         assert await session.read_files(["small.bin"]) == {"small.bin": b"y" * 10}
 

@@ -18,6 +18,7 @@ from langchain_sandbox.providers.base import ChangeListing, FileInfo
 from langchain_sandbox.providers.local import LocalSession, _files
 
 ROUNDS = 40
+STEP_TIMEOUT = 2.0
 
 
 def _apply(known: dict[str, FileInfo], changes: ChangeListing) -> dict[str, FileInfo]:
@@ -88,7 +89,9 @@ async def test_reported_changes_rebuild_the_full_listing(
         files = sorted(p for p, i in full.items() if i.kind == "file")
         dirs = sorted(p for p, i in full.items() if i.kind == "dir")
         for command in _operations(rng, files, dirs):
-            await session.run_command(command + " 2>/dev/null; true")
+            # A write into a FIFO blocks until the step's timeout: 2 s, not the session's 30.
+            # Whatever a stopped step left is still what the next listing must report.
+            await session.run_command(command + " 2>/dev/null; true", timeout=STEP_TIMEOUT)
 
 
 async def test_an_unchanged_workspace_reports_nothing_without_walking_it_in_python(

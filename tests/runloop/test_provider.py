@@ -14,6 +14,7 @@ import pytest
 
 from langchain_sandbox.errors import (
     AuthenticationError,
+    InvalidInputError,
     InvalidPathError,
     ProviderUnavailableError,
     QuotaExceededError,
@@ -207,7 +208,7 @@ async def test_missing_and_oversized_files(provider: RunloopProvider) -> None:
         background = await session.run_command("sleep 30 & echo started")
         assert (background.stdout, background.exit_code) == ("started\n", 0)
         await session.write_files({"big.bin": b"x" * 5000})
-        with pytest.raises(Exception, match="read limit"):
+        with pytest.raises(InvalidInputError, match="read limit"):
             await session.read_files(["big.bin"])
         assert (await session.run_command("stat -c %s big.bin")).stdout == "5000\n"
 

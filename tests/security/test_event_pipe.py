@@ -1,8 +1,10 @@
 """Class 5: whatever sandboxed code writes on the worker's event pipe, the host stays sound.
 
 The worker's event pipe is reachable from user code (its descriptor is in ``/proc/self/fd``).
-Malformed, deeply nested, oversized or forged messages must end the call with a clear error or
-a result, leave the session usable, and never let output past the per-call cap.
+Each kind of message has one outcome, pinned here: a malformed one ends the call with a result
+that names it and replaces the worker; a reply to no request is ignored; a forged reply to the
+running request with fields of the wrong kind is a ``SandboxError``; forged output never passes
+the per-call cap. The session stays usable after each.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pytest
 from langchain_sandbox.errors import SandboxError
 from langchain_sandbox.providers.base import Limits, SessionSpec
 from langchain_sandbox.providers.local import LocalProvider, LocalSession
+from langchain_sandbox.results import ExecutionResult
 
 _HANG = 120.0
 
@@ -58,20 +61,41 @@ async def _still_usable(session: LocalSession) -> None:
         pytest.param(b'{"ev": "out", "id": [1]}\n', id="unhashable-id"),
         pytest.param(b"[1, 2]\n", id="not-an-object"),
         pytest.param(b"\xff\xfe not json\n", id="garbage"),
-        pytest.param(b'{"ev": "done", "id": 1, "dropped": 5}\n', id="foreign-done"),
     ],
 )
-async def test_malformed_messages_end_the_call_not_the_host(
+async def test_a_malformed_message_ends_the_call_and_replaces_the_worker(
     provider: LocalProvider, payload: bytes
 ) -> None:
     session = await provider.create(SessionSpec(limits=Limits(timeout=30.0)))
     try:
+        assert (await session.run_code("kept = 1")).ok
         outcome = await _attack(session, payload)
-        if not isinstance(outcome, SandboxError):
-            # Either the call ended with the reason, or the message was ignored as not ours.
-            assert outcome.error is None or "malformed" in str(outcome.error.value)  # type: ignore[attr-defined]
+        # A result for the model, not an exception: the call failed because of what it sent.
+        assert isinstance(outcome, ExecutionResult), outcome
+        assert not outcome.ok
+        assert outcome.error is not None
+        assert "malformed message on its event pipe" in outcome.error.value
+        assert any("malformed message" in notice for notice in outcome.notices), outcome.notices
+        # The worker that read the pipe was replaced: its variables went with it.
+        gone = await asyncio.wait_for(session.run_code("kept"), _HANG)
+        assert gone.error is not None, gone.render()
+        assert gone.error.name == "NameError", gone.render()
         await _still_usable(session)
-        await _still_usable(session)
+    finally:
+        await asyncio.wait_for(session.close(), _HANG)
+
+
+async def test_a_well_formed_reply_to_no_request_is_ignored(provider: LocalProvider) -> None:
+    """A ``done`` for an id no request has (ids are random, see ``_worker_process.send``) is
+    dropped: the call goes on to its own end, in the same worker."""
+    session = await provider.create(SessionSpec(limits=Limits(timeout=30.0)))
+    try:
+        assert (await session.run_code("kept = 1")).ok
+        outcome = await _attack(session, b'{"ev": "done", "id": 1, "dropped": 5}\n')
+        assert isinstance(outcome, ExecutionResult), outcome
+        assert outcome.ok, outcome.render()
+        assert outcome.notices == []
+        assert (await asyncio.wait_for(session.run_code("kept + 1"), _HANG)).value == "2"
     finally:
         await asyncio.wait_for(session.close(), _HANG)
 
@@ -82,9 +106,9 @@ async def test_a_nested_json_line_is_reported_and_the_worker_replaced(
     session = await provider.create(SessionSpec(limits=Limits(timeout=30.0)))
     try:
         outcome = await _attack(session, b"[" * 100_000 + b"\n")
-        assert not isinstance(outcome, SandboxError)
-        assert outcome.error is not None  # type: ignore[attr-defined]
-        assert "malformed message" in outcome.error.value  # type: ignore[attr-defined]
+        assert isinstance(outcome, ExecutionResult), outcome
+        assert outcome.error is not None
+        assert "malformed message" in outcome.error.value
         after = await session.run_code("'alive'")
         assert after.value == "'alive'"
     finally:
