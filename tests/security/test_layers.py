@@ -21,6 +21,7 @@ import sys
 import termios
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from network_probe import LoopbackListener
@@ -29,6 +30,7 @@ from langchain_sandbox.providers.local._bubblewrap import (
     bubblewrap_argv,
     describe_python,
     find_bubblewrap,
+    options_via_fd,
 )
 
 README = Path(__file__).with_name("README.md")
@@ -61,6 +63,12 @@ def _argv(workspace: Path, command: Sequence[str]) -> list[str]:
     )
 
 
+def _run(argv: list[str], **options: Any) -> subprocess.CompletedProcess[str]:
+    """Run a whole bwrap command line as the launcher does: data files and options by descriptor."""
+    with options_via_fd(argv) as (short, fds):
+        return subprocess.run(short, pass_fds=fds, **options)
+
+
 def _without(argv: list[str], layer: str) -> list[str]:
     """``argv`` with the arguments of ``layer`` (as the table gives them) removed once."""
     args = LAYERS[layer][0]
@@ -86,7 +94,7 @@ def test_clearenv_alone_keeps_the_host_environment_out(tmp_path: Path, layer_on:
     if not layer_on:
         argv = _without(argv, "clearenv")
     env = {**os.environ, "HOST_ONLY_SECRET": "sk-host-1234"}
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=True)
+    done = _run(argv, env=env, capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout == ("[]\n" if layer_on else "[sk-host-1234]\n")
 
 
@@ -115,7 +123,7 @@ def test_new_session_alone_keeps_keystrokes_out_of_the_callers_terminal(
         argv = _without(argv, "new-session")
     controller, terminal = pty.openpty()
     try:
-        done = subprocess.run(
+        done = _run(
             argv,
             stdin=terminal,
             capture_output=True,
@@ -163,7 +171,7 @@ def test_cap_drop_and_the_sandbox_uid_each_alone_keep_the_callers_privileges_out
     argv = _without(_argv(tmp_path, ["/bin/sh", "-c", "cat /home/user/locked"]), relaxed)
     if removed is not None:
         argv = _without(argv, removed)
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    done = _run(argv, capture_output=True, text=True, timeout=60)
     assert done.stdout == ("host-only" if reads else ""), done
     assert (done.returncode == 0) is reads, done
 
@@ -176,7 +184,7 @@ def test_unshare_net_alone_keeps_the_hosts_loopback_out_of_reach(
     argv = _argv(tmp_path, [PYTHON.sandbox_executable(), "-c", loopback_listener.probe])
     if not layer_on:
         argv = _without(argv, "unshare-net")
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+    done = _run(argv, capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.startswith("refused" if layer_on else "connected"), done
     assert loopback_listener.reached() is not layer_on
 
@@ -189,7 +197,7 @@ def _plant_as_owner(tmp_path: Path, script: str, layer: str, layer_on: bool) -> 
     argv = _without(_argv(tmp_path, ["/bin/sh", "-c", script]), "uid")
     if not layer_on:
         argv = _without(argv, layer)
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    done = _run(argv, capture_output=True, text=True, timeout=60)
     assert done.stdout == ("" if layer_on else "planted\n"), done
     if layer_on:
         assert "Read-only file system" in done.stderr, done
@@ -215,7 +223,7 @@ def test_unshare_pid_alone_hides_the_hosts_processes(tmp_path: Path, layer_on: b
     argv = _argv(tmp_path, ["/bin/sh", "-c", look])
     if not layer_on:
         argv = _without(argv, "unshare-pid")
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+    done = _run(argv, capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout == ("hidden\n" if layer_on else "visible\n"), done
 
 
@@ -231,7 +239,7 @@ def test_unshare_ipc_alone_hides_the_hosts_shared_memory(tmp_path: Path, layer_o
         argv = _argv(tmp_path, ["/bin/sh", "-c", "ipcs -m"])
         if not layer_on:
             argv = _without(argv, "unshare-ipc")
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+        done = _run(argv, capture_output=True, text=True, timeout=60, check=True)
     finally:
         subprocess.run(["ipcrm", "-m", segment], timeout=30, check=True)
     listed = any(line.split()[1:2] == [segment] for line in done.stdout.splitlines())
@@ -251,7 +259,7 @@ def test_disable_userns_alone_keeps_code_from_making_a_user_namespace(
     argv = _argv(tmp_path, ["/bin/sh", "-c", "unshare -U id -u && echo made"])
     if not layer_on:
         argv = _without(argv, "disable-userns")
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    done = _run(argv, capture_output=True, text=True, timeout=60)
     assert done.stdout == ("" if layer_on else "65534\nmade\n"), done
 
 
