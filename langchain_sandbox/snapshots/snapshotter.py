@@ -935,10 +935,9 @@ class Snapshotter:
                 f"{len(manifest.omitted)} path(s) were not part of the snapshot and are not "
                 f"restored: {_describe(manifest.omitted)}."
             )
-        summarised = len(notices)
         restored, lost = await self._restore_variables(session, manifest, blobs, bad, notices)
         # Every notice after the first (the summary) is a caveat: something lost or left.
-        complete = summarised == 1 and len(notices) == 1
+        complete = len(notices) == 1
         return RestoreReport(
             ref=ref,
             revision=manifest.revision,
