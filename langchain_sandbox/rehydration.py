@@ -31,7 +31,10 @@ record and turn the returned record into a state update). Its rules:
   restores the last complete snapshot and says which revisions were lost;
 * **recover**: a sandbox that died under a call is replaced (restored from the last snapshot); the
   call is repeated only if it is safe to repeat, since user code never runs twice silently;
-* **cancel**: a session cancelled mid-change cannot be trusted and is destroyed in the background.
+* **cancel**: a session cancelled mid-change cannot be trusted and is destroyed in the background;
+* **spill**: a session the pool closes to make room (its cap) is captured first, whatever the
+  policy, so the thread's next call restores it into a new session, files and variables, as an
+  operating system pages memory out and in; nothing lost, nothing to tell the model.
 """
 
 from __future__ import annotations
@@ -121,10 +124,14 @@ class SnapshotInfoLike(Protocol):
 
 
 class RestoreReportLike(Protocol):
-    """What the engine needs from a restore: the notices the model should read."""
+    """What the engine needs from a restore: the notices the model should read, and whether
+    they only say that it happened (nothing lost or left)."""
 
     @property
     def notices(self) -> Sequence[str]: ...
+
+    @property
+    def complete(self) -> bool: ...
 
 
 class SnapshotterLike(Protocol):
@@ -271,6 +278,9 @@ class ThreadSandbox:
     late_notices: list[str] = field(default_factory=list)
     capture_notices: tuple[str, ...] = ()
     """What the last capture said; a capture that says the same again is not repeated."""
+    spilled: str | None = None
+    """The head the thread was at when its session was spilled (captured, then closed to make
+    room): restoring that head again loses nothing, so it is done without a notice."""
 
     async def settle(self) -> None:
         """Wait for the snapshot being written behind, if any: nothing may change or close the
@@ -388,6 +398,36 @@ class RehydrationEngine:
             await self._advance(thread, session, head, step_call, resumable, notices)
         return Outcome(value, thread.as_record(), notices)
 
+    async def spill(self, thread: ThreadSandbox) -> bool:
+        """Capture the thread's live session so that its next call restores it, before the
+        caller closes it to make room; whatever the policy, since closing it would lose it.
+
+        Returns whether the state is saved; not when the capture failed, or when the policy is
+        ``"never"`` (the live session is the only copy, as asked): the caller then says it is
+        gone. A thread already saved at its position is not captured again. What the capture
+        could not keep (unpicklable variables) the restore tells.
+        """
+        session, position = thread.session, thread.position
+        if session is None:
+            return True
+        if self.persist == "never":
+            return False
+        saved = position.snapshot is not None and position.snapshot_revision >= position.revision
+        if position.known and not saved:
+            revision, base, snapshotter = position.revision, position.snapshot, self.snapshotter
+            try:
+                info = await retry_async(
+                    lambda: snapshotter.capture(session, base=base, revision=revision)
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning("spilling thread %s failed: %s", thread.thread_id, exc)
+                return False
+            position.snapshot, position.snapshot_revision = info.ref, revision
+        thread.spilled = position.head
+        return True
+
     async def discard(self, thread: ThreadSandbox) -> None:
         """Close the thread's live session, if any."""
         session = thread.take_session()
@@ -422,12 +462,21 @@ class RehydrationEngine:
                 return thread.session
             await self.discard(thread)
         record = await self._with_snapshot_written_behind(record)
+        if wanted_head is not None and thread.spilled == wanted_head:
+            # Spilled at this head: its snapshot is the thread's, newer than any the record
+            # names (a record nothing can resume from names none).
+            record = {
+                **record,
+                "snapshot": thread.position.snapshot,
+                "snapshot_revision": thread.position.snapshot_revision,
+            }
         session = await self._attach_matching(record)
         if session is None:
             session = await self._host.create(thread.thread_id)
+            quiet = wanted_head is not None and thread.spilled == wanted_head
             if wanted_head is not None:
                 try:
-                    if not await self._restore_into(session, record, notices):
+                    if not await self._restore_into(session, record, notices, quiet=quiet):
                         # A restore that failed part-way may have written files or variables:
                         # the thread goes on in a new sandbox, really empty as its notice says.
                         await self._host.close(session)
@@ -437,6 +486,7 @@ class RehydrationEngine:
                     await asyncio.shield(self._host.close(session))
                     raise
         thread.session = session
+        thread.spilled = None
         thread.position.adopt(record)
         thread.batch.start(thread.position.head, step_call)
         return session
@@ -612,10 +662,11 @@ class RehydrationEngine:
         return (await self._host.provider()).capabilities.attach_across_processes
 
     async def _restore_into(
-        self, session: Session, record: SandboxState, notices: list[str]
+        self, session: Session, record: SandboxState, notices: list[str], *, quiet: bool = False
     ) -> bool:
         """Restore the record's snapshot into the new ``session``; ``False`` if a restore was
-        tried and failed (the session may then hold part of it)."""
+        tried and failed (the session may then hold part of it). ``quiet``: the snapshot is
+        the thread's own spilled state, so a complete restore says nothing."""
         ref = record.get("snapshot")
         revision = record.get("revision", 0)
         if not ref:
@@ -637,7 +688,8 @@ class RehydrationEngine:
                 "empty. Files and variables from earlier calls are gone."
             )
             return False
-        notices.extend(_restored_notices(record, report))
+        if not (quiet and report.complete):
+            notices.extend(_restored_notices(record, report))
         return True
 
     def _retire(self, thread: ThreadSandbox) -> None:

@@ -50,7 +50,7 @@ from langchain_sandbox.rehydration import (
 )
 from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import ExecutionResult
-from langchain_sandbox.session_pool import SessionPool
+from langchain_sandbox.session_pool import DEFAULT_MAX_SESSIONS, SessionPool
 from langchain_sandbox.state import SandboxState
 
 T = TypeVar("T")
@@ -87,9 +87,14 @@ class SandboxRuntime:
             by default. See ``docs/persistence.md``.
         idle_ttl: Seconds after which an idle session is closed (``None``: never). With
             persistence, the next call of the thread restores it.
-        max_sessions: Live sessions kept at most; the least recently used idle one is closed to
-            make room. A session that is busy is never closed, so under load the cap can be
-            exceeded until calls finish.
+        max_sessions: Live sessions kept at most; the least recently used idle one is spilled
+            to make room: captured to the snapshot store (files and variables, whatever
+            ``persist`` says, unless it is ``"never"``) and closed, and its thread's next call
+            restores it into a new session, without a notice when nothing was lost. A session
+            that is busy is never closed, so under load the cap can be exceeded until calls
+            finish. The default is 1,024, fewer where the process's open-file limit is low
+            (:data:`~langchain_sandbox.session_pool.DEFAULT_MAX_SESSIONS`); ``None``: no cap.
+            See ``docs/runtime.md`` for what a spilled thread costs.
 
     Building a runtime never blocks an event loop: its loop thread starts without being waited
     for, and the default snapshot store touches the disk only when it first writes.
@@ -110,7 +115,7 @@ class SandboxRuntime:
         persist: PersistPolicy = "resumable",
         write_behind: bool | None = None,
         idle_ttl: float | None = 900.0,
-        max_sessions: int | None = 64,
+        max_sessions: int | None = DEFAULT_MAX_SESSIONS,
     ) -> None:
         self._pool = SessionPool(
             provider,
@@ -129,6 +134,7 @@ class SandboxRuntime:
                 else write_behind
             ),
         )
+        self._pool.spill = self._engine.spill
         self._closed = False
         self._close_lock = threading.Lock()
         self._loop = LoopThread()

@@ -154,6 +154,9 @@ class RestoreReport:
         files_unlisted: Files of the snapshot that could not be restored because the manifest
             part listing them is missing or corrupt (so their names are unknown).
         notices: Messages for the model ("restored the workspace to revision N; ...").
+        complete: Whether the workspace and the variables are all the snapshot held, and the
+            snapshot all the workspace held (nothing lost, omitted or left in place): the
+            notices then say only that the restore happened.
     """
 
     ref: str
@@ -167,6 +170,7 @@ class RestoreReport:
     files_lost: tuple[str, ...] = ()
     files_unlisted: int = 0
     notices: tuple[str, ...] = ()
+    complete: bool = False
 
 
 @dataclass(frozen=True)
@@ -932,6 +936,8 @@ class Snapshotter:
                 f"restored: {_describe(manifest.omitted)}."
             )
         restored, lost = await self._restore_variables(session, manifest, blobs, bad, notices)
+        # Every notice after the first (the summary) is a caveat: something lost or left.
+        complete = len(notices) == 1
         return RestoreReport(
             ref=ref,
             revision=manifest.revision,
@@ -944,6 +950,7 @@ class Snapshotter:
             files_lost=tuple(sorted(lost_files)),
             files_unlisted=unlisted,
             notices=tuple(notices),
+            complete=complete,
         )
 
     async def _fetch_verified(self, sizes: Mapping[str, int]) -> dict[str, bytes]:

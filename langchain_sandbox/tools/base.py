@@ -39,7 +39,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackManagerForToolRun
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, ToolException
+from langchain_core.tools import BaseTool, InjectedToolArg, ToolException
 from pydantic import BaseModel, Field, PrivateAttr
 from pydantic.json_schema import SkipJsonSchema
 
@@ -73,12 +73,18 @@ Content = str | list[str | dict[str, Any]]
 class SandboxToolArgs(BaseModel):
     """Arguments every sandbox tool accepts besides its own.
 
-    ``runtime`` is not for the model (it is left out of the JSON schema): ``ToolNode`` fills it
-    with its ``ToolRuntime`` (state, context, stream writer, tool call id). It must carry this
-    name, which is how ``ToolNode`` finds it on a ``BaseTool`` with an explicit schema.
+    ``runtime`` is not for the model: ``ToolNode`` fills it with its ``ToolRuntime`` (state,
+    context, stream writer, tool call id). It must carry this name, which is how ``ToolNode``
+    finds it on a ``BaseTool`` with an explicit schema. ``InjectedToolArg`` is how LangChain
+    knows it is injected: it keeps it out of the model's schema and out of what callbacks and
+    traces get (``on_tool_start``'s input string and inputs), which would otherwise hold the
+    whole graph state, every message, rendered again at each call. ``SkipJsonSchema`` keeps it
+    out of the input schema's JSON too (``tool.args``). It is typed ``Any``, not
+    ``ToolRuntime``: outside a graph it is absent, and a ``ToolRuntime`` field would be required
+    and validated.
     """
 
-    runtime: Annotated[Any, SkipJsonSchema()] = None
+    runtime: Annotated[Any, InjectedToolArg(), SkipJsonSchema()] = None
 
 
 @dataclass(frozen=True)

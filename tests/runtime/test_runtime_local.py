@@ -216,3 +216,45 @@ async def test_the_runtime_leaves_create_retries_to_the_provider(tmp_path: Path)
         assert Unavailable.creates == 1
     finally:
         await runtime.aclose()
+
+
+def _capped_runtime(root: Path, max_sessions: int) -> SandboxRuntime:
+    """A runtime of the default policy (no snapshot outside a graph) on a small cap."""
+    return SandboxRuntime(
+        "local",
+        provider_options={"base_dir": root / "sessions"},
+        snapshotter=Snapshotter(LocalDirectoryBlobStore(root / "blobs")),
+        max_sessions=max_sessions,
+    )
+
+
+def test_more_threads_than_live_sandboxes_keep_variables_and_files(tmp_path: Path) -> None:
+    """Six threads on a cap of two, under the default policy outside any graph (no call would
+    snapshot): each call finds its thread's variables (a function and a counter) and files, with
+    no notice, and the cap holds."""
+    threads = [f"t{i}" for i in range(6)]
+    with _capped_runtime(tmp_path, 2) as runtime:
+        for i, thread in enumerate(threads):
+            code = f"count = 0\ndef owner():\n    return {i}"
+            assert runtime.run_code(thread, code).value.ok
+            runtime.write_files(thread, {"notes/owner.txt": f"{i}".encode()})
+        for round_ in range(1, 3):
+            for i, thread in enumerate(threads):
+                result = runtime.run_code(
+                    thread,
+                    "count += 1\nprint(owner(), count, open('notes/owner.txt').read())",
+                ).value
+                assert result.stdout == f"{i} {round_} {i}\n", (thread, result)
+                assert result.notices == []
+                assert len(runtime.live_sessions()) <= 2
+
+
+def test_a_spilled_thread_is_told_what_could_not_be_kept(tmp_path: Path) -> None:
+    """A spill keeps what a snapshot can: a variable that cannot be pickled is gone, and the
+    thread's next call says so (a spill is silent only when nothing was lost)."""
+    with _capped_runtime(tmp_path, 1) as runtime:
+        assert runtime.run_code("a", "kept = 1\nticks = (i for i in range(3))").value.ok
+        runtime.run_code("b", "pass")
+        result = runtime.run_code("a", "print(kept, 'ticks' in globals())").value
+        assert result.stdout == "1 False\n"
+        assert any("ticks" in notice for notice in result.notices), result.notices

@@ -5,14 +5,16 @@ real code is covered in test_runtime_local.py."""
 from __future__ import annotations
 
 import asyncio
+import resource
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from langchain_sandbox.errors import SandboxGoneError, SessionClosedError
+from langchain_sandbox.errors import SandboxError, SandboxGoneError, SessionClosedError
 from langchain_sandbox.runtime import SandboxRuntime, StepCall
+from langchain_sandbox.session_pool import _default_max_sessions
 from langchain_sandbox.snapshots import Snapshotter
 from langchain_sandbox.state import SandboxState
 
@@ -107,10 +109,11 @@ def test_cap_closes_the_least_recently_used_idle_session(
 def test_a_thread_whose_sandbox_the_cap_closed_is_told_why_and_what_is_gone(
     counting_provider: CountingProvider, snapshotter: Snapshotter
 ) -> None:
-    """Outside a graph the default policy keeps no snapshot: the next call says the state is gone
-    and why the sandbox was closed, not only that it is new."""
+    """Under ``persist="never"`` the live session is the only copy, so the cap does not spill it:
+    the next call says the state is gone and why the sandbox was closed, not only that it is
+    new."""
     with SandboxRuntime(
-        counting_provider, snapshotter=snapshotter, max_sessions=1, idle_ttl=None
+        counting_provider, snapshotter=snapshotter, max_sessions=1, idle_ttl=None, persist="never"
     ) as runtime:
         runtime.run_code("a", "kept = 1")
         runtime.run_code("b", "pass")
@@ -122,6 +125,71 @@ def test_a_thread_whose_sandbox_the_cap_closed_is_told_why_and_what_is_gone(
             "max_sessions=1." in notices
         )
         assert any("no snapshot of it was saved" in notice for notice in notices)
+
+
+def test_more_threads_than_the_cap_each_keep_their_variables_and_files(
+    counting_provider: CountingProvider, snapshotter: Snapshotter
+) -> None:
+    """The cap spills the least recently used idle session (captured, then closed) under the
+    default policy, outside any graph where nothing else would snapshot it; the thread's next
+    call restores it without a word, since nothing was lost."""
+    threads = [f"t{i}" for i in range(5)]
+    with SandboxRuntime(
+        counting_provider, snapshotter=snapshotter, max_sessions=2, idle_ttl=None
+    ) as runtime:
+        for thread in threads:
+            runtime.run_code(thread, "n = 0")
+            runtime.write_files(thread, {"log.txt": b""})
+        for round_ in range(1, 4):
+            for thread in threads:
+                outcome = runtime.run_code(thread, "n += 1\nprint(n)")
+                assert outcome.value.stdout == f"{round_}\n", (thread, outcome.value)
+                assert outcome.value.notices == [], "nothing was lost, so nothing to say"
+                read = runtime.read_files(thread, ["log.txt"])
+                assert read.notices == []
+                runtime.write_files(thread, {"log.txt": read.value["log.txt"] + b"%d\n" % round_})
+                assert len(runtime.live_sessions()) <= 2
+        for thread in threads:
+            assert runtime.read_files(thread, ["log.txt"]).value["log.txt"] == b"1\n2\n3\n"
+        assert len(counting_provider.live) == 2
+        assert len(counting_provider.sessions) > len(threads), "sessions were spilled"
+
+
+def test_a_spilled_thread_comes_back_for_its_graph_record_too(
+    counting_provider: CountingProvider, snapshotter: Snapshotter
+) -> None:
+    """A record from a graph without a checkpointer names no snapshot (nothing can resume from
+    it), but it carries the head the thread was spilled at: the spill's snapshot restores it."""
+    with SandboxRuntime(
+        counting_provider, snapshotter=snapshotter, max_sessions=1, idle_ttl=None
+    ) as runtime:
+        record = runtime.run_code("a", "kept = 41").record
+        assert record.get("snapshot") is None
+        runtime.run_code("b", "pass")
+        assert "a" not in runtime.live_sessions()
+        outcome = runtime.run_code("a", "print(kept + 1)", record=record)
+        assert outcome.value.stdout == "42\n"
+        assert outcome.value.notices == []
+
+
+def test_a_spill_that_cannot_be_saved_says_the_state_is_gone(
+    counting_provider: CountingProvider, snapshotter: Snapshotter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def _failing_capture(*args: Any, **kwargs: Any) -> Any:
+        raise SandboxError("the snapshot store is down")
+
+    with SandboxRuntime(
+        counting_provider, snapshotter=snapshotter, max_sessions=1, idle_ttl=None
+    ) as runtime:
+        runtime.run_code("a", "kept = 1")
+        monkeypatch.setattr(snapshotter, "capture", _failing_capture)
+        runtime.run_code("b", "pass")
+        outcome = runtime.run_code("a", "print('kept' in globals())")
+        assert outcome.value.stdout == "False\n"
+        assert (
+            "The thread's previous sandbox was closed to stay within the runtime's "
+            "max_sessions=1." in outcome.value.notices
+        )
 
 
 def test_cap_never_closes_a_busy_session(
@@ -391,3 +459,13 @@ def test_stale_record_is_not_confused_with_the_live_head_after_reads(
     again = counting_runtime.run_code("t", "print(z)", record=listed.record)
     assert again.value.stdout == "3\n"
     assert not again.value.notices
+
+
+@pytest.mark.parametrize(
+    ("open_files", "cap"), [(1024, 128), (20_000, 1024), (resource.RLIM_INFINITY, 1024), (4, 1)]
+)
+def test_the_default_cap_leaves_the_application_half_its_open_files(
+    monkeypatch: pytest.MonkeyPatch, open_files: int, cap: int
+) -> None:
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (open_files, resource.RLIM_INFINITY))
+    assert _default_max_sessions() == cap
