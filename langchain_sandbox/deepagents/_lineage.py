@@ -360,6 +360,12 @@ class RecordBook:
             step = await self._step_of(thread_id, position, turn, calls, answers)
             if found := await self._filed_in(thread_id, turn, calls, step):
                 return _newest(found)
+            steps = position.steps
+            human = await steps.human_before(step, turn[1]) if steps and step else None
+            if human is not None and human != turn[0]:
+                # A middleware replaced the messages before the AI message (a summary).
+                if found := await self._filed_in(thread_id, (human, turn[1]), calls, step):
+                    return _newest(found)
         if position.parent is not None:  # a subagent's first changes build on its parent's
             return await self.latest(thread_id, position.parent)
         return None
