@@ -122,3 +122,28 @@ def test_a_summarizing_middleware_keeps_the_sandbox(tmp_path: Path, saver: Sqlit
     with runtime:
         result = agent.invoke({"messages": [HumanMessage("show")]}, config)
     assert "\n0\n1\n2\n3\n" in _shown(result)
+
+
+def test_calls_that_ran_without_a_record_found_get_a_notice(
+    tmp_path: Path, saver: SqliteSaver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The conversation shows four ``execute`` calls that changed the sandbox, but their
+    records are gone from the store: the next call, in a new process, says which calls' work is
+    missing (to the model, and as a warning) instead of silently running in an empty sandbox."""
+    config: Any = {"configurable": {"thread_id": "lost"}}
+    agent, runtime = _agent(tmp_path, "first", saver, [])
+    with runtime:
+        at = _dangling(agent, config)
+    store = LocalDirectoryBlobStore(tmp_path / "blobs")
+
+    async def _forget() -> None:
+        await store.delete([info.key async for info in store.iter_blobs()])
+
+    agent, runtime = _agent(tmp_path, "second", saver, [])
+    with runtime, caplog.at_level("WARNING"):
+        runtime.run_sync(_forget())
+        result = agent.invoke({"messages": [HumanMessage("show")]}, at)
+    shown = _shown(result)
+    assert "No saved record of the sandbox was found" in shown
+    assert "execute call_0_3" in shown
+    assert "No saved record of the sandbox was found" in caplog.text
