@@ -1,0 +1,40 @@
+"""Tools given one runtime share its sandbox outside a graph (no thread id); a tool without a
+runtime and without a thread keeps a private one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from langchain_sandbox import SandboxRuntime
+from langchain_sandbox.tools import SandboxExecTool, SandboxWriteFileTool
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[SandboxRuntime]:
+    with SandboxRuntime("local", provider_options={"base_dir": tmp_path}) as made:
+        yield made
+
+
+def test_a_file_one_tool_writes_is_there_for_another_on_the_same_runtime(
+    runtime: SandboxRuntime,
+) -> None:
+    SandboxWriteFileTool(runtime=runtime).invoke({"path": "notes.txt", "content": "shared"})
+    shown = SandboxExecTool(runtime=runtime).invoke({"code": "print(open('notes.txt').read())"})
+    assert "shared" in shown
+
+
+def test_variables_carry_between_tools_on_the_same_runtime(runtime: SandboxRuntime) -> None:
+    SandboxExecTool(runtime=runtime).invoke({"code": "answer = 42"})
+    assert "42" in SandboxExecTool(runtime=runtime).invoke({"code": "print(answer)"})
+
+
+def test_a_tool_given_its_own_thread_or_no_runtime_stays_apart(runtime: SandboxRuntime) -> None:
+    SandboxExecTool(runtime=runtime).invoke({"code": "answer = 42"})
+    own = SandboxExecTool(runtime=runtime, default_thread_id="mine")
+    assert "NameError" in own.invoke({"code": "print(answer)"})
+    # No runtime (the process-wide default) and no thread: each tool instance is its own owner.
+    SandboxExecTool().invoke({"code": "secret = 1"})
+    assert "NameError" in SandboxExecTool().invoke({"code": "print(secret)"})
