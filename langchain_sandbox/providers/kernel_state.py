@@ -108,6 +108,15 @@ def import_module(name):
 
 def lru_cache(function, maxsize, typed):
     return functools.lru_cache(maxsize=maxsize, typed=typed)(function)
+
+
+def array_view(root, offset, shape, strides, dtype, writeable):
+    """A numpy view of ``root`` (restored once, in the same graph): it aliases it again."""
+    import numpy
+
+    view = numpy.ndarray(shape, dtype, buffer=root, offset=offset, strides=strides)
+    view.flags.writeable = writeable and root.flags.writeable
+    return view
 '''
 
 
@@ -162,6 +171,25 @@ def _pickler(sink: _Sink, namespace: dict[str, Any]) -> Any:
     return _PICKLER[0](sink, namespace)
 
 
+def _as_view(obj: Any) -> tuple[Any, ...] | None:
+    """A numpy view as ``(root, offset, shape, strides, dtype, writeable)``, to rebuild over its
+    root array (pickled once in the graph) instead of as a copy; ``None`` for anything else,
+    and for a view whose root is not a C-contiguous array owning its data (pickled as numpy
+    does: a copy)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None or type(obj) is not numpy.ndarray or not isinstance(obj.base, numpy.ndarray):
+        return None
+    root = obj.base
+    while isinstance(root.base, numpy.ndarray):
+        root = root.base
+    if root.base is not None or type(root) is not numpy.ndarray or not root.flags.c_contiguous:
+        return None
+    if obj.dtype.hasobject:
+        return None
+    offset = obj.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    return (root, offset, obj.shape, obj.strides, obj.dtype, bool(obj.flags.writeable))
+
+
 def _pickler_class() -> type:
     import functools
 
@@ -177,6 +205,8 @@ def _pickler_class() -> type:
                 name = obj.__name__
                 if name != "__main__" and sys.modules.get(name) is obj:
                     return (helpers.import_module, (name,))
+            elif (view := _as_view(obj)) is not None:
+                return (helpers.array_view, view)
             elif (
                 isinstance(obj, functools._lru_cache_wrapper)
                 and getattr(obj, "__module__", None) == "__main__"

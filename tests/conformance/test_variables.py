@@ -69,6 +69,22 @@ async def test_aliases_stay_one_object(provider: Provider) -> None:
     assert value == "(True, True, [1, 2, 3])"
 
 
+async def test_numpy_views_alias_their_array_again(provider: Provider) -> None:
+    """A slice, a transpose and a reshaped view come back as views of the one restored array:
+    writing through any of them shows in the others, as before the dump."""
+    code = (
+        "import numpy as np\nbase = np.arange(12.0)\nrow = base[2:6]\n"
+        "grid = base.reshape(3, 4)\nflipped = grid.T[::-1]\nsame = base"
+    )
+    check = (
+        "row[0] = 100.0\ngrid[2, 3] = -1.0\n"
+        "(base[2], flipped[0, 2], same is base, np.shares_memory(row, base),"
+        " np.shares_memory(flipped, grid), row.flags.writeable)"
+    )
+    value = await _round_trip(provider, code, check)
+    assert value == "(np.float64(100.0), np.float64(-1.0), True, True, True, True)"
+
+
 async def test_instances_of_classes_defined_in_the_sandbox(provider: Provider) -> None:
     code = (
         "class Point:\n"
