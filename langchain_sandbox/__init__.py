@@ -35,6 +35,7 @@ from langchain_sandbox.errors import (
     SandboxTimeoutError,
     SessionClosedError,
     SnapshotNotFoundError,
+    SnapshotStoreUnavailable,
     UnsafeArchiveError,
 )
 from langchain_sandbox.providers import get_provider
@@ -194,6 +195,7 @@ __all__ = [
     "SessionRecord",
     "SessionSpec",
     "SnapshotNotFoundError",
+    "SnapshotStoreUnavailable",
     "Snapshotter",
     "StepCall",
     "UnsafeArchiveError",

@@ -107,6 +107,13 @@ class AuthenticationError(ConfigurationError):
     """The provider has no API key, or rejected it (HTTP 401/403). Retrying cannot help."""
 
 
+class SnapshotStoreUnavailable(ProviderUnavailableError):
+    """The snapshot store could not be reached (down, connection refused, timed out) while a
+    sandbox was being restored or a record read. Nothing is lost: the call fails before it
+    runs, the checkpoint keeps naming the snapshot, and a later call restores it in full once
+    the store answers again. Usually transient."""
+
+
 class SnapshotNotFoundError(SandboxError):
     """A snapshot (or one of its blobs) named by a record is missing from the snapshot store."""
 
@@ -157,6 +164,7 @@ __all__ = [
     "SandboxTimeoutError",
     "SessionClosedError",
     "SnapshotNotFoundError",
+    "SnapshotStoreUnavailable",
     "UnsafeArchiveError",
     "is_retryable",
 ]

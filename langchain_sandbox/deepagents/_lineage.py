@@ -67,6 +67,7 @@ from langchain_sandbox.filed_records import (
     tool_calls,
 )
 from langchain_sandbox.graph.step_record import StepAbove, ToolSteps
+from langchain_sandbox.rehydration import store_unavailable
 from langchain_sandbox.runtime import SandboxRuntime, StepCall
 from langchain_sandbox.snapshots import BlobStore, Snapshotter
 from langchain_sandbox.state import SandboxState
@@ -421,8 +422,12 @@ class RecordBook:
         """The records filed under ``keys`` (remembered, else read from the store)."""
         found = self._memory.get(keys)
         rest = keys - found.keys()
-        present = rest - await self.store.missing(rest) if rest else set()
-        for key, data in (await self.store.get_many(present) if present else {}).items():
+        try:
+            present = rest - await self.store.missing(rest) if rest else set()
+            read = await self.store.get_many(present) if present else {}
+        except OSError as exc:  # a store of the application's own, unreachable
+            raise store_unavailable(exc) from exc
+        for key, data in read.items():
             found[key] = _parse(data)
             self._memory.put(key, found[key])
         return list(found.values())
