@@ -85,6 +85,17 @@ async def test_numpy_views_alias_their_array_again(provider: Provider) -> None:
     assert value == "(np.float64(100.0), np.float64(-1.0), True, True, True, True)"
 
 
+async def test_the_interpreter_s_environment_cwd_and_recursion_limit_come_back(
+    provider: Provider,
+) -> None:
+    code = (
+        "import os, sys\nos.environ['STAGE'] = 'two'\nos.environ.pop('LANG', None)\n"
+        "os.chdir('/tmp')\nsys.setrecursionlimit(4321)\nx = 1"
+    )
+    check = "import os, sys\n(os.environ.get('STAGE'), 'LANG' in os.environ, os.getcwd(), sys.getrecursionlimit())"
+    assert await _round_trip(provider, code, check) == "('two', False, '/tmp', 4321)"
+
+
 async def test_instances_of_classes_defined_in_the_sandbox(provider: Provider) -> None:
     code = (
         "class Point:\n"
