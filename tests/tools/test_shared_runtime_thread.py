@@ -3,13 +3,18 @@ runtime and without a thread keeps a private one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from langchain_sandbox import SandboxRuntime
-from langchain_sandbox.tools import SandboxExecTool, SandboxWriteFileTool
+from langchain_sandbox.providers.local import PackageIndex
+from langchain_sandbox.tools import (
+    SandboxExecTool,
+    SandboxInstallPackagesTool,
+    SandboxWriteFileTool,
+)
 
 
 @pytest.fixture
@@ -24,6 +29,26 @@ def test_a_file_one_tool_writes_is_there_for_another_on_the_same_runtime(
     SandboxWriteFileTool(runtime=runtime).invoke({"path": "notes.txt", "content": "shared"})
     shown = SandboxExecTool(runtime=runtime).invoke({"code": "print(open('notes.txt').read())"})
     assert "shared" in shown
+
+
+def test_a_package_one_tool_installs_is_importable_by_another_on_the_same_runtime(
+    tmp_path: Path, build_wheel: Callable[..., Path]
+) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    build_wheel(wheels, "tinypkg", "0.1", "VALUE = 'installed'\n")
+    options = {
+        "base_dir": tmp_path / "sandboxes",
+        "package_index": PackageIndex(find_links=(wheels,), no_index=True),
+    }
+    with SandboxRuntime("local", provider_options=options) as runtime:
+        installed = SandboxInstallPackagesTool(runtime=runtime).invoke({"packages": ["tinypkg"]})
+        assert "tinypkg" in installed
+        shown = SandboxExecTool(runtime=runtime).invoke(
+            {"code": "import tinypkg\nprint(tinypkg.VALUE)"}
+        )
+    assert "installed" in shown
+    assert "ModuleNotFoundError" not in shown
 
 
 def test_variables_carry_between_tools_on_the_same_runtime(runtime: SandboxRuntime) -> None:
