@@ -38,15 +38,18 @@ def _tool_texts(result: dict[str, Any]) -> list[str]:
     return [m.text for m in result["messages"] if isinstance(m, ToolMessage)]
 
 
+def _seeded_first_turn(runtime: SandboxRuntime, saver: SqliteSaver, thread: str) -> Any:
+    """Seed ``data/in.csv`` on ``thread``, then run the thread's first turn, which reads it."""
+    runtime.write_files(thread, {"data/in.csv": b"a,b\n1,2\n"})
+    agent = _read_csv_agent(runtime, saver)
+    return agent.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": thread}})
+
+
 def test_the_first_turn_of_a_seeded_thread_finds_the_seeded_files(
     tmp_path: Path, saver: SqliteSaver
 ) -> None:
     with SandboxRuntime("local", provider_options={"base_dir": tmp_path / "s"}) as runtime:
-        runtime.write_files("t", {"data/in.csv": b"a,b\n1,2\n"})
-        agent = _read_csv_agent(runtime, saver)
-        result = agent.invoke(
-            {"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "t"}}
-        )
+        result = _seeded_first_turn(runtime, saver, "t")
     [shown] = _tool_texts(result)
     assert "a,b\n1,2" in shown, shown
 
@@ -55,11 +58,7 @@ def test_a_conversation_carried_to_a_thread_without_its_record_gets_a_notice(
     tmp_path: Path, saver: SqliteSaver
 ) -> None:
     with SandboxRuntime("local", provider_options={"base_dir": tmp_path / "s"}) as runtime:
-        runtime.write_files("old", {"data/in.csv": b"a,b\n1,2\n"})
-        agent = _read_csv_agent(runtime, saver)
-        first = agent.invoke(
-            {"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "old"}}
-        )
+        first = _seeded_first_turn(runtime, saver, "old")
         from langchain.agents import create_agent
 
         model = ScriptedToolModel(
