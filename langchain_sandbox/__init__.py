@@ -35,6 +35,8 @@ from langchain_sandbox.errors import (
     SandboxTimeoutError,
     SessionClosedError,
     SnapshotNotFoundError,
+    SnapshotStoreUnavailable,
+    ThreadBusyError,
     UnsafeArchiveError,
 )
 from langchain_sandbox.providers import get_provider
@@ -92,6 +94,7 @@ if TYPE_CHECKING:
         LocalDirectoryBlobStore,
         Snapshotter,
     )
+    from langchain_sandbox.thread_lock import PostgresThreadLock
     from langchain_sandbox.tools import (
         SandboxExecTool,
         SandboxInstallPackagesTool,
@@ -136,6 +139,7 @@ _LAZY: dict[str, str] = {
     "PackageIndex": "langchain_sandbox.providers.local",
     "E2BProvider": "langchain_sandbox.providers.e2b",
     "RunloopProvider": "langchain_sandbox.providers.runloop",
+    "PostgresThreadLock": "langchain_sandbox.thread_lock",
 }
 
 __all__ = [
@@ -165,6 +169,7 @@ __all__ = [
     "OutputCallback",
     "PackageIndex",
     "PersistPolicy",
+    "PostgresThreadLock",
     "Provider",
     "ProviderUnavailableError",
     "QuotaExceededError",
@@ -194,8 +199,10 @@ __all__ = [
     "SessionRecord",
     "SessionSpec",
     "SnapshotNotFoundError",
+    "SnapshotStoreUnavailable",
     "Snapshotter",
     "StepCall",
+    "ThreadBusyError",
     "UnsafeArchiveError",
     "VariablesDump",
     "execution_result",

@@ -107,6 +107,28 @@ class AuthenticationError(ConfigurationError):
     """The provider has no API key, or rejected it (HTTP 401/403). Retrying cannot help."""
 
 
+class ThreadBusyError(SandboxError):
+    """Another run holds the thread (:class:`~langchain_sandbox.thread_lock.PostgresThreadLock`):
+    running this turn now would lose one of the two. Retry when it ends.
+
+    Attributes:
+        thread_id: The thread.
+    """
+
+    retryable = True
+
+    def __init__(self, message: str, *, thread_id: str) -> None:
+        super().__init__(message, details={"thread_id": thread_id})
+        self.thread_id = thread_id
+
+
+class SnapshotStoreUnavailable(ProviderUnavailableError):
+    """The snapshot store could not be reached (down, connection refused, timed out) while a
+    sandbox was being restored or a record read. Nothing is lost: the call fails before it
+    runs, the checkpoint keeps naming the snapshot, and a later call restores it in full once
+    the store answers again. Usually transient."""
+
+
 class SnapshotNotFoundError(SandboxError):
     """A snapshot (or one of its blobs) named by a record is missing from the snapshot store."""
 
@@ -157,6 +179,8 @@ __all__ = [
     "SandboxTimeoutError",
     "SessionClosedError",
     "SnapshotNotFoundError",
+    "SnapshotStoreUnavailable",
+    "ThreadBusyError",
     "UnsafeArchiveError",
     "is_retryable",
 ]

@@ -49,7 +49,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, NamedTuple, Protocol, TypeVar
 
-from langchain_sandbox.errors import SandboxError, SandboxGoneError
+from langchain_sandbox.errors import SandboxError, SandboxGoneError, SnapshotStoreUnavailable
 from langchain_sandbox.providers.base import Provider, Session
 from langchain_sandbox.retries import retry_async
 from langchain_sandbox.state import SandboxState
@@ -681,6 +681,12 @@ class RehydrationEngine:
             report = await retry_async(lambda: snapshotter.restore(session, ref))
         except asyncio.CancelledError:
             raise
+        except (SnapshotStoreUnavailable, OSError) as exc:
+            # Starting empty would supersede the snapshot with the next call's record: fail
+            # this call instead, so a later one restores everything once the store is back.
+            # (OSError: a store of the application's own, unreachable.)
+            cause = exc.__cause__ if isinstance(exc, SnapshotStoreUnavailable) else exc
+            raise store_unavailable(cause or exc, revision) from exc
         except SandboxError as exc:
             # Refusing forever would leave the thread unusable; start empty and say so loudly.
             notices.append(
@@ -703,6 +709,17 @@ class RehydrationEngine:
         session = thread.take_session()
         if session is not None:
             self._host.close_soon(session)
+
+
+def store_unavailable(exc: BaseException, revision: int | None = None) -> SnapshotStoreUnavailable:
+    """The typed error for a snapshot store that failed with ``exc`` (its type only: a driver's
+    message can carry connection details)."""
+    what = f"the snapshot of revision {revision}" if revision is not None else "a sandbox record"
+    return SnapshotStoreUnavailable(
+        f"The snapshot store could not be reached ({type(exc).__name__}) while reading {what}. "
+        "Nothing is lost: the checkpoint still names it, and a later call restores it in full "
+        "once the store answers; retrying may help."
+    )
 
 
 def _restored_notices(record: SandboxState, report: RestoreReportLike) -> list[str]:

@@ -26,6 +26,7 @@ import atexit
 import contextlib
 import functools
 import threading
+import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
@@ -117,6 +118,11 @@ class SandboxRuntime:
         idle_ttl: float | None = 900.0,
         max_sessions: int | None = DEFAULT_MAX_SESSIONS,
     ) -> None:
+        self.shared_thread_id = f"runtime-{uuid.uuid4().hex}"
+        """The thread of calls made outside a graph, without a ``thread_id``, by tools given
+        this runtime (``SandboxExecTool(runtime=rt)``): passing one runtime to several tools
+        means they share one sandbox there (a package one installs, a file one writes, the
+        next finds). A tool given a ``default_thread_id`` uses that instead."""
         self._pool = SessionPool(
             provider,
             provider_options=provider_options,

@@ -85,6 +85,7 @@ def test_durable_sessions(tmp_path: Path, user_venv: Callable[..., Path]) -> Non
     assert "saw: 1 one" in text
     assert "now: 2 two" in text
     assert "['stdout:\\npublished\\n', \"stdout:\\n'report\\\\n'\\n\"]" in text  # ran once
+    assert "[['name', 'score'], ['ada', '3']]" in text  # the seeded file, found by the first turn
 
 
 def test_providers(tmp_path: Path, user_venv: Callable[..., Path]) -> None:

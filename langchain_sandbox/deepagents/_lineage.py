@@ -67,9 +67,13 @@ from langchain_sandbox.filed_records import (
     tool_calls,
 )
 from langchain_sandbox.graph.step_record import StepAbove, ToolSteps
+from langchain_sandbox.rehydration import store_unavailable
 from langchain_sandbox.runtime import SandboxRuntime, StepCall
 from langchain_sandbox.snapshots import BlobStore, Snapshotter
 from langchain_sandbox.state import SandboxState
+
+CHANGING_TOOLS = frozenset({"execute", "write_file", "edit_file"})
+"""Deep Agents' tools whose calls change the sandbox (and file a record)."""
 
 _READ_KEY = "__pregel_read"
 """LangGraph's per-task channel reader in ``configurable`` (``CONFIG_KEY_READ``)."""
@@ -140,6 +144,15 @@ class Position:
                 answers[message.tool_call_id] = str(message.id)
             elif _calls_tools(message):
                 block.append(message)  # type: ignore[arg-type]
+
+    def ran_changes(self) -> list[str]:
+        """The earlier calls of the conversation that changed the sandbox (answered ``execute``,
+        ``write_file`` and ``edit_file`` calls, not failed ones), as ``name call_id``."""
+        return [
+            f"{m.name} {m.tool_call_id}"
+            for m in self.messages
+            if isinstance(m, ToolMessage) and m.name in CHANGING_TOOLS and m.status != "error"
+        ]
 
     def finished_calls(self) -> tuple[tuple[str, str], ...]:
         """The finished siblings as tool calls ``(id, name)``."""
@@ -360,6 +373,15 @@ class RecordBook:
             step = await self._step_of(thread_id, position, turn, calls, answers)
             if found := await self._filed_in(thread_id, turn, calls, step):
                 return _newest(found)
+            steps = position.steps
+            human = await steps.human_before(step, turn[1]) if steps and step else None
+            # A middleware may have replaced the messages before the AI message (a summary).
+            if (
+                human is not None
+                and human != turn[0]
+                and (found := await self._filed_in(thread_id, (human, turn[1]), calls, step))
+            ):
+                return _newest(found)
         if position.parent is not None:  # a subagent's first changes build on its parent's
             return await self.latest(thread_id, position.parent)
         return None
@@ -400,8 +422,12 @@ class RecordBook:
         """The records filed under ``keys`` (remembered, else read from the store)."""
         found = self._memory.get(keys)
         rest = keys - found.keys()
-        present = rest - await self.store.missing(rest) if rest else set()
-        for key, data in (await self.store.get_many(present) if present else {}).items():
+        try:
+            present = rest - await self.store.missing(rest) if rest else set()
+            read = await self.store.get_many(present) if present else {}
+        except OSError as exc:  # a store of the application's own, unreachable
+            raise store_unavailable(exc) from exc
+        for key, data in read.items():
             found[key] = _parse(data)
             self._memory.put(key, found[key])
         return list(found.values())

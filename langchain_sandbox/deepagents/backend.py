@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import logging
 import posixpath
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -90,6 +91,8 @@ from langchain_sandbox.tools.base import (
 from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 _READ_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "langchain_sandbox_deepagents_read_only", default=False
@@ -150,6 +153,25 @@ class _Call:
         if self.position is None or self.book is None:
             return None
         return await self.book.latest(self.thread_id, self.position)
+
+    def lost(self, record: SandboxState | None) -> str | None:
+        """A notice naming what is missing when the conversation shows calls that changed the
+        sandbox but no record of what they left was found (``record`` is ``None``) and no live
+        sandbox of the thread holds it: the call then starts from an empty sandbox, and says
+        so (to the model, and as a warning to the developer) rather than silently."""
+        if record is not None or self.position is None or self.book is None:
+            return None
+        ran = self.position.ran_changes()
+        if not ran or self.runtime.live_sessions().get(self.thread_id):
+            return None
+        shown = ", ".join(ran[-5:]) + (f" and {len(ran) - 5} more" if len(ran) > 5 else "")
+        notice = (
+            f"No saved record of the sandbox was found for the earlier calls of this "
+            f"conversation ({shown}) on thread {self.thread_id!r}: the sandbox starts empty, "
+            "and files or shell state those calls made are not here. Redo what is needed."
+        )
+        logger.warning("%s", notice)
+        return notice
 
     async def file(self, record: SandboxState, continued_from: SandboxState | None) -> None:
         """Remember the record a changing call left, so the conversation can find it again
@@ -318,6 +340,7 @@ class SandboxBackend(BaseSandbox):
         # and the session's output cap applies to what it reads.
         merged = f"exec 2>&1\n{command}"
         seconds = float(timeout) if timeout else None
+        lost = None
         try:
             if _READ_ONLY.get():
                 outcome = await self._on_session(
@@ -328,6 +351,7 @@ class SandboxBackend(BaseSandbox):
                     call.runtime.arun_shell if self.persistent_shell else call.runtime.arun_command
                 )
                 record = await call.record()
+                lost = call.lost(record)
                 outcome = await run(
                     call.thread_id,
                     merged,
@@ -340,6 +364,8 @@ class SandboxBackend(BaseSandbox):
         except SandboxError as exc:
             return ExecuteResponse(output=f"Error: the sandbox could not run the command: {exc}")
         result = outcome.value
+        if lost is not None:
+            result = result.with_notices(lost)
         notices = "".join(f"[notice] {n}\n" for n in result.notices)
         output = notices + result.stdout + result.stderr
         if result.timed_out:

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NotRequired, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
-from langchain_core.messages import AnyMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.config import get_config
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -42,7 +42,7 @@ from langchain_sandbox.graph.images import ImagePolicy, check_image_policy, mess
 from langchain_sandbox.graph.step_record import arequire_record_home, require_record_home
 from langchain_sandbox.graph.tool_calls import SandboxToolCallWrapper, ToolResult, is_sandbox_tool
 from langchain_sandbox.providers.base import Session
-from langchain_sandbox.runtime import SandboxRuntime
+from langchain_sandbox.runtime import Outcome, SandboxRuntime
 from langchain_sandbox.state import SandboxState
 from langchain_sandbox.tools.base import (
     notice_lines,
@@ -60,6 +60,40 @@ class SandboxAgentState(AgentState[Any]):
     if you wire the tools yourself; :class:`SandboxMiddleware` adds it on its own)."""
 
     sandbox: NotRequired[SandboxChannel]
+
+
+def _start_record(state: SandboxAgentState) -> SandboxState | None:
+    """The record ``before_agent`` brings the sandbox to. A conversation in which nothing has
+    run yet (no AI message) and no record takes the thread's live sandbox as it is (``None``):
+    the files an application seeded with ``runtime.write_files`` before the first turn. Any
+    other branch without a record starts empty (``{}``): a live sandbox of the thread then
+    holds another branch's work."""
+    record = state.get("sandbox")
+    if record:
+        return record
+    ran = any(isinstance(m, AIMessage) for m in state.get("messages") or ())
+    return SandboxState() if ran else None
+
+
+def _lost(state: SandboxAgentState, thread_id: str) -> str | None:
+    """A notice naming the sandbox calls the conversation shows ran (answered, not failed)
+    when the state holds no ``sandbox`` record of what they left (a conversation carried
+    over to a new thread, a state edited by hand): the sandbox is not theirs."""
+    ran = [
+        f"{m.name} {m.tool_call_id}"
+        for m in state.get("messages") or ()
+        if isinstance(m, ToolMessage)
+        and (m.name or "").startswith("sandbox_")
+        and m.status != "error"
+    ]
+    if not ran:
+        return None
+    shown = ", ".join(ran[-5:]) + (f" and {len(ran) - 5} more" if len(ran) > 5 else "")
+    return (
+        f"The conversation shows sandbox calls that ran ({shown}), but thread {thread_id!r} "
+        "has no record of the sandbox they left: this sandbox is not theirs, and files, "
+        "variables or packages they made are not here. Redo what is needed."
+    )
 
 
 async def _touch(session: Session) -> None:
@@ -137,8 +171,17 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         )
 
     def _after_rehydrate(
-        self, sandbox: SandboxRuntime, thread_id: str, record: SandboxState, notices: list[str]
+        self,
+        sandbox: SandboxRuntime,
+        thread_id: str,
+        state: SandboxAgentState,
+        outcome: Outcome[None],
     ) -> dict[str, Any]:
+        notices = list(outcome.notices)
+        if not state.get("sandbox") and (lost := _lost(state, thread_id)):
+            logger.warning("%s", lost)
+            notices.append(lost)
+        record = outcome.record
         if notices:
             with self._notices_lock:
                 self._notices.setdefault((id(sandbox), thread_id), []).extend(notices)
@@ -166,11 +209,11 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         sandbox, thread_id = self._target(runtime)
         try:
             outcome = sandbox.execute(
-                thread_id, _touch, record=state.get("sandbox"), mutates=False, repeatable=True
+                thread_id, _touch, record=_start_record(state), mutates=False, repeatable=True
             )
         except SandboxError as exc:
             return self._not_ready(thread_id, exc)
-        return self._after_rehydrate(sandbox, thread_id, outcome.record, outcome.notices)
+        return self._after_rehydrate(sandbox, thread_id, state, outcome)
 
     async def abefore_agent(
         self, state: SandboxAgentState, runtime: Runtime[Any]
@@ -181,11 +224,11 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         sandbox, thread_id = self._target(runtime)
         try:
             outcome = await sandbox.aexecute(
-                thread_id, _touch, record=state.get("sandbox"), mutates=False, repeatable=True
+                thread_id, _touch, record=_start_record(state), mutates=False, repeatable=True
             )
         except SandboxError as exc:
             return self._not_ready(thread_id, exc)
-        return self._after_rehydrate(sandbox, thread_id, outcome.record, outcome.notices)
+        return self._after_rehydrate(sandbox, thread_id, state, outcome)
 
     def after_agent(self, state: SandboxAgentState, runtime: Runtime[Any]) -> None:
         """End of a turn: keep the sandbox (or release the live session, if asked to)."""

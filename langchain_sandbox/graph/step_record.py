@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any, TypeVar, cast
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import EmptyChannelError
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -430,6 +430,33 @@ class ToolSteps:
             self._read(wanted, saver.get_tuple(wanted))
         return self._found
 
+    async def human_before(self, step_id: str, issued_by: str) -> str | None:
+        """The id of the last human message before the AI message ``issued_by`` as the
+        conversation was when the model wrote it, read from the writes of the checkpoints
+        from the step ``step_id`` back (a few reads). A middleware that rewrites the list
+        later (a summary in place of the first messages) changes what the conversation shows
+        before that AI message, not what the calls' records were filed under."""
+        wanted: RunnableConfig | None = {
+            "configurable": {
+                **self._step.checkpoint_config["configurable"],
+                "checkpoint_id": step_id,
+            }
+        }
+        issued = False
+        while wanted is not None and (checkpoint := await self._get(wanted)) is not None:
+            for _, channel, value in reversed(checkpoint.pending_writes or ()):
+                messages = messages_in(value) if channel == "messages" else []
+                issued |= _issues(messages, issued_by)
+                humans = [m for m in messages if isinstance(m, HumanMessage)]
+                if issued and humans:
+                    return str(humans[-1].id or "")
+            whole = checkpoint.checkpoint.get("channel_values", {}).get("messages")
+            humans = [m for m in messages_in(whole) if isinstance(m, HumanMessage)]
+            if issued and humans:
+                return str(humans[-1].id or "")
+            wanted = checkpoint.parent_config
+        return None
+
     def _next(self, message_ids: Collection[str], issued_by: str) -> RunnableConfig | None:
         """The checkpoint the walk must read next, or ``None`` when it is over (``_found``
         then holds the answer). One step of the walk: a checkpoint just read (``_read``) is
@@ -449,13 +476,22 @@ class ToolSteps:
         if not self._looked:
             self._looked = True
             issued_here = False
+            sent = {str(c["id"]) for c in _sent_calls(cursor)}
             for _, _, value in cursor.pending_writes or ():
-                for message in value if isinstance(value, list | tuple) else [value]:
-                    if isinstance(message, ToolMessage) and message.id:
+                messages = value if isinstance(value, list | tuple) else [value]
+                for message in messages:
+                    # Only the step that sent a call ran it: a middleware that rewrites the
+                    # list (Deep Agents patching a dangling call, a summarizer) writes the
+                    # same tool messages again, in a step of its own.
+                    if (
+                        isinstance(message, ToolMessage)
+                        and message.id
+                        and message.tool_call_id in sent
+                    ):
                         _remember_step(
                             thread_id, message.id, cursor.config["configurable"]["checkpoint_id"]
                         )
-                    issued_here |= isinstance(message, AIMessage) and message.id == issued_by
+                issued_here |= _issues(messages, issued_by)
             self._found = _remembered_step(thread_id, message_ids)
             if self._found is not None or issued_here:
                 # A step's calls can only have run after the step that wrote their message.
@@ -474,6 +510,15 @@ class ToolSteps:
                 self._fallback = {"configurable": latest}
         self._cursor = checkpoint
         self._looked = False
+
+
+def _issues(messages: Collection[Any], issued_by: str) -> bool:
+    """Whether a write is the model's writing the AI message ``issued_by``: a write of AI
+    messages only. A rewrite of the whole list (which holds human messages, tool messages or a
+    ``RemoveMessage``) carries the message again, long after the model wrote it."""
+    return any(isinstance(m, AIMessage) and m.id == issued_by for m in messages) and all(
+        isinstance(m, AIMessage) for m in messages
+    )
 
 
 def _sent_calls(checkpoint: Any) -> tuple[Mapping[str, Any], ...]:

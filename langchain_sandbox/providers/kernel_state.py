@@ -12,7 +12,9 @@ list holds the very functions its names hold). Functions, lambdas, closures and 
 the sandbox are pickled by value, their code included: nothing runs again on restore. A restored
 function's globals are the namespace itself, so it sees later assignments as it did before.
 Modules are pickled by name and imported again. ``lru_cache`` functions come back with an empty
-cache.
+cache. A numpy view is rebuilt over its root array, so it aliases it again. With the globals go the
+interpreter's working directory, recursion limit and the environment variables user code set or
+unset (against the environment its process started with).
 
 What cannot be kept is said at capture time, per name, with the reason: values pickle refuses
 (a lock, an open file, a generator), and, when the dump would be larger than ``max_bytes``, the
@@ -26,6 +28,7 @@ a sandbox, where they are loaded.
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import sys
 import types
@@ -108,6 +111,15 @@ def import_module(name):
 
 def lru_cache(function, maxsize, typed):
     return functools.lru_cache(maxsize=maxsize, typed=typed)(function)
+
+
+def array_view(root, offset, shape, strides, dtype, writeable):
+    """A numpy view of ``root`` (restored once, in the same graph): it aliases it again."""
+    import numpy
+
+    view = numpy.ndarray(shape, dtype, buffer=root, offset=offset, strides=strides)
+    view.flags.writeable = writeable and root.flags.writeable
+    return view
 '''
 
 
@@ -120,7 +132,25 @@ def prepare(cloudpickle_source: str) -> None:
     if HELPERS_MODULE not in sys.modules:
         helpers = types.ModuleType(HELPERS_MODULE)
         exec(compile(_HELPERS_SOURCE, "kernel_state_helpers.py", "exec"), helpers.__dict__)
+        helpers.__dict__["baseline_environ"] = _started_environ()
         sys.modules[HELPERS_MODULE] = helpers
+
+
+def _started_environ() -> dict[str, str]:
+    """The environment the interpreter's process started with (Linux keeps it in
+    ``/proc/self/environ``), against which a dump keeps what user code set or unset; where it
+    cannot be read, the environment at the first dump (changes before it are then missed)."""
+    try:
+        with open("/proc/self/environ", "rb") as handle:
+            entries = handle.read().split(b"\0")
+    except OSError:
+        return dict(os.environ)
+    started: dict[str, str] = {}
+    for entry in entries:
+        key, sep, value = entry.partition(b"=")
+        if sep and key:
+            started[os.fsdecode(key)] = os.fsdecode(value)
+    return started
 
 
 def _modules() -> tuple[Any, Any]:
@@ -162,6 +192,25 @@ def _pickler(sink: _Sink, namespace: dict[str, Any]) -> Any:
     return _PICKLER[0](sink, namespace)
 
 
+def _as_view(obj: Any) -> tuple[Any, ...] | None:
+    """A numpy view as ``(root, offset, shape, strides, dtype, writeable)``, to rebuild over its
+    root array (pickled once in the graph) instead of as a copy; ``None`` for anything else,
+    and for a view whose root is not a C-contiguous array owning its data (pickled as numpy
+    does: a copy)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None or type(obj) is not numpy.ndarray or not isinstance(obj.base, numpy.ndarray):
+        return None
+    root = obj.base
+    while isinstance(root.base, numpy.ndarray):
+        root = root.base
+    if root.base is not None or type(root) is not numpy.ndarray or not root.flags.c_contiguous:
+        return None
+    if obj.dtype.hasobject:
+        return None
+    offset = obj.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    return (root, offset, obj.shape, obj.strides, obj.dtype, bool(obj.flags.writeable))
+
+
 def _pickler_class() -> type:
     import functools
 
@@ -177,6 +226,8 @@ def _pickler_class() -> type:
                 name = obj.__name__
                 if name != "__main__" and sys.modules.get(name) is obj:
                     return (helpers.import_module, (name,))
+            elif (view := _as_view(obj)) is not None:
+                return (helpers.array_view, view)
             elif (
                 isinstance(obj, functools._lru_cache_wrapper)
                 and getattr(obj, "__module__", None) == "__main__"
@@ -246,7 +297,9 @@ def dump_namespace(
             for name in culprits:
                 del values[name]
             continue
-        header = pickle.dumps({"format": FORMAT, "names": sorted(values)}, protocol=4)
+        header = pickle.dumps(
+            {"format": FORMAT, "names": sorted(values), "process": _process_state()}, protocol=4
+        )
         if not values or max_bytes is None or len(header) + sink.size <= max_bytes:
             break
         largest = max(values, key=size_alone)
@@ -256,6 +309,46 @@ def dump_namespace(
         )
         del values[largest]
     return header + sink.value(), sorted(values), dict(sorted(skipped.items()))
+
+
+def _process_state() -> dict[str, Any]:
+    """What user code may have changed in the interpreter besides its globals: the working
+    directory, the recursion limit, and the environment variables set or unset since it
+    started."""
+    baseline: dict[str, str] = getattr(_modules()[1], "baseline_environ", {})
+    return {
+        "cwd": os.getcwd(),
+        "recursion_limit": sys.getrecursionlimit(),
+        "environ": {k: v for k, v in os.environ.items() if baseline.get(k) != v},
+        "unset": sorted(k for k in baseline if k not in os.environ),
+    }
+
+
+def _restore_process_state(state: Any) -> dict[str, str]:
+    """Bring back what :func:`_process_state` saved (a dump of an earlier version has none);
+    what cannot come back is returned by what it is, with the reason."""
+    if not isinstance(state, dict):
+        return {}
+    baseline: dict[str, str] = getattr(_modules()[1], "baseline_environ", {})
+    unset = set(state.get("unset") or ())
+    wanted = {k: v for k, v in baseline.items() if k not in unset}
+    wanted.update(state.get("environ") or {})
+    for key in [k for k in os.environ if k not in wanted]:
+        del os.environ[key]
+    for key, value in wanted.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
+    failed: dict[str, str] = {}
+    limit = state.get("recursion_limit")
+    if isinstance(limit, int):
+        sys.setrecursionlimit(limit)
+    cwd = state.get("cwd")
+    if isinstance(cwd, str):
+        try:
+            os.chdir(cwd)
+        except OSError as exc:
+            failed["(working directory)"] = f"{cwd} cannot be entered here: {_reason(exc)}"
+    return failed
 
 
 def _unpicklable(values: dict[str, Any], namespace: dict[str, Any]) -> dict[str, str]:
@@ -311,7 +404,7 @@ def load_namespace(namespace: dict[str, Any], blob: bytes) -> dict[str, str]:
         helpers.targets.pop()
         if builtins is not None:
             namespace["__builtins__"] = builtins  # cloudpickle sets its own while it loads
-    failed: dict[str, str] = {}
+    failed = _restore_process_state(header.get("process"))
     for name, value in values.items():
         missing = _stand_in_within(value, namespace) if helpers.unavailable else None
         if missing is not None:

@@ -31,9 +31,9 @@ from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, Result, Sear
 
 from langchain_sandbox.errors import (
     InvalidInputError,
-    ProviderUnavailableError,
     SandboxError,
     SnapshotNotFoundError,
+    SnapshotStoreUnavailable,
     UnsafeArchiveError,
 )
 from langchain_sandbox.snapshots.manifest import is_digest
@@ -74,7 +74,7 @@ class LangGraphStoreBlobStore(BlobStore):
 
     async def _batch(self, ops: Sequence[Op]) -> list[Result]:
         """Run ``ops`` on the store. A failure of the store itself (connection lost, database
-        error) becomes a retryable :class:`ProviderUnavailableError` naming only the error's type:
+        error) becomes a retryable :class:`SnapshotStoreUnavailable` naming only the error's type:
         driver messages can carry connection details that must not reach a model or a log."""
         try:
             try:
@@ -84,9 +84,9 @@ class LangGraphStoreBlobStore(BlobStore):
         except SandboxError:
             raise
         except Exception as exc:
-            raise ProviderUnavailableError(
-                f"The snapshot store ({type(self.store).__name__}) failed with "
-                f"{type(exc).__name__}; retrying may help."
+            raise SnapshotStoreUnavailable(
+                f"The snapshot store ({type(self.store).__name__}) could not be reached "
+                f"({type(exc).__name__}); retrying may help."
             ) from exc
 
     async def get(self, key: str) -> bytes:

@@ -882,6 +882,7 @@ class Snapshotter:
         horizon_ns = time.time_ns()
         after = {info.path: info for info in await session.list_files(".", recursive=True)}
         notices += await _restore_modes(session, manifest, after)
+        notices += _changed_modes(manifest)
         max_file = min(self.limits.max_file_bytes, session.spec.limits.max_file_bytes)
         now, _ = EMPTY_LISTING.apply(changes_between({}, after.values()), max_file)
         seen = _Seen.observe(
@@ -1413,6 +1414,24 @@ def safe_mode(mode: int) -> int:
     if not mode & 0o100:
         mode &= ~0o111
     return mode | 0o600
+
+
+def _changed_modes(manifest: Manifest) -> list[str]:
+    """A notice naming the files that come back with another mode than they were captured
+    with (:func:`safe_mode`: no setuid/setgid/sticky bit, no group or other write, always
+    owner read-write, so a read-only file comes back writable)."""
+    changed = [
+        f"{path} ({entry.mode & 0o7777:o} -> {safe_mode(entry.mode):o})"
+        for path, entry in manifest.files.items()
+        if entry.mode & 0o7777 != safe_mode(entry.mode)
+    ]
+    if not changed:
+        return []
+    return [
+        f"{len(changed)} file(s) came back with another mode (setuid/setgid/sticky bits and "
+        f"group/other write are dropped, read-only files are writable again): "
+        f"{_describe_paths(changed)}."
+    ]
 
 
 async def _restore_modes(

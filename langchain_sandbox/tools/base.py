@@ -8,10 +8,11 @@ A tool call resolves, in order:
   a :class:`SandboxRuntime`, an object with a ``sandbox_runtime`` attribute or a dict with that
   key); ``config["configurable"]["sandbox_runtime"]``; the process-wide default runtime on the
   local provider;
-* the **thread**: ``config["configurable"]["thread_id"]``, else the tool's ``default_thread_id``:
-  a private thread of this tool instance unless set (a :class:`SandboxToolkit`'s tools share
-  one), so two tools or agents called without a thread id never see each other's variables or
-  files;
+* the **thread**: ``config["configurable"]["thread_id"]``, else the tool's ``default_thread_id``
+  if set (a :class:`SandboxToolkit`'s tools share one), else the shared thread of the runtime
+  the tool was given (``SandboxRuntime.shared_thread_id``: tools given one runtime share one
+  sandbox), else a private thread of this tool instance, so two tools or agents called without
+  a thread id and without a shared runtime never see each other's variables or files;
 * the **record**: the graph state's ``sandbox`` key, read from the ``ToolRuntime`` that ``ToolNode``
   injects into the ``runtime`` argument (``None`` outside a graph: the runtime keeps the state);
 * whether the call is **resumable**: it runs in a graph with a checkpointer (LangGraph puts the
@@ -328,6 +329,14 @@ class SandboxTool(BaseTool):
         """Async twin of :meth:`close`."""
         await self._owner.aclose()
 
+    def _default_thread(self) -> str:
+        """The thread of a call without a ``thread_id``: the one this tool was given, else the
+        shared one of the runtime it was given (tools sharing a runtime share its sandbox),
+        else the tool's private one."""
+        if self.runtime is not None and "default_thread_id" not in self.model_fields_set:
+            return self.runtime.shared_thread_id
+        return self.default_thread_id
+
     def _prepare(
         self,
         config: RunnableConfig,
@@ -335,7 +344,7 @@ class SandboxTool(BaseTool):
         run_manager: CallbackManagerForToolRun | AsyncCallbackManagerForToolRun | None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> SandboxCall:
-        thread_id = resolve_thread_id(config, self.default_thread_id)
+        thread_id = resolve_thread_id(config, self._default_thread())
         step_call = step_call_of(tool_runtime)
         return SandboxCall(
             runtime=resolve_runtime(self._explicit_runtime(), tool_runtime, config),

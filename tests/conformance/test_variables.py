@@ -69,6 +69,33 @@ async def test_aliases_stay_one_object(provider: Provider) -> None:
     assert value == "(True, True, [1, 2, 3])"
 
 
+async def test_numpy_views_alias_their_array_again(provider: Provider) -> None:
+    """A slice, a transpose and a reshaped view come back as views of the one restored array:
+    writing through any of them shows in the others, as before the dump."""
+    code = (
+        "import numpy as np\nbase = np.arange(12.0)\nrow = base[2:6]\n"
+        "grid = base.reshape(3, 4)\nflipped = grid.T[::-1]\nsame = base"
+    )
+    check = (
+        "row[0] = 100.0\ngrid[2, 3] = -1.0\n"
+        "(base[2], flipped[0, 2], same is base, np.shares_memory(row, base),"
+        " np.shares_memory(flipped, grid), row.flags.writeable)"
+    )
+    value = await _round_trip(provider, code, check)
+    assert value == "(np.float64(100.0), np.float64(-1.0), True, True, True, True)"
+
+
+async def test_the_interpreter_s_environment_cwd_and_recursion_limit_come_back(
+    provider: Provider,
+) -> None:
+    code = (
+        "import os, sys\nos.environ['STAGE'] = 'two'\nos.environ.pop('LANG', None)\n"
+        "os.chdir('/tmp')\nsys.setrecursionlimit(4321)\nx = 1"
+    )
+    check = "import os, sys\n(os.environ.get('STAGE'), 'LANG' in os.environ, os.getcwd(), sys.getrecursionlimit())"
+    assert await _round_trip(provider, code, check) == "('two', False, '/tmp', 4321)"
+
+
 async def test_instances_of_classes_defined_in_the_sandbox(provider: Provider) -> None:
     code = (
         "class Point:\n"

@@ -79,16 +79,26 @@ class PostgresServer:
         server._run(
             str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"
         )
+        server.resume()
+        return server
+
+    def pause(self) -> None:
+        """Stop the server but keep its data, as an outage does (:meth:`resume` ends it)."""
+        self._run(
+            str(self.bindir / "pg_ctl"), "-D", str(self.root / "data"), "-m", "fast", "-w", "stop"
+        )
+
+    def resume(self) -> None:
+        """Start the server (again, after :meth:`pause`: same port, same data)."""
         # Durability of the test cluster itself does not matter; speed on a shared machine does.
         options = (
-            f"-h 127.0.0.1 -p {server.port} -k {root} -c fsync=off "
+            f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
-        server._run(
-            str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "log"),
+        self._run(
+            str(self.bindir / "pg_ctl"), "-D", str(self.root / "data"), "-l", str(self.root / "log"),
             "-o", options, "-w", "-t", "60", "start",
         )  # fmt: skip
-        return server
 
     def stop(self) -> None:
         try:
