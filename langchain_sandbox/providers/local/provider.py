@@ -42,7 +42,6 @@ from langchain_sandbox.providers.local._cgroups import (
     SessionCgroup,
     detect_cgroups,
 )
-from langchain_sandbox.providers.local._files import remove_directory
 from langchain_sandbox.providers.local._launcher import (
     PACKAGES_DIR,
     Isolation,
@@ -53,6 +52,11 @@ from langchain_sandbox.providers.local._launcher import (
 from langchain_sandbox.providers.local._packages import PackageIndex
 from langchain_sandbox.providers.local._probe import usable_bubblewrap
 from langchain_sandbox.providers.local._seccomp import SyscallFilter, seccomp_program
+from langchain_sandbox.providers.local._workspace_fs import (
+    mount_workspace,
+    release_directory,
+    unavailable_reason,
+)
 from langchain_sandbox.providers.local.environments import (
     DEFAULT,
     DEFAULT_ENVIRONMENT,
@@ -69,6 +73,9 @@ from langchain_sandbox.providers.names import LOCAL
 
 _SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 _RECORD_FILE = "session.json"
+# Inodes of a workspace file system whose file count is not limited (Limits.workspace_files=None):
+# ext4's own default for a 16 GiB file system.
+_UNLIMITED_FILES = 1 << 20
 
 
 default_base_dir = state_dir
@@ -250,7 +257,7 @@ class LocalProvider(Provider):
             # A directory that could not be made may not be removable either; the first error
             # is the one to report.
             with contextlib.suppress(OSError):
-                await asyncio.to_thread(remove_directory, directory)
+                await asyncio.to_thread(release_directory, directory)
             raise
         self._sessions[session_id] = session
         await install_spec_packages(session)
@@ -334,8 +341,19 @@ class LocalProvider(Provider):
     ) -> None:
         directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         directory.mkdir(mode=0o700)
-        (directory / "workspace").mkdir(mode=0o700)
-        (directory / "workspace" / PACKAGES_DIR).mkdir(mode=0o755)
+        workspace = directory / "workspace"
+        workspace.mkdir(mode=0o700)
+        limits = spec.limits
+        if (
+            limits.workspace_bytes is not None or limits.workspace_files is not None
+        ) and unavailable_reason() is None:
+            mount_workspace(
+                directory,
+                workspace,
+                workspace_bytes=limits.workspace_bytes,
+                workspace_files=limits.workspace_files or _UNLIMITED_FILES,
+            )
+        (workspace / PACKAGES_DIR).mkdir(mode=0o755)
         record: dict[str, Any] = {
             "provider": LOCAL,
             "session_id": session_id,
@@ -406,7 +424,7 @@ class LocalProvider(Provider):
         await asyncio.to_thread(leftover.remove)
         if not directory.is_dir():
             return False
-        await asyncio.to_thread(remove_directory, directory)
+        await asyncio.to_thread(release_directory, directory)
         return True
 
     async def aclose(self) -> None:

@@ -41,7 +41,7 @@ from langchain_sandbox.providers.base import (
     checked_timeout,
 )
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
-from langchain_sandbox.providers.local._files import HostWorkspace, remove_directory
+from langchain_sandbox.providers.local._files import HostWorkspace
 from langchain_sandbox.providers.local._launcher import Launcher
 from langchain_sandbox.providers.local._packages import (
     PackageIndex,
@@ -50,6 +50,7 @@ from langchain_sandbox.providers.local._packages import (
 from langchain_sandbox.providers.local._quota import WorkspaceQuota
 from langchain_sandbox.providers.local._streams import OutputStreams
 from langchain_sandbox.providers.local._worker_process import WorkerDied, WorkerProcess
+from langchain_sandbox.providers.local._workspace_fs import release_directory
 from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.providers.persistent_shell import SHELL_SETUP, shell_script
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
@@ -194,7 +195,7 @@ class LocalSession(Session):
         if worker is not None:
             await worker.kill()
         await asyncio.to_thread(self.cgroup.remove)
-        await asyncio.to_thread(remove_directory, self.directory)
+        await asyncio.to_thread(release_directory, self.directory)
         self._on_close(self)
 
     # ------------------------------------------------------------------ requests
