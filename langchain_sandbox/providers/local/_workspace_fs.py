@@ -30,8 +30,9 @@ IMAGE_FILE = "workspace.img"
 """Name of the ext4 image in a session's directory."""
 
 _INODE_BYTES = 256
-# ext4's own inodes (root directory, lost+found, the reserved ones below 11) and ours (.packages).
-_RESERVED_INODES = 16
+# ext4's own first inodes (1 to 10 reserved, the root among them; 11 is lost+found, which is
+# removed, and then holds .packages): what is left is the file limit.
+_RESERVED_INODES = 11
 # Block groups, bitmaps and the superblock copies: the file system's room for its own metadata,
 # so that files up to the quota fit (the host's measurement then says exactly where it stands).
 _METADATA_SHARE = 50
@@ -86,6 +87,12 @@ def mount_workspace(
         "lazy_itable_init=1,nodiscard,root_owner=0:0",
         "-m",
         "0",
+        # Fixed, not mkfs's "small" defaults (1 KiB blocks, 128-byte inodes, 8 MiB groups), so
+        # the inode count is rounded up by at most one inode-table block per 128 MiB group.
+        "-b",
+        "4096",
+        "-I",
+        str(_INODE_BYTES),
         "-N",
         str(inodes),
         str(image),
