@@ -16,6 +16,7 @@ from pathlib import Path
 
 from langchain_sandbox.providers.base import Limits, SessionSpec
 from langchain_sandbox.providers.local import LocalProvider
+from langchain_sandbox.providers.local._quota import unlinked_open_bytes
 from langchain_sandbox.providers.local._workspace_fs import unavailable_reason
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 
@@ -74,6 +75,29 @@ async def test_an_unlinked_open_file_cannot_pass_the_quota(provider: LocalProvid
         await asyncio.wait_for(session.close(), _HANG)
 
 
+async def test_the_host_measurement_counts_unlinked_open_files(provider: LocalProvider) -> None:
+    # Where the kernel cannot enforce the quota (not root), the measurement is all there is: it
+    # must see what the sandbox holds open without a name. 22 MB fits the file system of a 20 MB
+    # quota (its margin), so the kernel lets this one through and the measurement must speak.
+    quota = 20 * _MB
+    session = await provider.create(SessionSpec(limits=Limits(timeout=60.0, workspace_bytes=quota)))
+    try:
+        held = await asyncio.wait_for(
+            session.run_code(_FILL_UNLINKED.replace("MEGABYTES", "22")), _HANG
+        )
+        assert held.ok, held.error
+        assert eval(held.value or "None") == (22 * _MB, None)
+        device = (await asyncio.to_thread(os.stat, session.workspace_dir)).st_dev
+        assert unlinked_open_bytes(session.cgroup.pids(), device) >= 22 * _MB
+        after = await session.run_code("'next'")
+        assert any("over its quota" in notice for notice in after.notices), after.notices
+        released = await session.run_code("os.close(fd)")
+        assert released.ok, released.error
+        assert unlinked_open_bytes(session.cgroup.pids(), device) == 0
+    finally:
+        await asyncio.wait_for(session.close(), _HANG)
+
+
 async def test_the_workspace_holds_no_more_files_than_its_limit(provider: LocalProvider) -> None:
     session = await provider.create(
         SessionSpec(limits=Limits(timeout=60.0, workspace_bytes=50 * _MB, workspace_files=300))
@@ -98,7 +122,7 @@ async def test_the_host_snapshots_restores_and_removes_a_mounted_workspace(
 ) -> None:
     session = await provider.create(SessionSpec(limits=Limits(timeout=60.0)))
     workspace = session.workspace_dir
-    assert os.path.ismount(workspace)
+    assert await asyncio.to_thread(os.path.ismount, workspace)
     try:
         await session.run_command("mkdir -p d && echo one > d/a && echo two > b")
         listing = await session.list_files(".", recursive=True)
@@ -114,8 +138,8 @@ async def test_the_host_snapshots_restores_and_removes_a_mounted_workspace(
         assert restored.stdout == "one\ntwo\none\nthree\n", restored.stderr
     finally:
         await asyncio.wait_for(session.close(), _HANG)
-    assert not os.path.ismount(workspace)
-    assert not os.path.exists(session.directory)
+    assert not await asyncio.to_thread(os.path.ismount, workspace)
+    assert not await asyncio.to_thread(os.path.exists, session.directory)
 
 
 _CRASHING_OWNER = """
@@ -143,13 +167,14 @@ async def test_a_dead_sessions_mounted_workspace_is_unmounted_and_removed(
     )
     out, _ = await asyncio.wait_for(owner.communicate(), _HANG)
     session_id, workspace = out.decode().split()
-    assert os.path.ismount(workspace)
+    assert await asyncio.to_thread(os.path.ismount, workspace)
     provider = LocalProvider(base_dir=base)
     try:
         records = [r for r in await provider.list_sessions() if r["session_id"] == session_id]
-        assert records and records[0]["state"]["orphaned"] is True
+        assert len(records) == 1
+        assert records[0]["state"]["orphaned"] is True
         assert await provider.destroy(records[0]) is True
     finally:
         await provider.aclose()
-    assert not os.path.ismount(workspace)
-    assert not (base / "sessions" / session_id).exists()
+    assert not await asyncio.to_thread(os.path.ismount, workspace)
+    assert not await asyncio.to_thread((base / "sessions" / session_id).exists)

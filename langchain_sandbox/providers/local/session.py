@@ -114,7 +114,7 @@ class LocalSession(Session):
         self._files = HostWorkspace(
             launcher.workspace_dir, max_file_bytes=spec.limits.max_file_bytes
         )
-        self._quota = WorkspaceQuota(self._files, spec.limits.workspace_bytes)
+        self._quota = WorkspaceQuota(self._files, spec.limits.workspace_bytes, held=cgroup.pids)
         self._lock = asyncio.Lock()
         self._worker: WorkerProcess | None = None
         self._oom_kills_seen = 0
