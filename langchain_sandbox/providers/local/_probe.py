@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import dataclass
 
 from langchain_sandbox.errors import IsolationUnavailableError
+from langchain_sandbox.providers.local import _workspace_fs as workspace_fs
 from langchain_sandbox.providers.local._bubblewrap import find_bubblewrap
 from langchain_sandbox.providers.local._cgroups import detect_cgroups
 from langchain_sandbox.providers.local._seccomp import seccomp_program
@@ -32,6 +33,9 @@ class IsolationReport:
             ``"rlimit (RLIMIT_AS)"``.
         process_limit: How processes are limited: ``"cgroup v1"``, ``"cgroup v2"``, or
             ``"rlimit (RLIMIT_NPROC)"`` (with ``", not enforced: host user is root"`` when so).
+        workspace_quota: How ``Limits.workspace_bytes`` and ``workspace_files`` are enforced:
+            by the kernel (each workspace a file system of its own), or only measured from the
+            host, and why.
         problems: Why something is missing and how to fix it.
     """
 
@@ -41,6 +45,7 @@ class IsolationReport:
     syscall_filter: bool
     memory_limit: str
     process_limit: str
+    workspace_quota: str = ""
     problems: tuple[str, ...] = ()
 
     @property
@@ -80,6 +85,15 @@ def probe_isolation(bwrap: str | None = None) -> IsolationReport:
         )
     elif support.reason:
         problems.append(f"cgroups: {support.reason}; rlimits are used instead.")
+    no_filesystem = workspace_fs.unavailable_reason()
+    if no_filesystem is None:
+        quota = "file system (a loop-mounted ext4 image per session: the kernel enforces it)"
+    else:
+        held = "counted" if support.pids or support.memory else "not counted (no cgroups)"
+        quota = (
+            f"measured from the host ({no_filesystem}); unlinked open files {held}; "
+            "workspace_files not enforced"
+        )
     return IsolationReport(
         bubblewrap=path,
         bubblewrap_usable=usable,
@@ -87,6 +101,7 @@ def probe_isolation(bwrap: str | None = None) -> IsolationReport:
         syscall_filter=syscall_filter,
         memory_limit=memory,
         process_limit=processes,
+        workspace_quota=quota,
         problems=tuple(problems),
     )
 
