@@ -1,4 +1,4 @@
-"""Class 12: the workspace quota must hold against what measuring from the host cannot see.
+"""Class 11: the workspace quota must hold against what measuring from the host cannot see.
 
 An unlinked file that is still open (``O_TMPFILE`` in ``/home/user``, its descriptor kept in a
 variable) was never counted: with a 50 MB quota, 400 MB landed on the host disk. 100,000 empty
