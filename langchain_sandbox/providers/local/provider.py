@@ -42,6 +42,7 @@ from langchain_sandbox.providers.local._cgroups import (
     SessionCgroup,
     detect_cgroups,
 )
+from langchain_sandbox.providers.local._host_user import host_owner, sandbox_user_namespace
 from langchain_sandbox.providers.local._launcher import (
     PACKAGES_DIR,
     Isolation,
@@ -192,9 +193,12 @@ class LocalProvider(Provider):
         env = validate_env(spec.env)
         bwrap = self._bwrap_path
         seccomp: bytes | None = None
+        user_namespace: int | None = None
         if bwrap is not None:
             if self.syscall_filter == "seccomp":
                 seccomp = await asyncio.to_thread(seccomp_program)
+            if host_owner() is not None:
+                user_namespace = await asyncio.to_thread(sandbox_user_namespace)
         else:
             warnings.warn(
                 "LocalProvider(isolation='none') runs sandboxed code directly on this machine: "
@@ -240,6 +244,7 @@ class LocalProvider(Provider):
                 cgroup=cgroup,
                 sandbox_environment=environment,
                 seccomp=seccomp,
+                user_namespace=user_namespace,
             )
             session = LocalSession(
                 session_id=session_id,
@@ -354,6 +359,11 @@ class LocalProvider(Provider):
                 workspace_files=limits.workspace_files or _UNLIMITED_FILES,
             )
         (workspace / PACKAGES_DIR).mkdir(mode=0o755)
+        owner = host_owner()
+        if owner is not None:
+            # The sandbox runs as an unprivileged host user: its workspace is that user's.
+            for path in (workspace, workspace / PACKAGES_DIR):
+                os.chown(path, *owner)
         record: dict[str, Any] = {
             "provider": LOCAL,
             "session_id": session_id,

@@ -42,6 +42,7 @@ from langchain_sandbox.providers.base import (
 )
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
 from langchain_sandbox.providers.local._files import HostWorkspace
+from langchain_sandbox.providers.local._host_user import host_owner
 from langchain_sandbox.providers.local._launcher import Launcher
 from langchain_sandbox.providers.local._packages import (
     PackageIndex,
@@ -112,7 +113,9 @@ class LocalSession(Session):
         self.created_at = created_at
         self._on_close = on_close
         self._files = HostWorkspace(
-            launcher.workspace_dir, max_file_bytes=spec.limits.max_file_bytes
+            launcher.workspace_dir,
+            max_file_bytes=spec.limits.max_file_bytes,
+            owner=host_owner() if launcher.user_namespace is not None else None,
         )
         self._quota = WorkspaceQuota(self._files, spec.limits.workspace_bytes, held=cgroup.pids)
         self._lock = asyncio.Lock()
