@@ -22,6 +22,7 @@ import os
 import pwd
 import subprocess
 import sys
+import threading
 
 from langchain_sandbox.errors import IsolationUnavailableError
 from langchain_sandbox.providers.names import LOCAL
@@ -32,6 +33,8 @@ to container uid mappings (``524288``-``1879048191``, see systemd's "Users, Grou
 on systemd Systems"), far above any account's, and one that no user is named for here (checked)."""
 
 SANDBOX_HOST_GID = SANDBOX_HOST_UID
+
+_NAMESPACE_LOCK = threading.Lock()
 
 SETPRIV = "/usr/bin/setpriv"
 """util-linux's ``setpriv``: the sandbox's first command becomes uid 1000 through it."""
@@ -63,13 +66,19 @@ def host_owner() -> tuple[int, int] | None:
     return (SANDBOX_HOST_UID, SANDBOX_HOST_GID) if drops_root() else None
 
 
-@functools.cache
 def sandbox_user_namespace() -> int:
     """A descriptor of this process's sandbox user namespace (made on first use, kept open).
 
     Raises:
         IsolationUnavailableError: it cannot be made here (the message says why).
     """
+    # Sessions are created from several threads at once; each would make a namespace of its own.
+    with _NAMESPACE_LOCK:
+        return _made_namespace()
+
+
+@functools.cache
+def _made_namespace() -> int:
     try:
         pwd.getpwuid(SANDBOX_HOST_UID)
     except KeyError:
