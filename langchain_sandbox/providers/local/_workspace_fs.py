@@ -69,7 +69,7 @@ def mount_workspace(
     empty directory); the mounted root is left empty and private (mode 0700).
 
     Raises:
-        OSError: the image could not be made or mounted (nothing is left mounted).
+        OSError: the image could not be made or mounted (nothing is left: no mount, no image).
     """
     image = session_dir / IMAGE_FILE
     free = os.statvfs(session_dir)
@@ -77,6 +77,22 @@ def mount_workspace(
     with open(image, "xb") as handle:
         handle.truncate(size)
     inodes = workspace_files + _RESERVED_INODES
+    try:
+        _format_and_mount(image, workspace, inodes)
+    except OSError:
+        image.unlink(missing_ok=True)
+        raise
+    try:
+        # A fresh ext4 has lost+found; it is no file of the sandbox's (listings, snapshots).
+        (workspace / "lost+found").rmdir()
+        os.chmod(workspace, 0o700)
+    except OSError:
+        unmount_workspace(workspace)
+        image.unlink(missing_ok=True)
+        raise
+
+
+def _format_and_mount(image: Path, workspace: Path, inodes: int) -> None:
     _run(
         "mkfs.ext4",
         "-q",
@@ -98,13 +114,6 @@ def mount_workspace(
         str(image),
     )
     _run("mount", "-o", "loop,nosuid,nodev,noatime", str(image), str(workspace))
-    try:
-        # A fresh ext4 has lost+found; it is no file of the sandbox's (listings, snapshots).
-        (workspace / "lost+found").rmdir()
-        os.chmod(workspace, 0o700)
-    except OSError:
-        unmount_workspace(workspace)
-        raise
 
 
 def unmount_workspace(workspace: str | os.PathLike[str]) -> None:

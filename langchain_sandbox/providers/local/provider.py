@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import re
 import sys
@@ -71,6 +72,8 @@ from langchain_sandbox.providers.local.environments import (
 )
 from langchain_sandbox.providers.local.session import LOCAL_CAPABILITIES, LocalSession
 from langchain_sandbox.providers.names import LOCAL
+
+logger = logging.getLogger(__name__)
 
 _SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 _RECORD_FILE = "session.json"
@@ -352,12 +355,16 @@ class LocalProvider(Provider):
         if (
             limits.workspace_bytes is not None or limits.workspace_files is not None
         ) and unavailable_reason() is None:
-            mount_workspace(
-                directory,
-                workspace,
-                workspace_bytes=limits.workspace_bytes,
-                workspace_files=limits.workspace_files or _UNLIMITED_FILES,
-            )
+            try:
+                mount_workspace(
+                    directory,
+                    workspace,
+                    workspace_bytes=limits.workspace_bytes,
+                    workspace_files=limits.workspace_files or _UNLIMITED_FILES,
+                )
+            except OSError as exc:
+                # No loop device left, say: the quota is then measured, as where not root.
+                logger.warning("workspace quota measured only, no file system of its own: %s", exc)
         (workspace / PACKAGES_DIR).mkdir(mode=0o755)
         owner = host_owner()
         if owner is not None:
