@@ -90,6 +90,8 @@ def _doctor() -> int:
     print(f"  seccomp filter:    {'yes' if report.syscall_filter else 'no'}")
     print(f"  memory limit:      {report.memory_limit}")
     print(f"  process limit:     {report.process_limit}")
+    print(f"  sandbox user:      {report.sandbox_user}")
+    print(f"  workspace quota:   {report.workspace_quota}")
     for problem in report.problems:
         print(f"  problem: {problem}")
     print("providers:")

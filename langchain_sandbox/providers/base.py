@@ -87,7 +87,12 @@ class Limits:
         workspace_bytes: Quota of the workspace (``/home/user``): what its files take on disk,
             a sparse file counted at its apparent size. A call that grows the workspace past it
             is stopped, and ``write_files`` refuses to. Enforced by the local provider; remote
-            providers have their own disk sizes.
+            providers have their own disk sizes. Where the local provider runs as root, the
+            workspace is a file system of this size, so writes past it fail with ``ENOSPC``
+            inside the sandbox (files unlinked but still open included).
+        workspace_files: How many files and directories the workspace may hold. The local
+            provider running as root enforces it as the inode count of the workspace's own file
+            system; elsewhere it is not enforced. Remote providers have their own.
         tmp_bytes: Size of the private ``/tmp`` (local provider: a tmpfs of this size, which
             also counts against ``memory_mb``); ``None``: as large as ``memory_mb``.
     """
@@ -98,6 +103,7 @@ class Limits:
     max_output_bytes: int = DEFAULT_CAPTURE_BYTES
     max_file_bytes: int = 64 * 1024 * 1024
     workspace_bytes: int | None = 1024 * 1024 * 1024
+    workspace_files: int | None = 100_000
     tmp_bytes: int | None = None
 
 

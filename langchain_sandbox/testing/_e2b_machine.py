@@ -198,6 +198,16 @@ class Machine:
                 raise FileNotFoundError(path)
         return host
 
+    def give(self, host: Path) -> None:
+        """Make ``host`` and the directories above it, up to the workspace, the sandbox's: it
+        owns the workspace (a dedicated uid when the host is root), so it can change what the
+        emulator wrote there from the host, as it can on E2B."""
+        owner = self.workspace.stat()
+        path = host
+        while path != self.workspace and path.is_relative_to(self.workspace):
+            os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
+            path = path.parent
+
     def sandbox_path(self, host: Path) -> str:
         rel = host.relative_to(self.workspace).as_posix()
         return WORKSPACE_ROOT if rel == "." else f"{WORKSPACE_ROOT}/{rel}"

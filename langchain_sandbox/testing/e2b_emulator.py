@@ -595,6 +595,7 @@ class E2BEmulator:
                 host = machine.host_path(target)
                 host.parent.mkdir(parents=True, exist_ok=True)
                 host.write_bytes(data)
+                machine.give(host)
             except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 raise api_error(400, f"cannot write '{target}'") from None
             written.append({"name": posixpath.basename(target), "type": "file", "path": target})
@@ -621,11 +622,13 @@ class E2BEmulator:
                 if host.exists():
                     raise connect_error(409, "already_exists", f"'{data['path']}' exists")
                 host.mkdir(parents=True)
+                machine.give(host)
                 return {"entry": entry_json(machine.entry(host))}
             if method == "Move":
                 source = _existing(machine, data["source"])
                 destination = machine.host_path(data["destination"])
                 destination.parent.mkdir(parents=True, exist_ok=True)
+                machine.give(destination.parent)
                 source.rename(destination)
                 return {"entry": entry_json(machine.entry(destination))}
         except (FileNotFoundError, NotADirectoryError):

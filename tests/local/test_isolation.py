@@ -182,6 +182,9 @@ def test_probe_reports_what_is_enforced_here() -> None:
     assert report.syscall_filter
     assert report.process_limit.startswith("cgroup")
     assert report.memory_limit.startswith("cgroup")
+    # This suite runs as root with e2fsprogs: each workspace is a file system of its own.
+    assert report.workspace_quota.startswith("file system"), report.workspace_quota
+    assert report.sandbox_user.startswith("host uid 1879048191"), report.sandbox_user
     missing = probe_isolation("/nonexistent/bwrap")
     assert not missing.bubblewrap_usable
     assert any("bubblewrap" in problem for problem in missing.problems)

@@ -6,10 +6,10 @@ libraries importable), a generated ``/etc`` with a ``user`` account, a private `
 ``/proc`` and ``/dev``, and the session's own read-write workspace at ``/home/user``. Nothing else
 of the host is there: not its home directories, not ``/root``, not ``/etc/ssl/private``.
 
-A subtlety worth knowing: when the host process is root, bubblewrap maps the sandbox's uid 1000 to
-host uid 0, so sandboxed code has *owner* permissions on every root-owned file it can see (read-only
-mounts still forbid writes). That is why only public paths are bound, never whole trees that might
-hold a secret.
+The sandbox's uid 1000 is the host user that started bubblewrap, except when that is root: then it
+is a dedicated unprivileged host uid (:mod:`~langchain_sandbox.providers.local._host_user`),
+joined through ``--userns2`` once bubblewrap's setup is done. Only public paths are bound anyway,
+never whole trees that might hold a secret.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from langchain_sandbox.errors import IsolationUnavailableError
+from langchain_sandbox.providers.local._host_user import SETPRIV
 from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
@@ -245,6 +246,7 @@ def bubblewrap_argv(
     read_only: Sequence[tuple[str, str]] = (),
     read_write: Sequence[tuple[str, str]] = (),
     tmp_size_bytes: int | None = None,
+    user_namespace: int | None = None,
 ) -> list[str]:
     """The full ``bwrap`` argv that runs ``command`` in a fresh sandbox.
 
@@ -261,40 +263,72 @@ def bubblewrap_argv(
             trusted package directory).
         read_write: Extra ``(host, sandbox)`` writable binds (only an environment being built).
         tmp_size_bytes: Size cap of the private ``/tmp``.
+        user_namespace: A descriptor of the user namespace the sandbox joins once bubblewrap
+            (run as root) has set it up (:func:`~langchain_sandbox.providers.local._host_user.
+            sandbox_user_namespace`); ``command`` then starts as uid 1000 in it through
+            ``setpriv``. ``None``: bubblewrap makes the user namespace, mapping 1000 to its caller.
     """
+    if user_namespace is None:
+        users = [
+            "--unshare-user",
+            # No user namespace inside: without one, nothing in the sandbox can gain the
+            # privileges to mount (cgroupfs included, where the session's own limits live) or to
+            # unshare further.
+            "--disable-userns",
+            "--assert-userns-disabled",
+            "--uid",
+            str(SANDBOX_UID),
+            "--gid",
+            str(SANDBOX_GID),
+        ]
+        # bubblewrap started by root keeps every capability inside unless told otherwise.
+        capabilities = ["--cap-drop", "ALL"]
+    else:
+        # The namespace forbids nested ones itself. bubblewrap ends its setup as host uid 0,
+        # unmapped there: it needs CAP_DAC_READ_SEARCH to enter the workspace (the sandbox's own,
+        # mode 0700), setpriv CAP_SETUID and CAP_SETGID to become uid 1000 and CAP_SETPCAP to
+        # empty the bounding set; its exec as uid 1000
+        # then leaves no capability at all.
+        users = ["--userns2", str(user_namespace)]
+        capabilities = ["--cap-drop", "ALL"]
+        for capability in ("CAP_DAC_READ_SEARCH", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"):
+            capabilities += ["--cap-add", capability]
+        command = [
+            SETPRIV,
+            f"--reuid={SANDBOX_UID}",
+            f"--regid={SANDBOX_GID}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+            *command,
+        ]
     argv = [
         bwrap,
-        "--unshare-user",
+        *users,
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
         "--unshare-cgroup-try",
-        # No user namespace inside: without one, nothing in the sandbox can gain the privileges to
-        # mount (cgroupfs included, where the session's own limits live) or to unshare further.
-        "--disable-userns",
-        "--assert-userns-disabled",
-        "--uid",
-        str(SANDBOX_UID),
-        "--gid",
-        str(SANDBOX_GID),
         "--hostname",
         SANDBOX_HOSTNAME,
-        # bubblewrap started by root keeps every capability inside unless told otherwise.
-        "--cap-drop",
-        "ALL",
+        *capabilities,
         "--die-with-parent",
         "--new-session",
         "--clearenv",
     ]
     if not network:
         argv.append("--unshare-net")
+    mounts_start = len(argv)
     for directory in _SYSTEM_DIRS:
         argv += _system_dir_args(directory)
     for path in _ETC_FILES:
         if os.path.exists(path):
             argv += ["--ro-bind", os.path.realpath(path), path]
+    # bubblewrap makes data files 0600, its own (host root's): readable for a sandbox that is.
+    readable = ["--perms", "0644"] if user_namespace is not None else []
     for sandbox_path, source in files.items():
-        argv += ["--ro-bind-data", source, sandbox_path]
+        argv += [*readable, "--ro-bind-data", source, sandbox_path]
     if network:
         for path in _NETWORK_ETC:
             if os.path.exists(path):
@@ -314,10 +348,39 @@ def bubblewrap_argv(
         argv += ["--bind", host_path, sandbox_path]
     # The assembled root itself is read-only: only /home/user, /tmp and /dev take writes.
     argv += ["--remount-ro", "/"]
+    if user_namespace is not None:
+        argv[mounts_start:mounts_start] = _public_parents(argv[mounts_start:])
     for key, value in env.items():
         argv += ["--setenv", key, value]
     argv += ["--", *command]
     return argv
+
+
+# Options of bubblewrap that mount something, and how many arguments each takes (its destination
+# is the last one).
+_MOUNT_OPTIONS = {"--ro-bind": 2, "--bind": 2, "--ro-bind-data": 2, "--symlink": 2, "--tmpfs": 1}
+
+
+def _public_parents(options: Sequence[str]) -> list[str]:
+    """``--dir`` options (mode 0755) for the directories bubblewrap would create on the way to
+    the destinations in ``options``. It makes those 0700, owned by host root: a sandbox that is
+    not host root could not walk through ``/home`` or ``/opt`` then."""
+    parents: set[str] = set()
+    index = 0
+    while index < len(options):
+        count = _MOUNT_OPTIONS.get(options[index], 1 if options[index] == "--perms" else 0)
+        if count:
+            parent = os.path.dirname(options[index + count])
+            while parent not in ("/", "") and not _is_under(
+                parent, (*_SYSTEM_DIRS, "/proc", "/dev")
+            ):
+                parents.add(parent)
+                parent = os.path.dirname(parent)
+        index += count + 1
+    made: list[str] = []
+    for parent in sorted(parents, key=lambda path: (path.count("/"), path)):
+        made += ["--perms", "0755", "--dir", parent]
+    return made
 
 
 @contextlib.contextmanager
@@ -369,7 +432,9 @@ def _proc_mask_args() -> tuple[str, ...]:
     args: list[str] = []
     for path in _MASKED_PROC_FILES:
         if os.path.exists(path):
-            args += ["--ro-bind-data", sealed_file("masked", b""), path]
+            # 0644: bubblewrap makes data files 0600 and its own, unreadable to a sandbox user
+            # that is not host root (an empty read, not EACCES, is what a mask answers).
+            args += ["--perms", "0644", "--ro-bind-data", sealed_file("masked", b""), path]
     for path in _MASKED_PROC_DIRS:
         if os.path.isdir(path):
             args += ["--tmpfs", path, "--remount-ro", path]

@@ -66,6 +66,9 @@ class Launcher:
             :data:`SANDBOX_ENVIRONMENT_DIR`; its site-packages replace the interpreter's.
             ``None``: the interpreter's own site-packages (``python.site_packages``).
         seccomp: The seccomp filter (a BPF program) bubblewrap installs, or ``None`` for none.
+        user_namespace: The user namespace the sandbox joins so that it runs as an unprivileged
+            host uid (:mod:`~langchain_sandbox.providers.local._host_user`: when the host is
+            root), or ``None``: bubblewrap maps the sandbox to the host's own user.
     """
 
     isolation: Isolation
@@ -80,6 +83,7 @@ class Launcher:
     cgroup: SessionCgroup | None = None
     sandbox_environment: str | None = None
     seccomp: bytes | None = None
+    user_namespace: int | None = None
 
     @property
     def isolated(self) -> bool:
@@ -215,6 +219,7 @@ class Launcher:
             read_only=[*environment_bind, *read_only],
             read_write=read_write,
             tmp_size_bytes=self.tmp_size_bytes,
+            user_namespace=self.user_namespace,
         )
 
     @contextlib.contextmanager
@@ -224,8 +229,9 @@ class Launcher:
         if not self.isolated:
             yield self._joined(argv), ()
             return
+        joined = () if self.user_namespace is None else (self.user_namespace,)
         with options_via_fd(argv, seccomp=self.seccomp) as (command, fds):
-            yield self._joined(command), fds
+            yield self._joined(command), (*fds, *joined)
 
     def _joined(self, argv: Sequence[str]) -> list[str]:
         return self.cgroup.join_command(argv) if self.cgroup is not None else list(argv)

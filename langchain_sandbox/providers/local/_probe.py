@@ -13,8 +13,14 @@ import subprocess
 from dataclasses import dataclass
 
 from langchain_sandbox.errors import IsolationUnavailableError
+from langchain_sandbox.providers.local import _workspace_fs as workspace_fs
 from langchain_sandbox.providers.local._bubblewrap import find_bubblewrap
 from langchain_sandbox.providers.local._cgroups import detect_cgroups
+from langchain_sandbox.providers.local._host_user import (
+    SANDBOX_HOST_UID,
+    drops_root,
+    sandbox_user_namespace,
+)
 from langchain_sandbox.providers.local._seccomp import seccomp_program
 
 
@@ -32,6 +38,11 @@ class IsolationReport:
             ``"rlimit (RLIMIT_AS)"``.
         process_limit: How processes are limited: ``"cgroup v1"``, ``"cgroup v2"``, or
             ``"rlimit (RLIMIT_NPROC)"`` (with ``", not enforced: host user is root"`` when so).
+        sandbox_user: Which host user sandboxed code runs as: the host's own, or (a root
+            host) the dedicated unprivileged uid; with a problem if that cannot be set up.
+        workspace_quota: How ``Limits.workspace_bytes`` and ``workspace_files`` are enforced:
+            by the kernel (each workspace a file system of its own), or only measured from the
+            host, and why.
         problems: Why something is missing and how to fix it.
     """
 
@@ -41,6 +52,8 @@ class IsolationReport:
     syscall_filter: bool
     memory_limit: str
     process_limit: str
+    sandbox_user: str = ""
+    workspace_quota: str = ""
     problems: tuple[str, ...] = ()
 
     @property
@@ -80,6 +93,23 @@ def probe_isolation(bwrap: str | None = None) -> IsolationReport:
         )
     elif support.reason:
         problems.append(f"cgroups: {support.reason}; rlimits are used instead.")
+    sandbox_user = f"host uid {os.geteuid()} (this process's own user)"
+    if drops_root():
+        try:
+            sandbox_user_namespace()
+            sandbox_user = f"host uid {SANDBOX_HOST_UID} (this process is root; never uid 0)"
+        except IsolationUnavailableError as exc:
+            sandbox_user = "unavailable: sessions refuse to start"
+            problems.append(str(exc))
+    no_filesystem = workspace_fs.unavailable_reason()
+    if no_filesystem is None:
+        quota = "file system (a loop-mounted ext4 image per session: the kernel enforces it)"
+    else:
+        held = "counted" if support.pids or support.memory else "not counted (no cgroups)"
+        quota = (
+            f"measured from the host ({no_filesystem}); unlinked open files {held}; "
+            "workspace_files not enforced"
+        )
     return IsolationReport(
         bubblewrap=path,
         bubblewrap_usable=usable,
@@ -87,6 +117,8 @@ def probe_isolation(bwrap: str | None = None) -> IsolationReport:
         syscall_filter=syscall_filter,
         memory_limit=memory,
         process_limit=processes,
+        sandbox_user=sandbox_user,
+        workspace_quota=quota,
         problems=tuple(problems),
     )
 

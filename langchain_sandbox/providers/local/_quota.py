@@ -13,8 +13,15 @@ sparse file at its apparent size):
 * before ``write_files``, which refuses what would not fit.
 
 What a call can write between two measurements (about a second of disk bandwidth) is the margin
-by which the quota can be overshot. ``/tmp`` is a size-capped tmpfs (``Limits.tmp_bytes``) and
-needs none of this.
+by which the quota can be overshot. A file unlinked while open (``O_TMPFILE`` among them) is no
+longer in the tree, so each measurement adds the files the session's processes hold open that
+have no name left on the workspace's device (:func:`unlinked_open_bytes`, through
+``/proc/<pid>/fd`` of the session's cgroup members: without cgroups it sees none). ``/tmp`` is a
+size-capped tmpfs (``Limits.tmp_bytes``) and needs none of this.
+
+Where the host is root, the workspace is also a file system of the quota's size
+(:mod:`~langchain_sandbox.providers.local._workspace_fs`), and the kernel refuses writes past it;
+the measurement then only words the notices.
 """
 
 from __future__ import annotations
@@ -22,8 +29,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from langchain_sandbox.errors import InvalidInputError
 from langchain_sandbox.providers.local._files import HostWorkspace
@@ -44,9 +52,18 @@ _MEASURE_SHARE = 10
 class WorkspaceQuota:
     """Measures one session's workspace against its quota (``None``: no quota)."""
 
-    def __init__(self, files: HostWorkspace, limit: int | None) -> None:
+    def __init__(
+        self,
+        files: HostWorkspace,
+        limit: int | None,
+        *,
+        held: Callable[[], Iterable[int]] = tuple,
+    ) -> None:
+        """``held()`` names the host pids of the session's processes, whose unlinked open files
+        count too."""
         self._files = files
         self.limit = limit
+        self._held = held
         self._usage: int | None = None
         self._unmeasured = 0.0  # run time of the calls since the last measurement
 
@@ -54,11 +71,15 @@ class WorkspaceQuota:
         """The workspace's current size (``None`` if it could not be measured just now: sandboxed
         code moved a directory while it was walked)."""
         try:
-            self._usage = await asyncio.to_thread(self._files.usage)
+            self._usage = await asyncio.to_thread(self._measure)
         except OSError as exc:
             logger.debug("workspace not measured: %s", exc)
             self._usage = None
         return self._usage
+
+    def _measure(self) -> int:
+        device = os.stat(self._files.root).st_dev
+        return self._files.usage() + unlinked_open_bytes(self._held(), device)
 
     def forget(self) -> None:
         """The workspace changed from the host (files removed): measure it again next time."""
@@ -134,4 +155,25 @@ class WorkspaceQuota:
         )
 
 
-__all__ = ["MEASURE_AFTER_SECONDS", "POLL_SECONDS", "WorkspaceQuota"]
+def unlinked_open_bytes(pids: Iterable[int], device: int) -> int:
+    """Bytes of the files on ``device`` that processes ``pids`` hold open and that have no name
+    left (each file once, however many descriptors name it). A process that ends meanwhile, or
+    whose descriptors cannot be read, counts nothing."""
+    seen: dict[tuple[int, int], int] = {}
+    for pid in pids:
+        directory = f"/proc/{pid}/fd"
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                info = os.stat(f"{directory}/{name}")
+            except OSError:
+                continue
+            if info.st_dev == device and info.st_nlink == 0:
+                seen[info.st_dev, info.st_ino] = max(info.st_size, info.st_blocks * 512)
+    return sum(seen.values())
+
+
+__all__ = ["MEASURE_AFTER_SECONDS", "POLL_SECONDS", "WorkspaceQuota", "unlinked_open_bytes"]

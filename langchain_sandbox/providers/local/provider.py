@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import re
 import sys
@@ -42,7 +43,7 @@ from langchain_sandbox.providers.local._cgroups import (
     SessionCgroup,
     detect_cgroups,
 )
-from langchain_sandbox.providers.local._files import remove_directory
+from langchain_sandbox.providers.local._host_user import host_owner, sandbox_user_namespace
 from langchain_sandbox.providers.local._launcher import (
     PACKAGES_DIR,
     Isolation,
@@ -53,6 +54,11 @@ from langchain_sandbox.providers.local._launcher import (
 from langchain_sandbox.providers.local._packages import PackageIndex
 from langchain_sandbox.providers.local._probe import usable_bubblewrap
 from langchain_sandbox.providers.local._seccomp import SyscallFilter, seccomp_program
+from langchain_sandbox.providers.local._workspace_fs import (
+    mount_workspace,
+    release_directory,
+    unavailable_reason,
+)
 from langchain_sandbox.providers.local.environments import (
     DEFAULT,
     DEFAULT_ENVIRONMENT,
@@ -67,8 +73,13 @@ from langchain_sandbox.providers.local.environments import (
 from langchain_sandbox.providers.local.session import LOCAL_CAPABILITIES, LocalSession
 from langchain_sandbox.providers.names import LOCAL
 
+logger = logging.getLogger(__name__)
+
 _SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 _RECORD_FILE = "session.json"
+# Inodes of a workspace file system whose file count is not limited (Limits.workspace_files=None):
+# ext4's own default for a 16 GiB file system.
+_UNLIMITED_FILES = 1 << 20
 
 
 default_base_dir = state_dir
@@ -185,9 +196,12 @@ class LocalProvider(Provider):
         env = validate_env(spec.env)
         bwrap = self._bwrap_path
         seccomp: bytes | None = None
+        user_namespace: int | None = None
         if bwrap is not None:
             if self.syscall_filter == "seccomp":
                 seccomp = await asyncio.to_thread(seccomp_program)
+            if host_owner() is not None:
+                user_namespace = await asyncio.to_thread(sandbox_user_namespace)
         else:
             warnings.warn(
                 "LocalProvider(isolation='none') runs sandboxed code directly on this machine: "
@@ -233,6 +247,7 @@ class LocalProvider(Provider):
                 cgroup=cgroup,
                 sandbox_environment=environment,
                 seccomp=seccomp,
+                user_namespace=user_namespace,
             )
             session = LocalSession(
                 session_id=session_id,
@@ -250,7 +265,7 @@ class LocalProvider(Provider):
             # A directory that could not be made may not be removable either; the first error
             # is the one to report.
             with contextlib.suppress(OSError):
-                await asyncio.to_thread(remove_directory, directory)
+                await asyncio.to_thread(release_directory, directory)
             raise
         self._sessions[session_id] = session
         await install_spec_packages(session)
@@ -334,8 +349,28 @@ class LocalProvider(Provider):
     ) -> None:
         directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         directory.mkdir(mode=0o700)
-        (directory / "workspace").mkdir(mode=0o700)
-        (directory / "workspace" / PACKAGES_DIR).mkdir(mode=0o755)
+        workspace = directory / "workspace"
+        workspace.mkdir(mode=0o700)
+        limits = spec.limits
+        if (
+            limits.workspace_bytes is not None or limits.workspace_files is not None
+        ) and unavailable_reason() is None:
+            try:
+                mount_workspace(
+                    directory,
+                    workspace,
+                    workspace_bytes=limits.workspace_bytes,
+                    workspace_files=limits.workspace_files or _UNLIMITED_FILES,
+                )
+            except OSError as exc:
+                # No loop device left, say: the quota is then measured, as where not root.
+                logger.warning("workspace quota measured only, no file system of its own: %s", exc)
+        (workspace / PACKAGES_DIR).mkdir(mode=0o755)
+        owner = host_owner()
+        if owner is not None:
+            # The sandbox runs as an unprivileged host user: its workspace is that user's.
+            for path in (workspace, workspace / PACKAGES_DIR):
+                os.chown(path, *owner)
         record: dict[str, Any] = {
             "provider": LOCAL,
             "session_id": session_id,
@@ -406,7 +441,7 @@ class LocalProvider(Provider):
         await asyncio.to_thread(leftover.remove)
         if not directory.is_dir():
             return False
-        await asyncio.to_thread(remove_directory, directory)
+        await asyncio.to_thread(release_directory, directory)
         return True
 
     async def aclose(self) -> None:

@@ -41,7 +41,8 @@ from langchain_sandbox.providers.base import (
     checked_timeout,
 )
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
-from langchain_sandbox.providers.local._files import HostWorkspace, remove_directory
+from langchain_sandbox.providers.local._files import HostWorkspace
+from langchain_sandbox.providers.local._host_user import host_owner
 from langchain_sandbox.providers.local._launcher import Launcher
 from langchain_sandbox.providers.local._packages import (
     PackageIndex,
@@ -50,6 +51,7 @@ from langchain_sandbox.providers.local._packages import (
 from langchain_sandbox.providers.local._quota import WorkspaceQuota
 from langchain_sandbox.providers.local._streams import OutputStreams
 from langchain_sandbox.providers.local._worker_process import WorkerDied, WorkerProcess
+from langchain_sandbox.providers.local._workspace_fs import release_directory
 from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.providers.persistent_shell import SHELL_SETUP, shell_script
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
@@ -111,9 +113,11 @@ class LocalSession(Session):
         self.created_at = created_at
         self._on_close = on_close
         self._files = HostWorkspace(
-            launcher.workspace_dir, max_file_bytes=spec.limits.max_file_bytes
+            launcher.workspace_dir,
+            max_file_bytes=spec.limits.max_file_bytes,
+            owner=host_owner() if launcher.user_namespace is not None else None,
         )
-        self._quota = WorkspaceQuota(self._files, spec.limits.workspace_bytes)
+        self._quota = WorkspaceQuota(self._files, spec.limits.workspace_bytes, held=cgroup.pids)
         self._lock = asyncio.Lock()
         self._worker: WorkerProcess | None = None
         self._oom_kills_seen = 0
@@ -194,7 +198,7 @@ class LocalSession(Session):
         if worker is not None:
             await worker.kill()
         await asyncio.to_thread(self.cgroup.remove)
-        await asyncio.to_thread(remove_directory, self.directory)
+        await asyncio.to_thread(release_directory, self.directory)
         self._on_close(self)
 
     # ------------------------------------------------------------------ requests
