@@ -65,6 +65,19 @@ def figure_notices(failed: Any, left_out: Any) -> list[str]:
     return notices
 
 
+def variable_names(names: Any, *, shown: int = 20) -> str:
+    """Names of Python variables the sandbox reports, for a notice: Python identifiers only (a
+    name that is not one, as ``globals()`` allows, is counted, not quoted), at most ``shown``."""
+    if not isinstance(names, list):
+        raise MalformedFact("variable names must be a list")
+    valid = [name for name in names if isinstance(name, str) and name.isidentifier()]
+    text = ", ".join(valid[:shown])
+    rest = len(names) - min(len(valid), shown)
+    if rest:
+        text += f"{', ' if text else ''}{rest} more"
+    return text
+
+
 def failure_text(failure: Any) -> str:
     """The host's sentence for a :func:`~langchain_sandbox.providers.guest.failure_facts`: a built-in exception's name and the
     host's own text for its errno; anything else is named only as a failure."""
@@ -86,4 +99,5 @@ __all__ = [
     "checked_dropped",
     "failure_text",
     "figure_notices",
+    "variable_names",
 ]

@@ -2,7 +2,8 @@
 
 The worker's event pipe is reachable from user code (its descriptor is in ``/proc/self/fd``).
 Malformed, deeply nested, oversized or forged messages must end the call with a clear error or
-a result, leave the session usable, and never let output past the per-call cap.
+a result, leave the session usable, and never let output past the per-call cap. Forged replies
+(for the running request, another one, a second ``done``) are class 20, test_forged_results.py.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ async def _still_usable(session: LocalSession) -> None:
         pytest.param(b'{"ev": "out", "id": [1]}\n', id="unhashable-id"),
         pytest.param(b"[1, 2]\n", id="not-an-object"),
         pytest.param(b"\xff\xfe not json\n", id="garbage"),
-        pytest.param(b'{"ev": "done", "id": 1, "dropped": 5}\n', id="foreign-done"),
     ],
 )
 async def test_malformed_messages_end_the_call_not_the_host(
@@ -87,29 +87,6 @@ async def test_a_nested_json_line_is_reported_and_the_worker_replaced(
         assert "malformed message" in outcome.error.value  # type: ignore[attr-defined]
         after = await session.run_code("'alive'")
         assert after.value == "'alive'"
-    finally:
-        await asyncio.wait_for(session.close(), _HANG)
-
-
-async def test_a_forged_done_reply_is_a_clear_error(provider: LocalProvider) -> None:
-    session = await provider.create(SessionSpec(limits=Limits(timeout=30.0)))
-    try:
-        # The running request's id is in the worker's frames: forge its reply with a negative
-        # count of dropped bytes, and one with a field of the wrong type.
-        forge = (
-            """
-import sys, json
-frame = sys._getframe()
-while frame is not None and "request_id" not in frame.f_locals:
-    frame = frame.f_back
-PAYLOAD = (json.dumps({"ev": "done", "id": frame.f_locals["request_id"], **FIELDS}) + "\\n").encode()
-"""
-            + _WRITE_ON_EVENT_PIPE
-        )
-        for fields in ({"dropped": {"stdout": -(10**12)}}, {"duration_ms": [1]}):
-            with pytest.raises(SandboxError, match="malformed reply"):
-                await session.run_code(f"FIELDS = {fields!r}\n" + forge)
-            await _still_usable(session)
     finally:
         await asyncio.wait_for(session.close(), _HANG)
 
