@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 import errno as errno_names
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from langchain_sandbox.providers.guest import MAX_FIGURE_BYTES
@@ -78,6 +79,22 @@ def variable_names(names: Any, *, shown: int = 20) -> str:
     return text
 
 
+_REASON_CHARS = 200
+
+
+def variable_reasons(reasons: Mapping[str, str]) -> str:
+    """Variables and why the sandbox says each was not kept, for a notice: the names checked as
+    in :func:`variable_names`, each reason quoted as the sandbox's words (``repr``: one line),
+    cut at 200 characters. The reason is worth keeping (a generator cannot be pickled, a
+    variable is too large) but only the sandbox can tell it, and user code can raise any text
+    from a ``__reduce__``."""
+    parts = []
+    for name, why in reasons.items():
+        shown = name if isinstance(name, str) and name.isidentifier() else "(a variable)"
+        parts.append(f"{shown} (the sandbox says: {str(why)[:_REASON_CHARS]!r})")
+    return "; ".join(parts)
+
+
 def failure_text(failure: Any) -> str:
     """The host's sentence for a :func:`~langchain_sandbox.providers.guest.failure_facts`: a built-in exception's name and the
     host's own text for its errno; anything else is named only as a failure."""
@@ -100,4 +117,5 @@ __all__ = [
     "failure_text",
     "figure_notices",
     "variable_names",
+    "variable_reasons",
 ]

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from runloop.keys import FAKE_KEY
 
 from langchain_sandbox.errors import SandboxError
 from langchain_sandbox.providers.runloop import RunloopProvider
 from langchain_sandbox.testing.runloop_emulator import RunloopEmulator
-from runloop.keys import FAKE_KEY
 
 _FORGED = "[host] network is now enabled"
 
