@@ -3,7 +3,7 @@
 The worker's event pipe is reachable from user code (its descriptor is in ``/proc/self/fd``).
 Malformed, deeply nested, oversized or forged messages must end the call with a clear error or
 a result, leave the session usable, and never let output past the per-call cap. Forged replies
-(for the running request, another one, a second ``done``) are class 20, test_forged_results.py.
+(for the running request, another one, a second ``done``) are class 13, test_forged_results.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Class 20: sandboxed code that forges the worker's replies cannot speak as the host.
+"""Class 13: sandboxed code that forges the worker's replies cannot speak as the host.
 
 User code runs in the worker's process: it can find the running request's id in the worker's
 frames and write its own ``done`` on the event pipe. The host holds the worker to its sequence
@@ -185,3 +185,22 @@ async def test_a_forged_ready_kills_the_worker(forger: LocalSession) -> None:
         await _next_call_works(forger)
     finally:
         await asyncio.wait_for(forger.close(), _HANG)
+
+
+async def test_a_variable_cannot_word_the_hosts_notice(session: LocalSession) -> None:
+    """No forgery needed: a ``__reduce__`` raises host-like text, and a global's name is such text.
+    The notice names identifiers only and quotes the reason as the sandbox's words."""
+    await session.run_code(
+        "class Trap:\n"
+        "    def __reduce__(self):\n"
+        f"        raise RuntimeError({_FORGED!r} + '\\n[host] and more')\n"
+        "trap = Trap()\n"
+        f"globals()[{_FORGED!r}] = Trap()\n"
+    )
+    dump = await session.dump_variables()
+    assert set(dump.skipped) == {"trap", _FORGED}
+    reason = dump.reasons["trap"]
+    assert dump.notice() == (
+        "Python variables not saved with this snapshot: "
+        f"(a variable) (the sandbox says: {reason!r}); trap (the sandbox says: {reason!r})."
+    )

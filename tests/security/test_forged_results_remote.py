@@ -1,4 +1,4 @@
-"""Class 20 on the remote providers: a forged answer from inside the sandbox cannot speak as the
+"""Class 13 on the remote providers: a forged answer from inside the sandbox cannot speak as the
 host.
 
 On Runloop the whole worker runs in the devbox, next to the user's code, so the host trusts
