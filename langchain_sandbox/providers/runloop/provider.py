@@ -774,8 +774,8 @@ class RunloopSession(RemoteSession):
         lines = [line for line in output.splitlines() if line.startswith(marker)]
         if not lines:
             raise SandboxError(
-                f"The devbox worker gave no answer (exit {view.exit_status}): "
-                f"{(view.stderr or '')[-500:]}",
+                f"The devbox worker gave no answer (exit {view.exit_status}; its stderr ends: "
+                f"{(view.stderr or '')[-500:]!r}).",
                 provider=PROVIDER_NAME,
             )
         answer: dict[str, Any] = json.loads(lines[-1][len(marker) :])
@@ -973,7 +973,9 @@ class RunloopSession(RemoteSession):
             raise SandboxTimeoutError("Capturing variables timed out.", provider=PROVIDER_NAME)
         if "error" in answer:  # the interpreter exited while dumping
             raise SandboxError(
-                f"Capturing variables failed: {answer['error']['value']}", provider=PROVIDER_NAME
+                "Capturing variables failed (the sandbox says: "
+                f"{str(answer['error']['value'])[:200]!r}).",
+                provider=PROVIDER_NAME,
             )
         if "paths" in answer:  # a large dump is files of the devbox, not a line of output
             data = b"".join(
