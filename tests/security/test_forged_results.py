@@ -62,6 +62,16 @@ def _assert_killed(result: ExecutionResult, why: str) -> None:
     assert "network is now enabled" not in result.render()
 
 
+async def _forgery_kills(session: LocalSession, code: str, why: str) -> None:
+    """Run ``code``: the call ends with the pinned kill and the next one works; then close."""
+    try:
+        result = await asyncio.wait_for(session.run_code(code), _HANG)
+        _assert_killed(result, why)
+        await _next_call_works(session)
+    finally:
+        await asyncio.wait_for(session.close(), _HANG)
+
+
 async def _next_call_works(session: LocalSession) -> None:
     after = await asyncio.wait_for(session.run_code("6 * 7"), _HANG)
     assert (after.value, after.error, after.notices) == ("42", None, []), after.render()
@@ -80,13 +90,8 @@ async def _next_call_works(session: LocalSession) -> None:
 async def test_a_forged_done_for_the_running_request_kills_the_worker(
     forger: LocalSession, fields: dict[str, object]
 ) -> None:
-    try:
-        code = f"forge({{'ev': 'done', **{fields!r}}})\n'real'"
-        result = await asyncio.wait_for(forger.run_code(code), _HANG)
-        _assert_killed(result, _SECOND_REPLY)
-        await _next_call_works(forger)
-    finally:
-        await asyncio.wait_for(forger.close(), _HANG)
+    code = f"forge({{'ev': 'done', **{fields!r}}})\n'real'"
+    await _forgery_kills(forger, code, _SECOND_REPLY)
 
 
 @pytest.mark.parametrize(
@@ -99,12 +104,7 @@ async def test_a_forged_done_for_the_running_request_kills_the_worker(
 async def test_an_event_for_another_request_kills_the_worker(
     forger: LocalSession, line: dict[str, object]
 ) -> None:
-    try:
-        result = await asyncio.wait_for(forger.run_code(f"forge({line!r})\n'real'"), _HANG)
-        _assert_killed(result, _NOT_RUNNING)
-        await _next_call_works(forger)
-    finally:
-        await asyncio.wait_for(forger.close(), _HANG)
+    await _forgery_kills(forger, f"forge({line!r})\n'real'", _NOT_RUNNING)
 
 
 async def test_output_after_the_forged_reply_kills_the_worker(forger: LocalSession) -> None:
@@ -174,17 +174,12 @@ threading.Thread(target=_later, args=(_running_id(),)).start()
 
 
 async def test_a_forged_ready_kills_the_worker(forger: LocalSession) -> None:
-    try:
-        code = "os.write(_event_fd, (json.dumps({'ev': 'ready'}) + '\\n').encode())\n'real'"
-        result = await asyncio.wait_for(forger.run_code(code), _HANG)
-        _assert_killed(
-            result,
-            "the host killed the Python worker: it sent a second 'ready' "
-            "(sandboxed code wrote on its event pipe)",
-        )
-        await _next_call_works(forger)
-    finally:
-        await asyncio.wait_for(forger.close(), _HANG)
+    code = "os.write(_event_fd, (json.dumps({'ev': 'ready'}) + '\\n').encode())\n'real'"
+    why = (
+        "the host killed the Python worker: it sent a second 'ready' "
+        "(sandboxed code wrote on its event pipe)"
+    )
+    await _forgery_kills(forger, code, why)
 
 
 async def test_a_variable_cannot_word_the_hosts_notice(session: LocalSession) -> None:
