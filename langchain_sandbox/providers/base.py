@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Literal, TypedDict
 from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import InvalidInputError, SandboxError
 from langchain_sandbox.providers.guest import repr_failure
+from langchain_sandbox.providers.guest_facts import variable_names, variable_reasons
 from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import (
     DEFAULT_CAPTURE_BYTES,
@@ -267,9 +268,9 @@ class VariablesDump:
         """The message for the model naming what was not captured and why, or ``None``."""
         if not self.skipped:
             return None
+        unexplained = [name for name in self.skipped if name not in self.reasons]
         described = "; ".join(
-            f"{name} ({self.reasons[name]})" if name in self.reasons else name
-            for name in self.skipped
+            part for part in (variable_reasons(self.reasons), variable_names(unexplained)) if part
         )
         return f"Python variables not saved with this snapshot: {described}."
 

@@ -147,15 +147,18 @@ def value_text(value: Any) -> str | None:
 
 
 def repr_failure(value: str | None) -> str | None:
-    """The notice for a value that is :func:`value_text`'s placeholder, else ``None``.
+    """The notice for a value that looks like :func:`value_text`'s placeholder, else ``None``.
 
     The host adds it to the result (one place for every provider), so the model knows the value
-    it reads is not the object's repr.
+    it reads may not be the object's repr. The value is the sandbox's text (any ``repr`` can
+    return one that looks like the placeholder), so the notice quotes none of it.
     """
     if value is None or not value.startswith("<") or f" object: {_REPR_FAILED} " not in value:
         return None
-    kind, _, error = value[1:-1].partition(f" object: {_REPR_FAILED} ")
-    return f"repr() of the last value ({kind}) raised {error}; the value shown is a placeholder."
+    return (
+        "repr() of the last value raised an exception; the value shown is a placeholder "
+        "(its text, from the sandbox, names the type and the error)."
+    )
 
 
 def describe_exception(exc: BaseException, machinery: Collection[str] = ()) -> dict[str, str]:
@@ -187,21 +190,32 @@ def describe_exception(exc: BaseException, machinery: Collection[str] = ()) -> d
     return {"name": name, "value": value, "traceback": "".join(report.format())}
 
 
+def failure_facts(exc: BaseException) -> dict[str, Any]:
+    """What a worker reports when its own machinery (not the user's code) failed: the
+    exception's class name and ``errno``, facts the host checks and words itself; the message
+    would be the sandbox's words, so it is not sent."""
+    errno = getattr(exc, "errno", None)
+    return {"name": type(exc).__name__, "errno": errno if type(errno) is int else None}
+
+
 # As compiled: the source path, or the name given when it was compiled or shipped.
 _OWN_FILE = describe_exception.__code__.co_filename
 
 
-def collect_figures(max_bytes: int = MAX_FIGURE_BYTES) -> tuple[list[bytes], list[str]]:
-    """PNGs of the open matplotlib figures (all closed afterwards), and notices.
+def collect_figures(max_bytes: int = MAX_FIGURE_BYTES) -> tuple[list[bytes], list[int], int]:
+    """PNGs of the open matplotlib figures (all closed afterwards), the numbers of the figures
+    that could not be drawn (why goes to stderr, the cell's own output) and the number of the
+    first figure left out because the total would pass ``max_bytes`` (0: none).
 
-    Figures that would take the total past ``max_bytes`` are left out, with a notice; a figure
-    that cannot be drawn is skipped with one too.
+    Facts, not sentences: the host words the notices itself
+    (:func:`~langchain_sandbox.providers.guest_facts.figure_notices`).
     """
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is None:
-        return [], []
+        return [], [], 0
     pngs: list[bytes] = []
-    notices: list[str] = []
+    failed: list[int] = []
+    left_out = 0
     total = 0
     try:
         for number in pyplot.get_fignums():
@@ -209,20 +223,25 @@ def collect_figures(max_bytes: int = MAX_FIGURE_BYTES) -> tuple[list[bytes], lis
             try:
                 pyplot.figure(number).savefig(buffer, format="png")
             except Exception as exc:
-                notices.append(f"figure {number} could not be drawn: {type(exc).__name__}: {exc}")
+                _print_stderr(f"figure {number} could not be drawn: {type(exc).__name__}: {exc}")
+                failed.append(number)
                 continue
             data = buffer.getvalue()
             if total + len(data) > max_bytes:
-                notices.append(
-                    f"figure {number} and later ones were left out: figures are capped at "
-                    f"{max_bytes} bytes per call"
-                )
+                left_out = number
                 break
             total += len(data)
             pngs.append(data)
     finally:
         pyplot.close("all")
-    return pngs, notices
+    return pngs, failed, left_out
+
+
+def _print_stderr(text: str) -> None:
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except Exception:
+        return  # a stream user code broke: the host's notice still names the figure
 
 
 class FdCapture:
@@ -323,6 +342,7 @@ __all__ = [
     "apply_env",
     "collect_figures",
     "describe_exception",
+    "failure_facts",
     "flush_streams",
     "repr_failure",
     "restore_env",

@@ -61,6 +61,7 @@ from langchain_sandbox.errors import (
     UnsafeArchiveError,
 )
 from langchain_sandbox.providers.base import FileInfo, Session, VariablesDump, changes_between
+from langchain_sandbox.providers.guest_facts import variable_names, variable_reasons
 from langchain_sandbox.snapshots._listing import EMPTY as EMPTY_LISTING
 from langchain_sandbox.snapshots._listing import Listing, portable
 from langchain_sandbox.snapshots.local_store import LocalDirectoryBlobStore
@@ -1044,12 +1045,13 @@ class Snapshotter:
         restored = tuple(name for name in variables.saved if name not in failed)
         if variables.skipped:
             notices.append(
-                f"Variables {', '.join(variables.skipped)} could not be restored: they were not "
+                f"Variables {variable_names(list(variables.skipped))} could not be restored: "
+                "they were not "
                 "saved with the snapshot (they could not be pickled, or were too large); "
                 "re-create them before using them."
             )
         if failed:
-            described = "; ".join(f"{name} ({why})" for name, why in sorted(failed.items()))
+            described = variable_reasons(dict(sorted(failed.items())))
             notices.append(
                 f"Variables could not be restored here: {described}; re-create them before "
                 "using them."

@@ -6,9 +6,6 @@ import base64
 import sys
 from pathlib import Path
 
-import pytest
-
-from langchain_sandbox.errors import SandboxError
 from langchain_sandbox.providers.local import LocalSession
 
 _REPOSITORY = str(Path(__file__).resolve().parents[2])
@@ -156,11 +153,12 @@ async def test_cell_sources_reach_inspect_and_traceback(session: LocalSession) -
     assert "helper(1)" in printed.stderr
 
 
-async def test_a_forged_reply_is_a_clear_error_and_the_session_goes_on(
+async def test_a_forged_reply_kills_the_worker_and_the_session_goes_on(
     session: LocalSession,
 ) -> None:
     # Sandboxed code can find its own request's id in the worker's frames and the event pipe in
-    # its argv: a targeted forgery of its own reply. It must end as a typed error.
+    # its argv: a targeted forgery of its own reply. The worker's real reply follows it before
+    # the fence's: the host kills the worker and says so (tests/security/test_forged_results.py).
     forge = (
         "import os, sys\n"
         "frame = sys._getframe()\n"
@@ -170,8 +168,10 @@ async def test_a_forged_reply_is_a_clear_error_and_the_session_goes_on(
         'line = b\'{"id": %d, "ev": "done", "error": {"bogus": 1}}\\n\'\n'
         "os.write(int(argv[5]), line % frame.f_locals['request_id'])\n"
     )
-    with pytest.raises(SandboxError, match="malformed reply"):
-        await session.run_code(forge)
+    result = await session.run_code(forge)
+    assert result.error is not None
+    assert result.error.name == "SandboxWorkerDied"
+    assert "it sent a second reply to one request" in result.error.value
     assert (await session.run_code("1 + 1")).value == "2"
 
 

@@ -34,8 +34,12 @@ def test_variables_left_out_are_named_at_capture_and_the_step_is_saved(tmp_path:
         assert outcome.value.ok, outcome.value.render()
         told = [n for n in outcome.value.notices if "not saved with this snapshot" in n]
         assert len(told) == 1, outcome.value.notices
-        assert "big (it takes 70.0 MB pickled" in told[0]
-        assert "lock (TypeError: cannot pickle '_thread.lock' object)" in told[0]
+        # The reasons are the sandbox's words, quoted as such (guest_facts.variable_reasons).
+        assert "big (the sandbox says: 'it takes 70.0 MB pickled" in told[0]
+        assert (
+            """lock (the sandbox says: "TypeError: cannot pickle '_thread.lock' object")"""
+            in (told[0])
+        )
         assert outcome.record["snapshot"] is not None
         assert not any("Could not save a snapshot" in n for n in outcome.value.notices)
         # The live session keeps everything, and the same notice is not repeated every call.

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from langchain_sandbox.errors import SandboxError
 from langchain_sandbox.providers.base import Limits, SessionSpec
 from langchain_sandbox.providers.local import LocalProvider
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
@@ -82,7 +81,7 @@ async def test_fifos_and_sockets_are_left_out_of_listings_and_snapshots(
         await asyncio.wait_for(session.close(), _HANG)
 
 
-async def test_a_forged_negative_dropped_count_is_refused(provider: LocalProvider) -> None:
+async def test_a_forged_negative_dropped_count_kills_the_worker(provider: LocalProvider) -> None:
     session = await provider.create(SessionSpec(limits=Limits(timeout=30.0)))
     try:
         forge = (
@@ -94,8 +93,13 @@ async def test_a_forged_negative_dropped_count_is_refused(provider: LocalProvide
             "events.send({'ev': 'done', 'id': frame.f_locals['request_id'],\n"
             "             'dropped': {'stdout': -5000}})\n"
         )
-        with pytest.raises(SandboxError, match=r"malformed reply.*dropped"):
-            await session.run_code(forge)
+        # The worker's real reply follows the forged one before the fence's: a second reply.
+        result = await session.run_code(forge)
+        assert result.error is not None
+        assert result.error.value.startswith(
+            "the host killed the Python worker: it sent a second reply to one request"
+        )
+        assert result.omitted_bytes == 0
         assert (await session.run_code("'fine'")).value == "'fine'"
     finally:
         await asyncio.wait_for(session.close(), _HANG)

@@ -7,6 +7,7 @@ import codecs
 from typing import Any, Literal
 
 from langchain_sandbox.providers.base import OutputCallback
+from langchain_sandbox.providers.guest_facts import checked_dropped
 from langchain_sandbox.results import OutputCapture
 
 
@@ -45,8 +46,9 @@ class OutputStreams:
                 self._on_output(stream, text)
 
     def result_fields(self, dropped: Any) -> dict[str, Any]:
-        for name, count in _checked_dropped(dropped).items():
-            # Bytes the worker already dropped inside the sandbox count as omitted too.
+        for name, count in checked_dropped(dropped).items():
+            # Bytes the worker already dropped inside the sandbox count as omitted too (its
+            # count, bounded: the host cannot measure what never left the sandbox).
             self.captures[name].omitted += count
         omitted = sum(c.omitted for c in self.captures.values())
         return {
@@ -55,18 +57,6 @@ class OutputStreams:
             "truncated": omitted > 0,
             "omitted_bytes": omitted,
         }
-
-
-def _checked_dropped(dropped: Any) -> dict[str, int]:
-    """The worker's count of bytes it dropped per stream; anything else is a forged reply."""
-    if dropped is None:
-        return {}
-    if not isinstance(dropped, dict) or not all(
-        name in ("stdout", "stderr") and type(count) is int and count >= 0
-        for name, count in dropped.items()
-    ):
-        raise ValueError("'dropped' must map stdout/stderr to byte counts of 0 or more")
-    return dropped
 
 
 __all__ = ["OutputStreams"]

@@ -9,14 +9,18 @@ The host talks to it on three dedicated pipes, never on stdin/stdout/stderr, so 
 prints (or closes) can break the protocol:
 
 * requests (host -> worker): frames of a 4-byte little-endian length and a ``marshal``-encoded dict
-  ``{"id", "op": "exec" | "command" | "dump" | "load" | "invalidate_caches", ...}``
-  (the host is trusted, and marshal needs no import);
+  ``{"id", "op": "exec" | "command" | "dump" | "load" | "invalidate_caches" | "fence", ...}``
+  (the host is trusted, and marshal needs no import); the host sends a ``fence`` behind every
+  request, answered with an empty ``done`` (see ``_worker_process``);
 * control (host -> worker): lines ``interrupt <id>``, read by a thread so they arrive while the
   main thread is busy running user code;
 * events (worker -> host): JSON lines, because the host must parse what a hostile sandbox sends:
   ``{"ev": "ready"}`` once, then per request any number of ``{"id", "ev": "out", "stream",
   "data"}`` and one ``{"id", "ev": "done", ...}``. A variables dump travels as ``out`` events of
   the ``variables`` stream (base64 chunks of :data:`_DUMP_CHUNK` bytes), never as one line.
+  User code runs in this process and can write these events too, so a ``done`` carries data
+  and typed facts only (counts, figure numbers, an exception's class name): never a sentence
+  the host would show as its own.
 
 Output bytes travel as latin-1 text (one character per byte), so they round-trip exactly through
 JSON and the host decodes them once, whole. Each stream is capped here, inside the sandbox: the
@@ -332,6 +336,11 @@ class Worker:
                 continue  # a stray interrupt between requests
             except (EOFError, ValueError):
                 return  # the host closed the pipe (or broke the framing): nothing left to do
+            if request.get("op") == "fence":
+                # The host sends one behind every request: its reply shows the request's own
+                # reply was the worker's last word on it (a forged one comes before the real).
+                self.events.send({"id": request.get("id", 0), "ev": "done"})
+                continue
             self._handle(request)
 
     def _idle(self) -> bool:
@@ -390,12 +399,13 @@ class Worker:
                 importlib.invalidate_caches()
                 reply = {}
             else:
-                reply = {"failure": f"unknown operation {op!r}"}
+                reply = {"failure": self.guest.failure_facts(ValueError(op))}
         except KeyboardInterrupt:
             # An interrupt that raced the end of a request: still reply, or the host would wait.
             reply = {}
         except BaseException as exc:
-            reply = {"failure": f"{type(exc).__name__}: {exc}"}
+            # Facts only (class name, errno): the host words the failure itself.
+            reply = {"failure": self.guest.failure_facts(exc)}
         finally:
             self.interrupter.stop()
         if os.getpid() != self.pid:
@@ -434,11 +444,13 @@ class Worker:
         reply["duration_ms"] = (time.perf_counter() - started) * 1000
         guest.restore_env(saved_env)
         guest.flush_streams()
-        pngs, notices = guest.collect_figures()
+        pngs, failed, left_out = guest.collect_figures()
         if pngs:
             reply["figures"] = [_base64(png) for png in pngs]
-        if notices:
-            reply["notices"] = notices
+        if failed:
+            reply["figures_failed"] = failed
+        if left_out:
+            reply["figures_left_out"] = left_out
         self.stdout.detach()
         self.stderr.detach()
         reply["dropped"] = {"stdout": out.finish(), "stderr": err.finish()}

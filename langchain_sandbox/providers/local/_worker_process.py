@@ -6,6 +6,16 @@ descriptor number: requests (length-prefixed ``marshal`` frames: the host is tru
 (interrupt lines). A background task reads events and routes them to the request in flight, so output
 streams to ``on_output`` while code runs. When the worker's event pipe closes, every waiter learns
 the worker is gone (:class:`WorkerDied`) instead of hanging.
+
+Sandboxed code runs in the worker's process, so it can write on the event pipe too, and find the
+running request's id in the worker's frames. The host therefore holds the worker to its sequence
+(see docs/isolation.md, "The worker channel"): the worker runs one request at a time, in the order
+sent, so every event must be for the oldest request still open. Each request is followed on the
+pipe by a *fence* (an empty request with its own random id, sent in the same write), and a
+``done`` counts only once the fence's own ``done`` follows it: code that forged the ``done`` of the
+request it runs in is caught when the worker's real one arrives before the fence's. An event for
+any other request, a second ``done`` or a second ``ready`` kills the worker at once with a reason
+written here (:attr:`WorkerProcess.violation`), never with the sandbox's words.
 """
 
 from __future__ import annotations
@@ -19,8 +29,10 @@ import os
 import random
 import signal
 import subprocess
+from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_sandbox._event_loop import entered_off_loop
@@ -35,10 +47,31 @@ logger = logging.getLogger(__name__)
 # sandbox from making the host buffer without limit (past it the worker counts as broken).
 _MAX_LINE = 64 * 1024 * 1024
 _STARTUP_TIMEOUT = 60.0
+_FENCE = "fence"
+_ANSWERED_KEPT = 64
+"""How many answered request ids are remembered, to tell a second reply from a stray one."""
 
 
 class WorkerDied(Exception):
-    """The worker's process ended (killed, out of memory, crashed) while a request waited."""
+    """The worker's process ended (killed, out of memory, crashed) while a request waited.
+
+    ``by_host`` is true when the host ended it for breaking the protocol.
+    """
+
+    def __init__(self, reason: str, *, by_host: bool = False) -> None:
+        super().__init__(reason)
+        self.by_host = by_host
+
+
+@dataclass
+class _Open:
+    """A request sent and not yet answered for good: its reply waits for its fence."""
+
+    request_id: int
+    fence_id: int
+    future: asyncio.Future[dict[str, Any]]
+    on_event: EventHandler | None
+    reply: dict[str, Any] | None = None
 
 
 class WorkerProcess:
@@ -60,9 +93,13 @@ class WorkerProcess:
         self._requests = requests
         self._control_fd = control_fd
         self._ids = random.Random(os.urandom(16))
-        self._pending: dict[int, tuple[asyncio.Future[dict[str, Any]], EventHandler | None]] = {}
+        # In the order sent, which is the order the worker answers them in.
+        self._open: deque[_Open] = deque()
+        self._answered: deque[int] = deque(maxlen=_ANSWERED_KEPT)
         self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.exited = False
+        self.violation: str | None = None
+        """Why the host killed the worker for breaking the protocol (host words), if it did."""
         self._reader = asyncio.create_task(self._read_events())
         # A process forked by user code may hold the event pipe open after the worker died;
         # the exit of the sandbox's process is the other sign that the worker is gone.
@@ -163,14 +200,20 @@ class WorkerProcess:
     def _fail_all(self, reason: str = "its process was killed or crashed") -> None:
         """Mark the worker gone and wake everything that waits for it, saying why."""
         self.exited = True
-        died = WorkerDied(reason)
-        for future in (self._ready, *(future for future, _ in self._pending.values())):
+        died = WorkerDied(reason, by_host=self.violation is not None)
+        for future in (self._ready, *(item.future for item in self._open)):
             if not future.done():
                 future.set_exception(died)
                 # Mark it retrieved: a request given up after its timeout has nobody waiting
                 # any more ("Future exception was never retrieved"); a waiter still gets it.
                 future.exception()
-        self._pending.clear()
+        self._open.clear()
+
+    def _violated(self, reason: str) -> None:
+        """Kill the worker now for breaking the protocol (its waiters learn ``reason``)."""
+        self.violation = reason
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process.pid, signal.SIGKILL)
 
     async def _read_events(self) -> None:
         # Whatever the sandbox sends, this task ends only by failing the worker with a reason:
@@ -182,12 +225,18 @@ class WorkerProcess:
                 if not line:
                     break
                 event = _parse_event(line)
-                if event is None:
-                    reason = "it sent a malformed message on its event pipe"
+                violation = (
+                    "it sent a malformed message on its event pipe"
+                    if event is None
+                    else self._dispatch(event)
+                )
+                if violation is not None:
+                    self._violated(violation)
+                    reason = violation
                     break
-                self._dispatch(event)
         except (ValueError, asyncio.LimitOverrunError):
             reason = f"it sent a message larger than the {_MAX_LINE // (1024 * 1024)} MB limit"
+            self._violated(reason)
         except OSError as exc:
             reason = f"its event pipe failed ({exc})"
         except Exception as exc:
@@ -196,43 +245,57 @@ class WorkerProcess:
         finally:
             self._fail_all(reason)
 
-    def _dispatch(self, event: dict[str, Any]) -> None:
+    def _dispatch(self, event: dict[str, Any]) -> str | None:
+        """Route one event; returns why it breaks the protocol (the worker is then killed)."""
         if event["ev"] == "ready":
-            if not self._ready.done():
-                self._ready.set_result(event)
-            return
-        pending = self._pending.get(event["id"])
-        if pending is None:
-            return
-        future, on_event = pending
-        if event["ev"] == "done":
-            del self._pending[event["id"]]
-            if not future.done():
-                future.set_result(event)
-        elif on_event is not None:
+            if self._ready.done():
+                return "it sent a second 'ready' (sandboxed code wrote on its event pipe)"
+            self._ready.set_result(event)
+            return None
+        current = self._open[0] if self._open else None
+        if current is None or event["id"] != (
+            current.request_id if current.reply is None else current.fence_id
+        ):
+            answered = event["id"] in self._answered or (
+                current is not None and event["id"] == current.request_id
+            )
+            return _out_of_sequence(event["ev"], answered=answered)
+        if current.reply is not None:  # the fence: only its empty done may come
+            if event["ev"] != "done" or len(event) != 2:
+                return _out_of_sequence(event["ev"], answered=False)
+            self._open.popleft()
+            self._answered.append(current.request_id)
+            if not current.future.done():
+                current.future.set_result(current.reply)
+        elif event["ev"] == "done":
+            current.reply = event
+        elif current.on_event is not None:
             try:
-                on_event(event)
+                current.on_event(event)
             except Exception:
                 # A failing output callback must not take the worker's event stream down.
                 logger.exception("on_output callback failed; output keeps being captured")
+        return None
 
     def send(
         self, op: str, payload: dict[str, Any], on_event: EventHandler | None = None
     ) -> tuple[int, asyncio.Future[dict[str, Any]]]:
-        """Send a request; returns its id and a future for its ``done`` reply.
+        """Send a request and its fence; returns the request's id and a future for its
+        ``done`` reply, set once the fence's reply confirms it (see the module docstring).
 
         The future raises :class:`WorkerDied` if the worker ends first.
         """
         # Random ids: sandboxed code that writes to the event pipe cannot aim a forged reply at a
-        # later request by guessing its number.
-        request_id = self._ids.getrandbits(62)
+        # later request (or a fence) by guessing its number.
+        request_id, fence_id = self._ids.getrandbits(62), self._ids.getrandbits(62)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         if not self.alive:
             future.set_exception(WorkerDied("the worker is not running"))
             return request_id, future
-        self._pending[request_id] = (future, on_event)
-        body = marshal.dumps({**payload, "id": request_id, "op": op})
-        self._requests.write(len(body).to_bytes(4, "little") + body)
+        self._open.append(_Open(request_id, fence_id, future, on_event))
+        self._requests.write(
+            _frame({**payload, "id": request_id, "op": op}) + _frame({"id": fence_id, "op": _FENCE})
+        )
         return request_id, future
 
     def interrupt(self, request_id: int) -> None:
@@ -299,6 +362,22 @@ class _StderrDrain(asyncio.Protocol):
 
 
 _EVENT_KINDS = frozenset({"ready", "out", "done"})
+
+
+def _out_of_sequence(kind: str, *, answered: bool) -> str:
+    """Why an event out of the worker's sequence kills it, in the host's words."""
+    if not answered:
+        what = "a message for a request it was not running"
+    elif kind == "done":
+        what = "a second reply to one request"
+    else:
+        what = "output for a request it had already answered"
+    return f"it sent {what} (sandboxed code wrote on its event pipe)"
+
+
+def _frame(request: dict[str, Any]) -> bytes:
+    body = marshal.dumps(request)
+    return len(body).to_bytes(4, "little") + body
 
 
 def _parse_event(line: bytes) -> dict[str, Any] | None:

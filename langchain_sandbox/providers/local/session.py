@@ -40,6 +40,7 @@ from langchain_sandbox.providers.base import (
     VariablesDump,
     checked_timeout,
 )
+from langchain_sandbox.providers.guest_facts import failure_text, figure_notices
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
 from langchain_sandbox.providers.local._files import HostWorkspace
 from langchain_sandbox.providers.local._host_user import host_owner
@@ -121,7 +122,7 @@ class LocalSession(Session):
         self._lock = asyncio.Lock()
         self._worker: WorkerProcess | None = None
         self._oom_kills_seen = 0
-        self._restart_notice = False
+        self._restart_notice: str | None = None
         self._closed = False
         self._capture_expected = False
         self._queued_dump: _QueuedDump | None = None
@@ -175,7 +176,11 @@ class LocalSession(Session):
         worker = self._worker
         if worker is not None and not worker.alive:
             await worker.kill()
-            self._restart_notice = True
+            self._restart_notice = (
+                WORKER_RESTARTED
+                if worker.violation is None
+                else f"{_killed_by_host(worker.violation)}; {WORKER_RESTARTED}"
+            )
             worker = None
         if worker is None:
             worker = self._worker = await self._start_worker()
@@ -265,7 +270,7 @@ class LocalSession(Session):
                 why = str(died)
             return _Outcome(
                 None,
-                lost=f"the Python worker died: {why}",
+                lost=_killed_by_host(why) if died.by_host else f"the Python worker died: {why}",
                 out_of_memory=out_of_memory,
                 elapsed_ms=elapsed(),
             )
@@ -276,7 +281,7 @@ class LocalSession(Session):
         await worker.kill()
         if self._worker is worker:
             self._worker = None
-        self._restart_notice = True
+        self._restart_notice = WORKER_RESTARTED
 
     async def _simple_request(
         self,
@@ -301,7 +306,8 @@ class LocalSession(Session):
             )
         if "failure" in outcome.reply:
             raise SandboxError(
-                f"The worker could not {op}: {outcome.reply['failure']}", provider=LOCAL
+                f"The worker could not {op}: {failure_text(outcome.reply['failure'])}.",
+                provider=LOCAL,
             )
         return outcome.reply
 
@@ -376,8 +382,8 @@ class LocalSession(Session):
             self._queued_dump = None  # no longer what the interpreter holds after this call
             queue_dump, self._capture_expected = self._capture_expected, False
             worker = await self._ready_worker()
-            notices = [WORKER_RESTARTED] if self._restart_notice else []
-            self._restart_notice = False
+            notices = [self._restart_notice] if self._restart_notice else []
+            self._restart_notice = None
             async with self._quota.guard(worker.kill):
                 outcome = await self._request(
                     worker,
@@ -388,7 +394,7 @@ class LocalSession(Session):
                     queue_dump=queue_dump,
                 )
             if outcome.lost is not None:
-                self._restart_notice = False  # this result tells it
+                self._restart_notice = None  # this result tells it
             over_quota = self._quota.notice()
             if over_quota is not None:
                 notices.append(over_quota)
@@ -406,7 +412,9 @@ class LocalSession(Session):
     ) -> ExecutionResult:
         reply = outcome.reply or {}
         if "failure" in reply:
-            raise SandboxError(f"The worker failed: {reply['failure']}", provider=LOCAL)
+            raise SandboxError(
+                f"The worker failed: {failure_text(reply['failure'])}.", provider=LOCAL
+            )
         fields = streams.result_fields(reply.get("dropped"))
         error = None
         if "error" in reply:
@@ -421,7 +429,7 @@ class LocalSession(Session):
             exit_code = 1 if error is not None else (None if outcome.timed_out else 0)
         if outcome.lost is not None:
             notices.append(f"{outcome.lost}; {WORKER_RESTARTED}")
-        notices.extend(str(notice) for notice in reply.get("notices", ()))
+        notices.extend(figure_notices(reply.get("figures_failed"), reply.get("figures_left_out")))
         artifacts = [
             Artifact.from_bytes(f"figure-{index}.png", "image/png", base64.b64decode(png))
             for index, png in enumerate(reply.get("figures", []), start=1)
@@ -594,6 +602,10 @@ class _QueuedDump:
         # A dump nobody waits for any more (the call after it made it stale) may still fail.
         future.add_done_callback(_retrieve)
         return cls(worker, request_id, future, chunks)
+
+
+def _killed_by_host(why: str) -> str:
+    return f"the host killed the Python worker: {why}"
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

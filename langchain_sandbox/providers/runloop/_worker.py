@@ -179,7 +179,8 @@ class _Interpreter:
         self.streams = guest.text_stream(1), guest.text_stream(2)
         self.cells = guest.Cells({"__name__": "__main__", "__builtins__": builtins})
         self.namespace: dict[str, Any] = self.cells.namespace
-        self.notices: list[str] = []
+        # Facts for the host to word (never sentences: see providers/guest_facts.py).
+        self.facts: dict[str, Any] = {}
 
     def restore_saved(self) -> None:
         """Load variables a ``save`` left on disk before a suspend, then forget them."""
@@ -193,13 +194,9 @@ class _Interpreter:
             if os.path.exists(path + ".skipped"):
                 with open(path + ".skipped", encoding="utf-8") as handle:
                     skipped = json.load(handle)
-            lost = sorted({*skipped, *failed})
-            note = "Python variables were restored after the devbox resumed"
-            self.notices.append(note + (f" (not restored: {', '.join(lost)})" if lost else ""))
-        except Exception as exc:
-            self.notices.append(
-                f"Python variables saved before suspend could not be restored: {exc}"
-            )
+            self.facts["resumed"] = {"lost": sorted({*skipped, *failed})}
+        except Exception:
+            self.facts["resumed"] = {"failed": True}
         finally:
             for leftover in (path, path + ".skipped"):
                 with contextlib.suppress(OSError):
@@ -241,8 +238,7 @@ class _Interpreter:
             for output in self.outputs:
                 output.detach()
             guest.restore_env(saved_env)
-        pngs, figure_notices = guest.collect_figures()
-        self.notices += figure_notices
+        pngs, failed, left_out = guest.collect_figures()
         result.update(
             stdout=out.text(),
             stderr=err.text(),
@@ -252,9 +248,11 @@ class _Interpreter:
                 {"name": f"figure-{index}.png", "data": _b64(png)}
                 for index, png in enumerate(pngs, start=1)
             ],
-            notices=self.notices,
+            figures_failed=failed,
+            figures_left_out=left_out,
+            **self.facts,
         )
-        self.notices = []
+        self.facts = {}
         return result
 
     def handle(
@@ -299,7 +297,7 @@ class _Interpreter:
             with open(path, "wb") as handle:
                 handle.write(blob)
             return {"saved": saved, "skipped": skipped}
-        return {"failure": f"unknown operation {op!r}"}
+        return {"failure": _shipped("guest").failure_facts(ValueError(op))}
 
 
 def _send(conn: socket.socket, payload: dict[str, Any]) -> None:
@@ -358,7 +356,7 @@ def serve(state_dir: str) -> None:
                 echo = functools.partial(_send_output, conn) if request.get("stream") else None
                 response = interpreter.handle(request, echo)
             except BaseException as exc:
-                response = {"failure": f"{type(exc).__name__}: {exc}"}
+                response = {"failure": _shipped("guest").failure_facts(exc)}
             try:
                 _send(conn, response)
             except OSError:
@@ -418,7 +416,7 @@ def call_interpreter(state_dir: str, request: dict[str, Any]) -> dict[str, Any]:
     With ``if_running`` set, an interpreter that is not running is not started (``save`` before a
     suspend has nothing to save then).
     """
-    notices: list[str] = []
+    facts: dict[str, Any] = {}
     path = os.path.join(state_dir, SOCKET_NAME)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -429,10 +427,7 @@ def call_interpreter(state_dir: str, request: dict[str, Any]) -> dict[str, Any]:
             return {"not_running": True}
         restarting = os.path.exists(os.path.join(state_dir, PID_NAME))
         if restarting and not os.path.exists(os.path.join(state_dir, SAVED_NAME)):
-            notices.append(
-                "The Python interpreter had stopped and was restarted; "
-                "variables defined earlier are gone."
-            )
+            facts["restarted"] = True
         if restarting:
             _kill_server(state_dir)
         _start_server(state_dir)
@@ -451,11 +446,8 @@ def call_interpreter(state_dir: str, request: dict[str, Any]) -> dict[str, Any]:
                 "timed_out": True,
                 "stdout": "",
                 "stderr": "",
-                "notices": [
-                    *notices,
-                    "The code did not stop when interrupted, so the Python interpreter was "
-                    "restarted; variables defined earlier are gone.",
-                ],
+                "killed_after_timeout": True,
+                **facts,
             }
         except ConnectionError:
             # The code ended the interpreter itself (os._exit, a crash): a user-code failure.
@@ -469,10 +461,9 @@ def call_interpreter(state_dir: str, request: dict[str, Any]) -> dict[str, Any]:
                     "variables defined earlier are gone",
                     "traceback": "",
                 },
-                "notices": notices,
+                **facts,
             }
-    response["notices"] = [*notices, *response.get("notices", [])]
-    return response
+    return {**response, **facts}
 
 
 def _receive_answer(conn: socket.socket, deadline: float | None) -> dict[str, Any]:
@@ -511,7 +502,7 @@ def run_command(request: dict[str, Any]) -> dict[str, Any]:
             start_new_session=True,
         )
     except OSError as exc:
-        return {"failure": f"could not start the command: {exc}"}
+        return {"failure": _shipped("guest").failure_facts(exc)}
     echoes = (1, 2) if request.get("stream") else (None, None)
     readers = [
         threading.Thread(target=_pump, args=(stream, capture, echo), daemon=True)
@@ -679,7 +670,7 @@ def main(argv: list[str]) -> None:
     elif op == "ls":
         _emit(list_directory(request))
     else:
-        _emit({"failure": f"unknown operation {op!r}"})
+        _emit({"failure": _shipped("guest").failure_facts(ValueError(op))})
 
 
 if __name__ == "__main__":

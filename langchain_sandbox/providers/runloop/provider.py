@@ -68,6 +68,12 @@ from langchain_sandbox.providers.base import (
     VariablesDump,
     install_spec_packages,
 )
+from langchain_sandbox.providers.guest_facts import (
+    checked_count,
+    failure_text,
+    figure_notices,
+    variable_names,
+)
 from langchain_sandbox.providers.names import RUNLOOP as PROVIDER_NAME
 from langchain_sandbox.providers.remote import (
     SESSION_KEY,
@@ -768,14 +774,15 @@ class RunloopSession(RemoteSession):
         lines = [line for line in output.splitlines() if line.startswith(marker)]
         if not lines:
             raise SandboxError(
-                f"The devbox worker gave no answer (exit {view.exit_status}): "
-                f"{(view.stderr or '')[-500:]}",
+                f"The devbox worker gave no answer (exit {view.exit_status}; its stderr ends: "
+                f"{(view.stderr or '')[-500:]!r}).",
                 provider=PROVIDER_NAME,
             )
         answer: dict[str, Any] = json.loads(lines[-1][len(marker) :])
         if "failure" in answer:
             raise SandboxError(
-                f"The devbox worker failed: {answer['failure']}", provider=PROVIDER_NAME
+                f"The devbox worker failed: {failure_text(answer['failure'])}.",
+                provider=PROVIDER_NAME,
             )
         if staged is not None and self._staged_head is staged and "not_running" not in answer:
             self._staged_head, self._carried_head = None, staged["value"]
@@ -966,7 +973,9 @@ class RunloopSession(RemoteSession):
             raise SandboxTimeoutError("Capturing variables timed out.", provider=PROVIDER_NAME)
         if "error" in answer:  # the interpreter exited while dumping
             raise SandboxError(
-                f"Capturing variables failed: {answer['error']['value']}", provider=PROVIDER_NAME
+                "Capturing variables failed (the sandbox says: "
+                f"{str(answer['error']['value'])[:200]!r}).",
+                provider=PROVIDER_NAME,
             )
         if "paths" in answer:  # a large dump is files of the devbox, not a line of output
             data = b"".join(
@@ -1120,10 +1129,11 @@ class _AnswerCut:
 def _result(kind: str, answer: dict[str, Any], timeout: float) -> ExecutionResult:
     error = answer.get("error")
     timed_out = bool(answer.get("timed_out"))
-    notices = list(answer.get("notices") or [])
+    notices = _worker_notices(answer)
     if answer.get("late"):
         notices.append(f"The devbox did not answer within {timeout:.0f}s; the call was stopped.")
     exit_code = answer.get("exit_code") if kind == "command" else (1 if error else 0)
+    omitted = checked_count(answer.get("omitted"), "omitted")
     return ExecutionResult(
         kind="code" if kind == "code" else "command",
         stdout=answer.get("stdout", ""),
@@ -1137,10 +1147,37 @@ def _result(kind: str, answer: dict[str, Any], timeout: float) -> ExecutionResul
         ],
         duration_ms=float(answer.get("duration_ms") or timeout * 1000 * timed_out),
         timed_out=timed_out,
-        truncated=bool(answer.get("omitted")),
-        omitted_bytes=int(answer.get("omitted") or 0),
+        truncated=bool(omitted),
+        omitted_bytes=omitted,
         notices=notices,
     )
+
+
+_GONE = "variables defined earlier are gone."
+
+
+def _worker_notices(answer: dict[str, Any]) -> list[str]:
+    """The host's notices for the facts the devbox worker reports (it sends no sentences: the
+    devbox runs the user's code, which could write anything there, see guest_facts)."""
+    notices: list[str] = []
+    if answer.get("restarted") is True:
+        notices.append(f"The Python interpreter had stopped and was restarted; {_GONE}")
+    if answer.get("killed_after_timeout") is True:
+        notices.append(
+            "The code did not stop when interrupted, so the Python interpreter was restarted; "
+            + _GONE
+        )
+    resumed = answer.get("resumed")
+    if isinstance(resumed, dict) and resumed.get("failed") is True:
+        notices.append("Python variables saved before suspend could not be restored.")
+    elif isinstance(resumed, dict):
+        lost = variable_names(resumed.get("lost"))
+        notices.append(
+            "Python variables were restored after the devbox resumed"
+            + (f" (not restored: {lost})" if lost else "")
+        )
+    notices += figure_notices(answer.get("figures_failed"), answer.get("figures_left_out"))
+    return notices
 
 
 __all__ = ["CAPABILITIES", "PROVIDER_NAME", "RunloopProvider", "RunloopSession"]
