@@ -35,6 +35,7 @@ from langchain_sandbox.errors import (
     SandboxTimeoutError,
     SessionClosedError,
     SnapshotNotFoundError,
+    UnknownArgumentError,
     UnsafeArchiveError,
 )
 from langchain_sandbox.providers import get_provider
@@ -196,6 +197,7 @@ __all__ = [
     "SnapshotNotFoundError",
     "Snapshotter",
     "StepCall",
+    "UnknownArgumentError",
     "UnsafeArchiveError",
     "VariablesDump",
     "execution_result",

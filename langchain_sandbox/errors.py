@@ -123,6 +123,13 @@ class EnvironmentBuildError(ConfigurationError):
     propagates out of the agent's run like any other :class:`ConfigurationError`."""
 
 
+class UnknownArgumentError(ConfigurationError, TypeError):
+    """A constructor was given an argument it does not take (a typo, or an option of another
+    object). The message names the closest valid argument, or where the option belongs.
+
+    A ``TypeError`` too, as Python's own unexpected-keyword error is."""
+
+
 class MissingDependencyError(ConfigurationError, ImportError):
     """An optional dependency is not installed; the message names the extra that brings it."""
 
@@ -157,6 +164,7 @@ __all__ = [
     "SandboxTimeoutError",
     "SessionClosedError",
     "SnapshotNotFoundError",
+    "UnknownArgumentError",
     "UnsafeArchiveError",
     "is_retryable",
 ]

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from langchain_sandbox._event_loop import LoopThread
+from langchain_sandbox.arguments import checked_init
 from langchain_sandbox.providers.base import (
     Capabilities,
     FileInfo,
@@ -100,6 +101,7 @@ class SandboxRuntime:
             first call.
     """
 
+    @checked_init
     def __init__(
         self,
         provider: str | Provider = "local",

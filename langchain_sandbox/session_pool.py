@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_sandbox._event_loop import on_event_loop
+from langchain_sandbox.arguments import check_provider_options
 from langchain_sandbox.errors import SessionClosedError
 from langchain_sandbox.providers import get_provider, provider_class
 from langchain_sandbox.providers.base import Capabilities, Provider, Session, SessionSpec
@@ -66,8 +67,7 @@ class SessionPool:
             raise ValueError("max_sessions must be at least 1 (or None for no cap).")
         if idle_ttl is not None and idle_ttl <= 0:
             raise ValueError("idle_ttl must be positive (or None to keep idle sessions).")
-        if isinstance(provider, Provider) and provider_options:
-            raise ValueError("provider_options apply only when the provider is given by name.")
+        check_provider_options(provider, provider_options)
         self._provider_arg = provider
         self._provider_options = dict(provider_options or {})
         self._provider: Provider | None = provider if isinstance(provider, Provider) else None

@@ -60,6 +60,8 @@ from deepagents.backends.protocol import (
 from deepagents.backends.sandbox import BaseSandbox
 from langchain_core.runnables import RunnableConfig
 
+from langchain_sandbox._event_loop import on_event_loop
+from langchain_sandbox.arguments import check_provider_options, checked_init
 from langchain_sandbox.checkpointer_names import anote_checkpointer, note_checkpointer
 from langchain_sandbox.deepagents._lineage import Position, RecordBook, position_of
 from langchain_sandbox.deepagents._pages import (
@@ -186,6 +188,7 @@ class SandboxBackend(BaseSandbox):
             millisecond cheaper.
     """
 
+    @checked_init
     def __init__(
         self,
         provider: str | Provider | None = None,
@@ -197,8 +200,7 @@ class SandboxBackend(BaseSandbox):
     ) -> None:
         if provider is not None and runtime is not None:
             raise ValueError("Pass provider or runtime, not both.")
-        if provider_options and provider is None:
-            raise ValueError("provider_options need a provider.")
+        check_provider_options(provider, provider_options)
         self._runtime = runtime
         self._provider = provider
         self._provider_options = provider_options
@@ -206,6 +208,10 @@ class SandboxBackend(BaseSandbox):
         self._build_lock = threading.Lock()
         self.default_thread_id = thread_id or private_thread_id()
         self.persistent_shell = persistent_shell
+        # As the tools do: a missing extra or API key fails here, not at the agent's first call
+        # (on an event loop, where building would block it, the first call builds it instead).
+        if provider is not None and not on_event_loop():
+            self._explicit_runtime()
 
     # -- where a call goes -------------------------------------------------------------------
 

@@ -40,10 +40,11 @@ from typing import Annotated, Any, ClassVar, Literal
 from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackManagerForToolRun
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from langchain_sandbox._event_loop import on_event_loop
+from langchain_sandbox.arguments import check_model_arguments, check_provider_options
 from langchain_sandbox.checkpointer_names import (
     anote_checkpointer,
     note_checkpointer,
@@ -51,7 +52,7 @@ from langchain_sandbox.checkpointer_names import (
 )
 from langchain_sandbox.errors import ConfigurationError, SandboxError
 from langchain_sandbox.providers import provider_class
-from langchain_sandbox.providers.base import Capabilities, SessionSpec
+from langchain_sandbox.providers.base import Capabilities, Provider, SessionSpec
 from langchain_sandbox.results import DEFAULT_RENDER_CHARS, ExecutionResult
 from langchain_sandbox.runtime import (
     Outcome,
@@ -260,9 +261,11 @@ class SandboxTool(BaseTool):
 
     Args:
         runtime: The :class:`SandboxRuntime` to use; otherwise one is found per call.
-        provider: Build a runtime of its own on this provider (``"local"``, ``"e2b"``,
-            ``"runloop"``) instead of finding one.
-        provider_options: Options for that provider.
+        provider: Build a runtime of its own on this provider instead of finding one: a name
+            (``"local"``, ``"e2b"``, ``"runloop"``) or a configured provider
+            (``LocalProvider(isolation="none")``, ``E2BProvider(api_key=..., template=...)``).
+        provider_options: Options for a provider given by name, checked against its
+            parameters (``{"isolation": "none"}`` for ``"local"``).
         max_output_chars: Characters of each output stream the model reads (head and tail kept).
         default_thread_id: The thread of calls whose config carries no ``thread_id``. By default
             each tool instance has a private one, so separate tools (and the agents holding
@@ -273,7 +276,7 @@ class SandboxTool(BaseTool):
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
     handle_tool_error: bool | str | Any = True
     runtime: SandboxRuntime | None = Field(default=None, exclude=True)
-    provider: str | None = None
+    provider: str | Provider | None = None
     provider_options: dict[str, Any] | None = Field(default=None, exclude=True)
     max_output_chars: int = DEFAULT_RENDER_CHARS
     default_thread_id: str = Field(default_factory=private_thread_id)
@@ -286,6 +289,16 @@ class SandboxTool(BaseTool):
     """For a tool whose description ends with facts about its sandbox: the fixed part. The facts
     (network, time limit, memory) are derived when the tool is built from the runtime it is
     bound to (see :mod:`langchain_sandbox.tools.descriptions`); ``description=`` overrides."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_arguments(cls, data: Any) -> Any:
+        # Pydantic ignores unknown fields; a typo (``providr=``) or an option of the provider
+        # (``isolation=``) must fail instead of being dropped.
+        check_model_arguments(cls, data)
+        if isinstance(data, Mapping):
+            check_provider_options(data.get("provider"), data.get("provider_options"))
+        return data
 
     def model_post_init(self, context: Any) -> None:
         super().model_post_init(context)
@@ -302,6 +315,8 @@ class SandboxTool(BaseTool):
         are known before a call (``None``: the runtime is found per call)."""
         if self.runtime is not None:
             return self.runtime.capabilities, self.runtime.spec
+        if isinstance(self.provider, Provider):
+            return self.provider.capabilities, SessionSpec()
         if self.provider is not None:
             # What _explicit_runtime will build, known without building it.
             return provider_class(self.provider).capabilities, SessionSpec()

@@ -170,7 +170,10 @@ def find_bubblewrap(path: str | None = None) -> str:
     raise IsolationUnavailableError(
         f"bubblewrap (bwrap) was not found{where}, so code cannot be isolated here. "
         "Install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), "
-        "or, only if you accept running code unisolated, pass isolation='none'.",
+        "or, only if you accept running code unisolated, pass isolation='none' to the local "
+        "provider: SandboxExecTool(provider=LocalProvider(isolation='none')), "
+        "SandboxRuntime(provider_options={'isolation': 'none'}) or "
+        "LocalProvider(isolation='none') wherever a provider is taken.",
         provider=LOCAL,
     )
 
