@@ -62,6 +62,7 @@ from langchain_sandbox.runtime import (
 )
 from langchain_sandbox.state import SandboxState
 from langchain_sandbox.tools.descriptions import sandbox_facts
+from langchain_sandbox.tools.images import artifact_images, images_inline, place_images
 from langchain_sandbox.tools.ownership import RuntimeOwner
 from langchain_sandbox.tools.streaming import OUTPUT_EVENT, OutputForwarder
 
@@ -92,6 +93,8 @@ class SandboxCall:
     step_call: StepCall | None
     resumable: bool
     on_output: OutputForwarder | None
+    images_inline: bool = False
+    """Whether the reply's images go in its content (:mod:`langchain_sandbox.tools.images`)."""
 
 
 @dataclass(frozen=True)
@@ -207,12 +210,15 @@ def step_call_of(tool_runtime: Any) -> StepCall | None:
     return StepCall(call_id, step=step)
 
 
-def execution_reply(outcome: Outcome[ExecutionResult], *, max_chars: int) -> ToolReply:
+def execution_reply(
+    outcome: Outcome[ExecutionResult], *, max_chars: int, images_inline: bool = False
+) -> ToolReply:
     """The reply for a run of code or a command: compact text, images as image blocks.
 
-    Each image is stored once: in the content, where the model reads it. The JSON result in the
-    artifact names the image artifacts without their data; :func:`execution_result` puts them
-    back together.
+    Each image is stored once: in the content when the calling model takes images there
+    (``images_inline``), else in the artifact's ``images`` with a note in the content
+    (:mod:`langchain_sandbox.tools.images`). The JSON result names the image artifacts without
+    their data; :func:`execution_result` puts them back together.
     """
     result = outcome.value
     content: Content
@@ -222,6 +228,7 @@ def execution_reply(outcome: Outcome[ExecutionResult], *, max_chars: int) -> Too
     else:
         content = result.render(max_chars=max_chars)
     as_json = result.model_dump(mode="json", exclude={"artifacts": {i: {"data"} for i in images}})
+    content, as_json = place_images(content, as_json, inline=images_inline)
     return ToolReply(content, as_json, outcome.record)
 
 
@@ -238,9 +245,10 @@ def execution_result(message: Any) -> ExecutionResult:
     if not isinstance(result, Mapping) or "artifacts" not in result:
         raise ValueError("Not the reply of sandbox_exec or sandbox_shell (no result artifact).")
     content = getattr(message, "content", None)
+    blocks = [*(content if isinstance(content, list) else []), *artifact_images(artifact)]
     images = iter(
         block["base64"]
-        for block in (content if isinstance(content, list) else [])
+        for block in blocks
         if isinstance(block, dict) and block.get("type") == "image" and "base64" in block
     )
     artifacts = [a if "data" in a else {**a, "data": next(images, "")} for a in result["artifacts"]]
@@ -352,6 +360,7 @@ class SandboxTool(BaseTool):
             record=graph_record(tool_runtime),
             step_call=step_call,
             resumable=is_resumable(config),
+            images_inline=images_inline(tool_runtime),
             on_output=OutputForwarder(
                 tool_runtime=tool_runtime,
                 run_manager=run_manager,

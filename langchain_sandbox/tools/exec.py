@@ -69,7 +69,9 @@ class SandboxExecTool(SandboxTool):
             step_call=call.step_call,
             resumable=call.resumable,
         )
-        return execution_reply(outcome, max_chars=self.max_output_chars)
+        return execution_reply(
+            outcome, max_chars=self.max_output_chars, images_inline=call.images_inline
+        )
 
 
 __all__ = ["SandboxExecArgs", "SandboxExecTool"]

@@ -21,6 +21,7 @@ from langchain_sandbox.tools.base import (
     ToolReply,
     notice_lines,
 )
+from langchain_sandbox.tools.images import place_images
 from langchain_sandbox.workspace import relative_path, resolve_path
 
 MAX_WRITE_BYTES = 16 * 1024 * 1024
@@ -133,6 +134,7 @@ class SandboxReadFileTool(SandboxTool):
         else:
             result["truncated"] = len(text) > self.max_read_chars
             content = head + truncate_middle(text, self.max_read_chars)
+        content, result = place_images(content, result, inline=call.images_inline)
         return ToolReply(content, result, outcome.record)
 
 
