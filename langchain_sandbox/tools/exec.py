@@ -14,6 +14,7 @@ from langchain_sandbox.tools.base import (
     execution_reply,
 )
 from langchain_sandbox.tools.descriptions import sandbox_facts
+from langchain_sandbox.tools.streaming import listener
 
 
 class SandboxExecArgs(SandboxToolArgs):
@@ -65,7 +66,7 @@ class SandboxExecTool(SandboxTool):
             args["code"],
             timeout=args.get("timeout"),
             record=call.record,
-            on_output=call.on_output,
+            on_output=listener(call.on_output),
             step_call=call.step_call,
             resumable=call.resumable,
         )

@@ -14,6 +14,7 @@ from langchain_sandbox.tools.base import (
     ToolReply,
     execution_reply,
 )
+from langchain_sandbox.tools.streaming import listener
 
 
 class SandboxInstallPackagesArgs(SandboxToolArgs):
@@ -48,7 +49,7 @@ class SandboxInstallPackagesTool(SandboxTool):
             call.thread_id,
             validate_requirements(args["packages"]),
             record=call.record,
-            on_output=call.on_output,
+            on_output=listener(call.on_output),
             step_call=call.step_call,
             resumable=call.resumable,
         )

@@ -125,7 +125,8 @@ def test_binary_and_image_files_are_not_dumped_as_text(runtime: SandboxRuntime) 
     assert "pic.png (image/png, " in image.content
     assert "1 image not shown in this tool result" in image.content
     [kept] = image.artifact["result"]["images"]
-    assert kept["type"] == "image" and kept["mime_type"] == "image/png"
+    assert kept["type"] == "image"
+    assert kept["mime_type"] == "image/png"
     assert base64.b64decode(kept["base64"]) == png
     binary = _call(read, {"path": "blob.bin"})
     assert "binary file of 3 bytes" in _text(binary)
