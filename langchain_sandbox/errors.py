@@ -80,6 +80,12 @@ class ProviderUnavailableError(SandboxError):
     retryable = True
 
 
+class ProviderUnreachableError(ProviderUnavailableError):
+    """The provider did not answer at all (connection refused, no route, DNS): a wrong address
+    or a network down, which waiting seldom fixes. Retried once at most
+    (:data:`~langchain_sandbox.retries.UNREACHABLE_ATTEMPTS`), so the caller hears in seconds."""
+
+
 class CheckpointerUnavailableError(SandboxError):
     """A checkpointer named by URL could not be opened (server down, wrong address or password)."""
 
@@ -158,6 +164,7 @@ __all__ = [
     "IsolationUnavailableError",
     "MissingDependencyError",
     "ProviderUnavailableError",
+    "ProviderUnreachableError",
     "QuotaExceededError",
     "SandboxError",
     "SandboxGoneError",

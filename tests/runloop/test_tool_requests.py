@@ -40,9 +40,7 @@ def _routes(emulator: RunloopEmulator) -> list[str]:
 
 
 def _graph(tool: SandboxExecTool) -> Any:
-    calls = AIMessage(
-        "", tool_calls=[{"name": "sandbox_exec", "args": {"code": CODE}, "id": "c1"}]
-    )
+    calls = AIMessage("", tool_calls=[{"name": "sandbox_exec", "args": {"code": CODE}, "id": "c1"}])
     graph = StateGraph(MessagesState)
     graph.add_node("tools", SandboxToolNode([tool]))
     graph.add_edge(START, "tools")

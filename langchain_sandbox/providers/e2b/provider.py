@@ -49,6 +49,7 @@ from langchain_sandbox.errors import (
     InvalidInputError,
     InvalidPathError,
     ProviderUnavailableError,
+    ProviderUnreachableError,
     QuotaExceededError,
     SandboxError,
     SandboxGoneError,
@@ -192,6 +193,8 @@ def _translate(
         return make(ProviderUnavailableError)
     if isinstance(exc, e2b.TimeoutException | httpx.TimeoutException | TimeoutError):
         return make(SandboxTimeoutError)
+    if isinstance(exc, httpx.ConnectError | ConnectionRefusedError):
+        return make(ProviderUnreachableError)
     if isinstance(exc, httpx.TransportError | ConnectionError | OSError):
         return make(ProviderUnavailableError)
     if isinstance(exc, e2b.InvalidArgumentException | e2b.TemplateException):

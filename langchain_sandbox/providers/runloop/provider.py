@@ -50,6 +50,7 @@ from langchain_sandbox.errors import (
     InvalidInputError,
     InvalidPathError,
     ProviderUnavailableError,
+    ProviderUnreachableError,
     QuotaExceededError,
     SandboxError,
     SandboxGoneError,
@@ -213,7 +214,12 @@ def _translate(exc: BaseException, *, what: str) -> SandboxError:
             f"Runloop {what} timed out", provider=PROVIDER_NAME, details=details
         )
     if isinstance(exc, sdk.APIConnectionError):
-        return ProviderUnavailableError(
+        import httpx
+
+        # No answer at all (refused, no route) is told from a connection lost mid-request.
+        never_answered = isinstance(exc.__cause__, httpx.ConnectError)
+        unreachable = ProviderUnreachableError if never_answered else ProviderUnavailableError
+        return unreachable(
             f"Runloop could not be reached ({what})", provider=PROVIDER_NAME, details=details
         )
     if (
@@ -379,6 +385,8 @@ class RunloopProvider(RemoteProvider):
                     return await self.sdk().api.devboxes.create_and_await_running(
                         **params, polling_config=polling
                     )
+            except ProviderUnreachableError:
+                raise  # the request never left: no devbox was made
             except SandboxError:
                 # The request may have reached Runloop: a devbox half made must not leak.
                 await self._shutdown_tagged(session_id)
@@ -408,10 +416,11 @@ class RunloopProvider(RemoteProvider):
             for view in first_page.devboxes:
                 if view.metadata.get(SESSION_KEY) == session_id and view.status != "shutdown":
                     await self.sdk().api.devboxes.shutdown(view.id)
-        except Exception:
-            logger.warning(
-                "could not clean up after a failed Runloop devbox creation", exc_info=True
-            )
+        except Exception as exc:
+            # One line: the creation's own error is what the caller gets; the traceback of a
+            # cleanup that could not reach Runloop either is for debugging only.
+            logger.warning("could not clean up after a failed Runloop devbox creation: %r", exc)
+            logger.debug("cleanup failure", exc_info=True)
 
     async def _live_views(self) -> list[Any]:
         """Devboxes not shut down, one status at a time: an account's history of shut-down
