@@ -95,11 +95,17 @@ class SandboxEnvironment:
             ``PackageIndex(find_links=[wheel_dir], no_index=True)`` builds offline. This is the
             application's setting; it is independent of where ``install_packages`` (the model's
             installs) may fetch from.
+        extends: An environment to build on: ``"default"`` (numpy, pandas, matplotlib) or a
+            :class:`SandboxEnvironment`. Its requirements come first and are resolved with these
+            in one pip run, so every environment extending one parent shares its constraints
+            (``pandas>=2.2,<3`` of the default stays true next to ``"pandas"`` here); its
+            ``package_index`` is used when this one gives none.
     """
 
     name: str
     requirements: tuple[str, ...] = ()
     package_index: PackageIndex | None = None
+    extends: SandboxEnvironment | str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -116,6 +122,19 @@ class SandboxEnvironment:
         requirements = tuple(self.requirements)
         if requirements:
             requirements = tuple(validate_requirements(requirements))
+        parent = self.extends
+        if parent == DEFAULT_ENVIRONMENT:
+            parent = DEFAULT
+        if parent is not None:
+            if not isinstance(parent, SandboxEnvironment):
+                raise InvalidInputError(
+                    f"extends must be {DEFAULT_ENVIRONMENT!r} or a SandboxEnvironment, "
+                    f"not {parent!r}."
+                )
+            requirements = (*parent.requirements, *requirements)
+            if self.package_index is None:
+                object.__setattr__(self, "package_index", parent.package_index)
+            object.__setattr__(self, "extends", parent.name)
         object.__setattr__(self, "requirements", requirements)
 
 
