@@ -5,6 +5,10 @@
   one page per layer of the package, each name rendered by mkdocstrings from its docstring under
   the name users import. A name exported, moved or renamed in the code appears in the reference
   with no edit to the docs.
+* **Pydantic constructors are documented.** The tools and the toolkit are pydantic models, whose
+  generated ``__init__`` names no parameter; each gets a table of the fields this package
+  declares (inherited ones included: a tool's ``provider``... live on ``SandboxTool``), with the
+  type, the default and the description from the ``Args:`` of the class that declares it.
 * **No page is lost.** A page under ``docs/`` that the nav does not list is added to the nav:
   under its section if :data:`_SECTION_OF` names one (pages written while the nav was not looking),
   otherwise under "More".
@@ -13,6 +17,8 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -57,6 +63,67 @@ def _reference_pages() -> dict[str, list[str]]:
             pages[_LAYERS.get(layer, _OTHER)].append(f"{module_name}.{name}")
     order = [*dict.fromkeys(_LAYERS.values()), _OTHER]
     return {title: pages[title] for title in order if pages.get(title)}
+
+
+_ARG = re.compile(r"^(\s+)(\w+):\s*(.*)$")
+
+
+def _documented_args(cls: type) -> dict[str, str]:
+    """``name -> description`` from the Google-style ``Args:`` of ``cls`` and its bases."""
+    described: dict[str, str] = {}
+    for base in reversed(cls.__mro__):
+        lines = inspect.cleandoc(base.__doc__ or "").splitlines()
+        if "Args:" not in lines:
+            continue
+        current, indent = "", None
+        for line in lines[lines.index("Args:") + 1 :]:
+            if line and not line.startswith(" "):
+                break
+            match = _ARG.match(line)
+            if match and (indent is None or len(match.group(1)) == indent):
+                indent, current = len(match.group(1)), match.group(2)
+                described[current] = match.group(3)
+            elif current and line.strip():
+                described[current] += " " + line.strip()
+    return described
+
+
+def _type_name(annotation: Any) -> str:
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return re.sub(r"\b(?:[\w]+\.)+(\w+)", r"\1", str(annotation))
+
+
+def _fields_table(dotted: str) -> str:
+    """A parameters table for a pydantic model of this package ('' for anything else)."""
+    from pydantic import BaseModel
+    from pydantic_core import PydanticUndefined
+
+    module_name, _, name = dotted.rpartition(".")
+    cls = getattr(importlib.import_module(module_name), name)
+    if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+        return ""
+    ours = [b for b in cls.__mro__ if b.__module__.startswith("langchain_sandbox")]
+    described = _documented_args(cls)
+    rows = ["**Parameters** (keyword arguments):\n", "| Name | Type | Default | Description |"]
+    rows.append("| --- | --- | --- | --- |")
+    for field_name, field in cls.model_fields.items():
+        if not any(field_name in vars(b).get("__annotations__", {}) for b in ours):
+            continue
+        if field.default_factory is not None:
+            default = f"`{getattr(field.default_factory, '__name__', 'factory')}()`"
+        elif field.default is PydanticUndefined:
+            default = "required"
+        elif isinstance(field.default, type):
+            default = f"`{field.default.__name__}`"
+        else:
+            default = f"`{field.default!r}`" if len(repr(field.default)) < 60 else "(see source)"
+        about = described.get(field_name, "LangChain's `BaseTool` field, set by this tool.")
+        # A pipe inside a code span would end the table cell: the type is written as text.
+        kind = _type_name(field.annotation).replace("|", "\\|")
+        about = about.replace("|", "\\|")
+        rows.append(f"| `{field_name}` | {kind} | {default} | {about} |")
+    return "\n".join(rows) + "\n"
 
 
 def _slug(title: str) -> str:
@@ -116,7 +183,9 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     ]
     for title, names in pages.items():
         slug = _slug(title)
-        body = [f"# {title}\n"] + [f"::: {name}\n" for name in names]
+        body = [f"# {title}\n"]
+        for name in names:
+            body += [f"::: {name}\n", _fields_table(name)]
         files.append(File.generated(config, f"reference/{slug}.md", content="\n".join(body)))
         index += [f"| [`{name}`]({slug}.md#{name}) | {title} |" for name in names]
     files.append(File.generated(config, "reference/index.md", content="\n".join(index) + "\n"))
