@@ -2,7 +2,7 @@
 
 Pydantic models (the tools, the toolkit) ignore unknown fields by default, and a plain
 ``TypeError`` says only that an argument is unexpected. Here an unknown argument raises
-:class:`~langchain_sandbox.errors.UnknownArgumentError` naming the closest valid one
+[`UnknownArgumentError`][langchain_sandbox.UnknownArgumentError] naming the closest valid one
 (``providr`` -> ``provider``) or, for an option of another object, where it belongs
 (``isolation`` is the local provider's: ``provider=LocalProvider(isolation='none')``).
 Options for a provider given by name (``provider_options``) are checked against that provider's
@@ -90,14 +90,14 @@ def unknown_argument(owner: str, argument: str, value: Any, valid: Collection[st
 
 
 def check_arguments(owner: str, given: Mapping[str, Any], valid: Collection[str]) -> None:
-    """Raise :class:`UnknownArgumentError` for the first argument in ``given`` not in ``valid``."""
+    """Raise [`UnknownArgumentError`][langchain_sandbox.UnknownArgumentError] for the first argument in ``given`` not in ``valid``."""
     for argument, value in given.items():
         if argument not in valid:
             raise UnknownArgumentError(unknown_argument(owner, argument, value, valid))
 
 
 def check_model_arguments(model: type[BaseModel], data: Any) -> None:
-    """:func:`check_arguments` for the input of a pydantic model (its fields and their aliases)."""
+    """`check_arguments` for the input of a pydantic model (its fields and their aliases)."""
     if not isinstance(data, Mapping):
         return
     valid = set(model.model_fields)
@@ -107,7 +107,7 @@ def check_model_arguments(model: type[BaseModel], data: Any) -> None:
 
 def checked_init(init: Callable[P, None]) -> Callable[P, None]:
     """Wrap a constructor so that an unknown keyword argument raises
-    :class:`UnknownArgumentError` (a ``TypeError`` too) naming the closest valid one."""
+    [`UnknownArgumentError`][langchain_sandbox.UnknownArgumentError] (a ``TypeError`` too) naming the closest valid one."""
     valid = parameter_names(init)
     takes_any = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(init).parameters.values())
 

@@ -1,5 +1,5 @@
 """The ``langchain-sandbox`` command: run code in a sandbox, check the machine, run the demo, reap
-orphans. ``langchain-sandbox --help`` shows :data:`EXAMPLES`."""
+orphans. ``langchain-sandbox --help`` shows `EXAMPLES`."""
 
 from __future__ import annotations
 

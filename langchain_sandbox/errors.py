@@ -1,6 +1,6 @@
 """The error taxonomy.
 
-Failures of *user code* are never exceptions: they are :class:`~langchain_sandbox.results.ExecutionResult`
+Failures of *user code* are never exceptions: they are [`ExecutionResult`][langchain_sandbox.ExecutionResult]
 values the model can read. The exceptions here are for the infrastructure around the code: a sandbox
 that is gone, a provider that is down, an input the package refuses. Each class says whether repeating
 the same operation may succeed (``retryable``); retries use that flag and nothing else.
@@ -83,7 +83,7 @@ class ProviderUnavailableError(SandboxError):
 class ProviderUnreachableError(ProviderUnavailableError):
     """The provider did not answer at all (connection refused, no route, DNS): a wrong address
     or a network down, which waiting seldom fixes. Retried once at most
-    (:data:`~langchain_sandbox.retries.UNREACHABLE_ATTEMPTS`), so the caller hears in seconds."""
+    (`UNREACHABLE_ATTEMPTS`), so the caller hears in seconds."""
 
 
 class CheckpointerUnavailableError(SandboxError):
@@ -126,7 +126,7 @@ class EnvironmentBuildError(ConfigurationError):
     that does not resolve). The message names the cause and pip's last lines.
 
     The application chooses environments, not the model, so this is a developer's error: it
-    propagates out of the agent's run like any other :class:`ConfigurationError`."""
+    propagates out of the agent's run like any other [`ConfigurationError`][langchain_sandbox.ConfigurationError]."""
 
 
 class UnknownArgumentError(ConfigurationError, TypeError):
@@ -149,7 +149,7 @@ class MissingDependencyError(ConfigurationError, ImportError):
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """Whether ``exc`` is worth retrying: only :class:`SandboxError` with ``retryable`` set."""
+    """Whether ``exc`` is worth retrying: only [`SandboxError`][langchain_sandbox.SandboxError] with ``retryable`` set."""
     return isinstance(exc, SandboxError) and exc.retryable
 
 

@@ -4,11 +4,11 @@ Only idempotent operations go through here (create, attach, reads, snapshot, res
 only errors whose ``retryable`` flag is set are retried: running user code is never repeated
 silently. Backoff is jittered and exponential, bounded by the caller's deadline.
 
-The budget: ``attempts`` tries (default :data:`DEFAULT_ATTEMPTS`) that start within ``deadline``
-seconds (default :data:`DEFAULT_DEADLINE`; each provider has its own ``retry_attempts`` and
+The budget: ``attempts`` tries (default `DEFAULT_ATTEMPTS`) that start within ``deadline``
+seconds (default `DEFAULT_DEADLINE`; each provider has its own ``retry_attempts`` and
 ``retry_deadline``), except for a provider that does not answer at all
-(:class:`~langchain_sandbox.errors.ProviderUnreachableError`: connection refused, no route),
-which is tried :data:`UNREACHABLE_ATTEMPTS` times: a wrong address fails in seconds, with one
+([`ProviderUnreachableError`][langchain_sandbox.ProviderUnreachableError]: connection refused, no route),
+which is tried `UNREACHABLE_ATTEMPTS` times: a wrong address fails in seconds, with one
 typed error, instead of after the whole budget.
 """
 

@@ -1,6 +1,6 @@
 """The runtime's live sessions: one slot per thread, a cap, an idle reaper, and closing.
 
-The pool owns *when* sessions live and die; :mod:`~langchain_sandbox.rehydration` owns *which*
+The pool owns *when* sessions live and die; `rehydration` owns *which*
 session a call runs in. Everything here runs on the runtime's event loop.
 
 * Each thread has a slot with a lock: calls of one thread run one at a time, threads in parallel.
@@ -44,7 +44,7 @@ class _Slot:
 
 class SessionPool:
     """Live sessions by thread; implements the engine's
-    :class:`~langchain_sandbox.rehydration.SessionHost`.
+    `SessionHost`.
 
     Args:
         provider: A provider name or instance; a name is built on first use.

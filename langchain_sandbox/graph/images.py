@@ -10,12 +10,12 @@ block. Chat APIs disagree on where images may go:
   the images follow, right after the tool messages of that step, in a user message
   (``"user_message"``).
 
-:func:`messages_for_model` rewrites the messages sent to a model that way; the graph state keeps
+[`messages_for_model`][langchain_sandbox.messages_for_model] rewrites the messages sent to a model that way; the graph state keeps
 the tool messages as they are (each image is stored once). ``SandboxMiddleware`` applies it to
 every model call of a ``create_agent`` agent; a hand-built graph calls it in its model node.
 
 A sandbox tool keeps its images out of a tool message when it cannot tell that the calling model
-takes them there (:mod:`langchain_sandbox.tools.images`); those images, in the message's artifact,
+takes them there (`langchain_sandbox.tools.images`); those images, in the message's artifact,
 are brought back here too, in the form the model takes.
 
 ``"auto"`` (the default) picks by the model: ``"user_message"`` for OpenAI's chat models
@@ -55,7 +55,7 @@ def image_placement(
 
 
 def check_image_policy(policy: str) -> None:
-    """Raise ``ValueError`` unless ``policy`` is one of :data:`IMAGE_POLICIES`."""
+    """Raise ``ValueError`` unless ``policy`` is one of `IMAGE_POLICIES`."""
     if policy not in IMAGE_POLICIES:
         raise ValueError(f"image_policy must be one of {IMAGE_POLICIES}, not {policy!r}.")
 

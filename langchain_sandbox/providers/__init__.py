@@ -1,4 +1,4 @@
-"""Sandbox backends behind one contract (:mod:`langchain_sandbox.providers.base`).
+"""Sandbox backends behind one contract (`langchain_sandbox.providers.base`).
 
 ``get_provider("local" | "e2b" | "runloop", **options)`` builds one by name. Provider SDKs are
 optional extras imported only when their provider is built, so importing this package never needs

@@ -5,11 +5,11 @@ A tool call resolves, in order:
 
 * the **runtime**: the tool's own (``SandboxExecTool(runtime=...)``, or one built from
   ``provider=...``); the run's context (``ToolRuntime.context`` or LangGraph's ``get_runtime()``:
-  a :class:`SandboxRuntime`, an object with a ``sandbox_runtime`` attribute or a dict with that
+  a [`SandboxRuntime`][langchain_sandbox.SandboxRuntime], an object with a ``sandbox_runtime`` attribute or a dict with that
   key); ``config["configurable"]["sandbox_runtime"]``; the process-wide default runtime on the
   local provider;
 * the **thread**: ``config["configurable"]["thread_id"]``, else the tool's ``default_thread_id``:
-  a private thread of this tool instance unless set (a :class:`SandboxToolkit`'s tools share
+  a private thread of this tool instance unless set (a [`SandboxToolkit`][langchain_sandbox.SandboxToolkit]'s tools share
   one), so two tools or agents called without a thread id never see each other's variables or
   files;
 * the **record**: the graph state's ``sandbox`` key, read from the ``ToolRuntime`` that ``ToolNode``
@@ -22,7 +22,7 @@ Tools return ``(content, artifact)``: the content is what the model reads; the a
 ``{"result": <JSON result>, "sandbox": <updated record>}`` for programs and for the graph glue, which
 turns ``artifact["sandbox"]`` into a state update. Infrastructure failures become a
 ``ToolException`` the model reads (``handle_tool_error=True``), never a crash of the agent;
-misconfiguration (:class:`~langchain_sandbox.errors.ConfigurationError`: a missing extra, API key
+misconfiguration ([`ConfigurationError`][langchain_sandbox.ConfigurationError]: a missing extra, API key
 or bubblewrap) is not the model's to fix and propagates to the developer.
 """
 
@@ -94,7 +94,7 @@ class SandboxCall:
     resumable: bool
     on_output: OutputForwarder | None
     images_inline: bool = False
-    """Whether the reply's images go in its content (:mod:`langchain_sandbox.tools.images`)."""
+    """Whether the reply's images go in its content (`langchain_sandbox.tools.images`)."""
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,7 @@ def graph_step(config: RunnableConfig | None) -> str | None:
 
 def step_call_of(tool_runtime: Any) -> StepCall | None:
     """The call's id, those of the other calls in the same model message and the graph step it
-    runs in (see :class:`~langchain_sandbox.runtime.StepCall`), from the ``ToolRuntime`` a
+    runs in (see [`StepCall`][langchain_sandbox.StepCall]), from the ``ToolRuntime`` a
     ``ToolNode`` injects."""
     call_id = getattr(tool_runtime, "tool_call_id", None)
     if not call_id:
@@ -217,8 +217,8 @@ def execution_reply(
 
     Each image is stored once: in the content when the calling model takes images there
     (``images_inline``), else in the artifact's ``images`` with a note in the content
-    (:mod:`langchain_sandbox.tools.images`). The JSON result names the image artifacts without
-    their data; :func:`execution_result` puts them back together.
+    (`langchain_sandbox.tools.images`). The JSON result names the image artifacts without
+    their data; [`execution_result`][langchain_sandbox.execution_result] puts them back together.
     """
     result = outcome.value
     content: Content
@@ -233,7 +233,7 @@ def execution_reply(
 
 
 def execution_result(message: Any) -> ExecutionResult:
-    """The full :class:`ExecutionResult` of a ``sandbox_exec`` / ``sandbox_shell`` tool message
+    """The full [`ExecutionResult`][langchain_sandbox.ExecutionResult] of a ``sandbox_exec`` / ``sandbox_shell`` tool message
     (from a graph's state or a tool call): its JSON result, with the images taken back from the
     content. In a notebook it displays with its charts drawn.
 
@@ -264,11 +264,11 @@ class SandboxTool(BaseTool):
     """Base class of the sandbox tools: resolution and the sync/async plumbing.
 
     A subclass sets ``name``, ``description`` and ``args_schema`` (a subclass of
-    :class:`SandboxToolArgs`) and implements :meth:`_acall`; the blocking path runs that same
+    `SandboxToolArgs`) and implements `_acall`; the blocking path runs that same
     coroutine on the runtime's event loop, so each tool has one implementation.
 
     Args:
-        runtime: The :class:`SandboxRuntime` to use; otherwise one is found per call.
+        runtime: The [`SandboxRuntime`][langchain_sandbox.SandboxRuntime] to use; otherwise one is found per call.
         provider: Build a runtime of its own on this provider instead of finding one: a name
             (``"local"``, ``"e2b"``, ``"runloop"``) or a configured provider
             (``LocalProvider(isolation="none")``, ``E2BProvider(api_key=..., template=...)``).
@@ -278,7 +278,7 @@ class SandboxTool(BaseTool):
         default_thread_id: The thread of calls whose config carries no ``thread_id``. By default
             each tool instance has a private one, so separate tools (and the agents holding
             them) never share a sandbox by accident; give tools the same name to share one on
-            purpose. A :class:`SandboxToolkit` gives all its tools one private thread.
+            purpose. A [`SandboxToolkit`][langchain_sandbox.SandboxToolkit] gives all its tools one private thread.
     """
 
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
@@ -296,7 +296,7 @@ class SandboxTool(BaseTool):
     about: ClassVar[str | None] = None
     """For a tool whose description ends with facts about its sandbox: the fixed part. The facts
     (network, time limit, memory) are derived when the tool is built from the runtime it is
-    bound to (see :mod:`langchain_sandbox.tools.descriptions`); ``description=`` overrides."""
+    bound to (see `langchain_sandbox.tools.descriptions`); ``description=`` overrides."""
 
     @model_validator(mode="before")
     @classmethod
@@ -337,12 +337,12 @@ class SandboxTool(BaseTool):
         """Close the runtime this tool built for ``provider=`` (its sandboxes are destroyed).
 
         A runtime passed in, or found per call, belongs to someone else and is left alone
-        (:mod:`langchain_sandbox.tools.ownership`).
+        (`langchain_sandbox.tools.ownership`).
         """
         self._owner.close()
 
     async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
+        """Async twin of `close`."""
         await self._owner.aclose()
 
     def _prepare(
@@ -379,7 +379,7 @@ class SandboxTool(BaseTool):
     @contextlib.contextmanager
     def _tool_errors(self) -> Iterator[None]:
         """Infrastructure failures and refused input become a message the model reads;
-        misconfiguration (:class:`ConfigurationError`) is the developer's and propagates."""
+        misconfiguration ([`ConfigurationError`][langchain_sandbox.ConfigurationError]) is the developer's and propagates."""
         try:
             yield
         except ConfigurationError:

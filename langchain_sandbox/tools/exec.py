@@ -18,7 +18,7 @@ from langchain_sandbox.tools.streaming import listener
 
 
 class SandboxExecArgs(SandboxToolArgs):
-    """Arguments of :class:`SandboxExecTool`."""
+    """Arguments of [`SandboxExecTool`][langchain_sandbox.SandboxExecTool]."""
 
     code: str = Field(
         description=(

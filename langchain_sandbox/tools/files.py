@@ -33,7 +33,7 @@ _PATH_HELP = "Path relative to /home/user (or absolute inside it)."
 
 
 class SandboxWriteFileArgs(SandboxToolArgs):
-    """Arguments of :class:`SandboxWriteFileTool`."""
+    """Arguments of [`SandboxWriteFileTool`][langchain_sandbox.SandboxWriteFileTool]."""
 
     path: str = Field(description=_PATH_HELP)
     content: str = Field(description="The whole new content of the file.")
@@ -85,7 +85,7 @@ def _decode(content: str, encoding: str) -> bytes:
 
 
 class SandboxReadFileArgs(SandboxToolArgs):
-    """Arguments of :class:`SandboxReadFileTool`."""
+    """Arguments of [`SandboxReadFileTool`][langchain_sandbox.SandboxReadFileTool]."""
 
     path: str = Field(description=_PATH_HELP)
 
@@ -148,7 +148,7 @@ def _as_text(data: bytes) -> str | None:
 
 
 class SandboxListFilesArgs(SandboxToolArgs):
-    """Arguments of :class:`SandboxListFilesTool`."""
+    """Arguments of [`SandboxListFilesTool`][langchain_sandbox.SandboxListFilesTool]."""
 
     path: str = Field(default=".", description="Directory to list, relative to /home/user.")
     recursive: bool = Field(default=False, description="Also list everything below it.")

@@ -7,13 +7,13 @@ has no middleware to rewrite the messages, so the tool itself decides, by the mo
 call: the ``AIMessage`` holding the call (found in the graph state the ``ToolRuntime`` carries)
 names its provider in ``response_metadata["model_provider"]``.
 
-* A provider whose API takes images in a tool result (:data:`INLINE_PROVIDERS`): the images are
+* A provider whose API takes images in a tool result (`INLINE_PROVIDERS`): the images are
   content blocks of the tool message, where the model sees them.
 * Any other, and wherever the caller cannot be told (outside a graph, a model that does not say):
   the content is text with a note, and the images are kept in the artifact
   (``artifact["result"]["images"]``), so no request breaks and nothing is lost.
-  :class:`~langchain_sandbox.SandboxMiddleware` (and
-  :func:`~langchain_sandbox.graph.messages_for_model`) then shows them to the model in the form
+  [`SandboxMiddleware`][langchain_sandbox.SandboxMiddleware] (and
+  [`messages_for_model`][langchain_sandbox.messages_for_model]) then shows them to the model in the form
   its API takes: in a user message for OpenAI, in the tool result for the others.
 
 Each image is stored once, either in the content or in the artifact.
@@ -82,7 +82,7 @@ def place_images(
 
 
 def artifact_images(artifact: Any) -> list[dict[str, Any]]:
-    """The images a tool kept in its artifact instead of its content (see :func:`place_images`)."""
+    """The images a tool kept in its artifact instead of its content (see `place_images`)."""
     result = artifact.get("result") if isinstance(artifact, Mapping) else None
     images = result.get(IMAGES_KEY) if isinstance(result, Mapping) else None
     return [b for b in images if is_image_block(b)] if isinstance(images, list) else []

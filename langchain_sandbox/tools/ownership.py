@@ -49,7 +49,7 @@ class RuntimeOwner:
             owned.close()
 
     async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
+        """Async twin of `close`."""
         with self._lock:
             owned, self._runtime = self._runtime, None
         if owned is not None:

@@ -18,7 +18,7 @@ from langchain_sandbox.tools.streaming import listener
 
 
 class SandboxInstallPackagesArgs(SandboxToolArgs):
-    """Arguments of :class:`SandboxInstallPackagesTool`."""
+    """Arguments of [`SandboxInstallPackagesTool`][langchain_sandbox.SandboxInstallPackagesTool]."""
 
     packages: list[str] = Field(
         min_length=1,

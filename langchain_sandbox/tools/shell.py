@@ -18,7 +18,7 @@ from langchain_sandbox.tools.streaming import listener
 
 
 class SandboxShellArgs(SandboxToolArgs):
-    """Arguments of :class:`SandboxShellTool`."""
+    """Arguments of [`SandboxShellTool`][langchain_sandbox.SandboxShellTool]."""
 
     command: str = Field(description="The command line, run by bash.")
     cwd: str | None = Field(
@@ -50,7 +50,7 @@ _ABOUT = (
 class SandboxShellTool(SandboxTool):
     """Run a command in the thread's persistent shell (the same workspace the Python tool sees):
     ``cd`` and exported variables carry over to the thread's next commands, also after a resume
-    or a fork (see :meth:`SandboxRuntime.arun_shell`)."""
+    or a fork (see [`SandboxRuntime.arun_shell`][langchain_sandbox.SandboxRuntime.arun_shell])."""
 
     name: str = "sandbox_shell"
     about: ClassVar[str | None] = _ABOUT

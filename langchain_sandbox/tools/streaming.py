@@ -12,15 +12,15 @@ Two consumers, one event (``{"type": "sandbox_output", "stream", "text", "thread
   tool (``adispatch_custom_event``); LangGraph's custom stream does not reach ``astream_events``.
 
 Following output costs requests on some providers (Runloop opens two event streams per call), so
-a forwarder with no consumer is not handed to the provider (:attr:`OutputForwarder.listening`):
+a forwarder with no consumer is not handed to the provider (`OutputForwarder.listening`):
 LangGraph's stream writer of a run without ``stream_mode="custom"`` does nothing, and a callback
 handler that does not override ``on_custom_event`` (or ignores custom events) drops them.
 
 Chunks arrive on the runtime's event-loop thread. For an async caller they are queued to its
-own loop and dispatched there in order by one task, which :meth:`OutputForwarder.aclose` drains
+own loop and dispatched there in order by one task, which `OutputForwarder.aclose` drains
 before the tool returns, so every event precedes the tool's end event. For a sync caller they
 are dispatched from the runtime's thread as they come (handlers must be quick, as
-:data:`~langchain_sandbox.providers.base.OutputCallback` says).
+[`OutputCallback`][langchain_sandbox.OutputCallback] says).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _takes_custom_events(
 
 
 class OutputForwarder:
-    """An :data:`~langchain_sandbox.providers.base.OutputCallback` that hands each chunk to
+    """An [`OutputCallback`][langchain_sandbox.OutputCallback] that hands each chunk to
     LangGraph's stream writer and to the run's callbacks (see the module docstring).
 
     Args:

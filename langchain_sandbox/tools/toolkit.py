@@ -31,7 +31,7 @@ class SandboxToolkit(BaseToolkit):
             context, ``configurable``, or the process-wide default), unless ``provider`` is set.
         provider: Build one runtime on this provider for all the tools, a name or a configured
             provider (``LocalProvider(isolation="none")``); the toolkit owns it and
-            :meth:`close` destroys its sandboxes.
+            `close` destroys its sandboxes.
         provider_options: Options for a provider given by name, checked against its parameters.
         include: Names of the tools to include (all of them by default).
         default_thread_id: The thread of calls that carry no ``thread_id``. By default one
@@ -64,13 +64,13 @@ class SandboxToolkit(BaseToolkit):
     def close(self) -> None:
         """Close the runtime this toolkit built for ``provider=`` (its sandboxes are destroyed).
 
-        The same rule as :meth:`SandboxTool.close <langchain_sandbox.tools.base.SandboxTool.close>`:
+        The same rule as `SandboxTool.close`:
         a runtime passed in belongs to someone else and is left alone.
         """
         self._owner.close()
 
     async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
+        """Async twin of `close`."""
         await self._owner.aclose()
 
     def get_tools(self) -> list[BaseTool]:

@@ -145,3 +145,14 @@ def test_every_public_constructor_documents_its_parameters(site: Path) -> None:
     row = re.search(r"max_output_chars\s+int\s+(\S+)\s+Characters", exec_tool)
     assert row is not None, exec_tool[:2000]
     assert row.group(1) == str(DEFAULT_RENDER_CHARS)
+
+
+def test_the_reference_has_no_raw_sphinx_roles(site: Path) -> None:
+    """Docstrings cross-reference with mkdocstrings' ``[name][path]``; a Sphinx role
+    (``:class:`X```) is not resolved by it and would render as its raw text."""
+    raw = {
+        str(page.relative_to(site)): sorted(set(found))
+        for page in (site / "reference").rglob("index.html")
+        if (found := re.findall(r":(?:class|meth|func|mod|data|attr|exc|obj):", page.read_text()))
+    }
+    assert raw == {}

@@ -234,7 +234,7 @@ def bubblewrap_argv(
         python: The interpreter to make available.
         workspace: Host directory bound read-write at ``/home/user``.
         files: Read-only files copied into the sandbox (``{sandbox path: data source}``, the
-            sources made by :func:`sealed_file`): the generated ``/etc`` files, the worker.
+            sources made by `sealed_file`): the generated ``/etc`` files, the worker.
         env: The complete environment inside; the host's is cleared.
         network: Share the host's network (and its resolver and CA certificates).
         read_only: Extra ``(host, sandbox)`` read-only binds (the session's environment, a
@@ -309,7 +309,7 @@ def options_via_fd(
     """Hand bubblewrap its options through a memfd (``--args FD``) instead of its argv.
 
     bubblewrap's own process is pid 1 inside the sandbox, and ``/proc/1/cmdline`` would show
-    every host path it binds. Data files (``--ro-bind-data`` of a :func:`sealed_file`) get a
+    every host path it binds. Data files (``--ro-bind-data`` of a `sealed_file`) get a
     descriptor each. With ``seccomp`` (a BPF program), bubblewrap also gets
     ``--seccomp FD`` and installs the filter. Yields the short argv and the descriptors to pass to
     the child.

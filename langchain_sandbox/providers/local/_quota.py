@@ -1,7 +1,7 @@
 """The workspace quota of a local session (``Limits.workspace_bytes``), enforced from the host.
 
 The workspace is a plain host directory, and an unprivileged host cannot give it a size-limited
-mount, so the quota is enforced by measuring it (:meth:`HostWorkspace.usage`: disk blocks, a
+mount, so the quota is enforced by measuring it (`HostWorkspace.usage`: disk blocks, a
 sparse file at its apparent size):
 
 * while code or a command runs, every second or so (less often when measuring is slow): once the
@@ -85,7 +85,7 @@ class WorkspaceQuota:
     @contextlib.asynccontextmanager
     async def guard(self, stop: Callable[[str], Awaitable[None]]) -> AsyncIterator[None]:
         """Around one call: ``stop(reason)`` is awaited if the call grows the workspace past the
-        quota. Calls are measured afterwards once they add up to :data:`MEASURE_AFTER_SECONDS`
+        quota. Calls are measured afterwards once they add up to `MEASURE_AFTER_SECONDS`
         of run time, so a stream of quick calls costs one measurement per that much work."""
         if self.limit is None:
             yield

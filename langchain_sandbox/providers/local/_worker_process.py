@@ -1,11 +1,11 @@
 """The host's handle on one sandboxed worker: start it, send requests, interrupt it, kill it.
 
-The worker (:mod:`._worker`) talks on three pipes created here and handed to the sandbox by
+The worker (`._worker`) talks on three pipes created here and handed to the sandbox by
 descriptor number: requests (length-prefixed ``marshal`` frames: the host is trusted), events
 (JSON lines, output chunks and replies: parsed safely whatever the sandbox sends) and control
 (interrupt lines). A background task reads events and routes them to the request in flight, so output
 streams to ``on_output`` while code runs. When the worker's event pipe closes, every waiter learns
-the worker is gone (:class:`WorkerDied`) instead of hanging.
+the worker is gone (`WorkerDied`) instead of hanging.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class WorkerDied(Exception):
 
 
 class WorkerProcess:
-    """One running worker. Create with :meth:`start`; requests are serialized by the caller."""
+    """One running worker. Create with `start`; requests are serialized by the caller."""
 
     def __init__(
         self,
@@ -87,7 +87,7 @@ class WorkerProcess:
             build_argv: Given the worker-side descriptor numbers (request, event, control),
                 returns the argv that starts the worker (through bubblewrap or not).
             prepare: Turns that argv into the one to execute plus descriptors to pass
-                (:meth:`Launcher.spawnable`).
+                (`Launcher.spawnable`).
             preexec_fn: Run in the child before exec (joins the session's cgroups).
             env: Environment of the started process (bubblewrap's own; it clears it inside).
             cwd: Working directory of the started process.
@@ -221,7 +221,7 @@ class WorkerProcess:
     ) -> tuple[int, asyncio.Future[dict[str, Any]]]:
         """Send a request; returns its id and a future for its ``done`` reply.
 
-        The future raises :class:`WorkerDied` if the worker ends first.
+        The future raises `WorkerDied` if the worker ends first.
         """
         # Random ids: sandboxed code that writes to the event pipe cannot aim a forged reply at a
         # later request by guessing its number.
@@ -244,7 +244,7 @@ class WorkerProcess:
     async def kill(self, reason: str | None = None) -> None:
         """Kill the worker and its sandbox (bubblewrap's namespace dies with it). Idempotent.
 
-        ``reason``, if given, is what a request still waiting learns (:class:`WorkerDied`).
+        ``reason``, if given, is what a request still waiting learns (`WorkerDied`).
         """
         if reason is not None:
             self._fail_all(reason)

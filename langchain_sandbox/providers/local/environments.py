@@ -1,6 +1,6 @@
 """Sandbox environments of the local provider: the local twin of E2B templates and Runloop blueprints.
 
-A :class:`SandboxEnvironment` names a list of requirements. The first session that selects it
+A [`SandboxEnvironment`][langchain_sandbox.SandboxEnvironment] names a list of requirements. The first session that selects it
 (``SessionSpec(template=name)``; ``None`` selects ``"default"``) builds it once for this machine:
 a virtualenv made from the sessions' interpreter, with the requirements installed by pip. Sessions
 then bind the environment's prefix read-only at ``/opt/environment`` and import from its
@@ -96,7 +96,7 @@ class SandboxEnvironment:
             application's setting; it is independent of where ``install_packages`` (the model's
             installs) may fetch from.
         extends: An environment to build on: ``"default"`` (numpy, pandas, matplotlib) or a
-            :class:`SandboxEnvironment`. Its requirements come first and are resolved with these
+            [`SandboxEnvironment`][langchain_sandbox.SandboxEnvironment]. Its requirements come first and are resolved with these
             in one pip run, so every environment extending one parent shares its constraints
             (``pandas>=2.2,<3`` of the default stays true next to ``"pandas"`` here); its
             ``package_index`` is used when this one gives none.
@@ -173,7 +173,7 @@ class EnvironmentCache:
     """The built environments of one interpreter, in one directory, shared by every process.
 
     Args:
-        root: The directory (see :func:`~langchain_sandbox.paths.environments_dir`).
+        root: The directory (see `environments_dir`).
         python: The interpreter sessions run; environments are virtualenvs of it.
         isolation: ``"bubblewrap"`` builds in a sandbox; ``"none"`` builds on the host.
         bwrap: The bubblewrap binary (with ``"bubblewrap"``).
@@ -442,7 +442,7 @@ def _size(path: Path) -> int:
 
 
 def print_progress(line: str) -> None:
-    """The default :data:`Progress`: each line on standard error, marked as the package's."""
+    """The default `Progress`: each line on standard error, marked as the package's."""
     print(f"[langchain-sandbox] {line}", file=sys.stderr, flush=True)
 
 

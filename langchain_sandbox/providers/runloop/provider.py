@@ -2,21 +2,21 @@
 
 A session is one devbox. Runloop offers shell commands, files, suspend/resume and disk snapshots,
 but no kernel, so stateful Python runs in a small interpreter inside the devbox
-(:mod:`langchain_sandbox.providers.runloop._worker`), started in the background by the first
+(`langchain_sandbox.providers.runloop._worker`), started in the background by the first
 ``run_code`` and reached by one short command per call. Every call is one ``execute_async``
 request plus one ``wait_for_status`` long-poll while it runs (two HTTP requests for a warm call).
 
 What this module guarantees:
 
-* The SDK is imported only when a provider is built; without it, :class:`MissingDependencyError`
+* The SDK is imported only when a provider is built; without it, [`MissingDependencyError`][langchain_sandbox.MissingDependencyError]
   names the ``runloop`` extra.
 * The API key comes from ``api_key=`` or the SDK's own ``RUNLOOP_API_KEY``; it is never stored in
   a record, a result, a log line or a repr.
 * The SDK's hidden retries are off (``max_retries=0``): a 5xx on ``execute_async`` must not run
   user code twice. Operations safe to repeat (create, attach, reads, listing, uploads, snapshots,
-  suspend, shutdown) are retried by :func:`~langchain_sandbox.retries.retry_async` instead, only
+  suspend, shutdown) are retried by `retry_async` instead, only
   for retryable errors and within a deadline.
-* SDK errors become :mod:`langchain_sandbox.errors` in one place, :func:`_translate`.
+* SDK errors become `langchain_sandbox.errors` in one place, `_translate`.
 
 Why one module over 500 lines: the provider and its session share the execution plumbing (one
 ``execute_async`` per call, the long-poll, live output, telling a refusal from a gone devbox);
@@ -921,7 +921,7 @@ class RunloopSession(RemoteSession):
         """One worker call (``changes``): the worker compares the workspace with ``known`` and
         answers the changed entries, the gone paths, the changed files' contents and, when
         asked, the variables dump. ``known`` travels as the worker's token when ``since`` is
-        the cursor it returned (:func:`~langchain_sandbox.providers.remote.known_reference`);
+        the cursor it returned (`known_reference`);
         sent itself, a listing over the inline request limit costs one upload. A dump over the
         inline size costs its downloads."""
         await self._ready()
@@ -1021,7 +1021,7 @@ class RunloopSession(RemoteSession):
         """Take a Runloop disk snapshot (files, and the picklable Python variables) and return its
         id, which the record keeps as ``state["disk_snapshot_id"]``.
 
-        A devbox made from it with :meth:`RunloopProvider.create_from_snapshot` starts with these
+        A devbox made from it with [`RunloopProvider.create_from_snapshot`][langchain_sandbox.RunloopProvider.create_from_snapshot] starts with these
         files, and its interpreter starts with these variables.
         """
         await self._ready()
