@@ -156,3 +156,11 @@ def test_the_reference_has_no_raw_sphinx_roles(site: Path) -> None:
         if (found := re.findall(r":(?:class|meth|func|mod|data|attr|exc|obj):", page.read_text()))
     }
     assert raw == {}
+
+
+def test_the_home_page_starts_a_reader_off(site: Path) -> None:
+    """The home page shows the package at work and where to go next, not a table of file names."""
+    home = (site / "index.html").read_text()
+    assert "SandboxExecTool()" in home
+    assert 'href="getting-started/"' in home
+    assert not re.search(r">\w[\w/-]*\.md<", home), "a file name shown as a link text"
