@@ -9,6 +9,11 @@
   generated ``__init__`` names no parameter; each gets a table of the fields this package
   declares (inherited ones included: a tool's ``provider``... live on ``SandboxTool``), with the
   type, the default and the description from the ``Args:`` of the class that declares it.
+* **Links in the notebooks resolve.** The notebooks link to the docs by their paths in the
+  repository (``../docs/deepagents.md``, which works where the notebook is read on GitHub);
+  mkdocs-jupyter leaves those links as they are and ``--strict`` does not check them, so each is
+  rewritten to the page's URL on the site, and a link to nothing is a build warning (an error
+  under ``--strict``).
 * **No page is lost.** A page under ``docs/`` that the nav does not list is added to the nav:
   under its section if :data:`_SECTION_OF` names one (pages written while the nav was not looking),
   otherwise under "More".
@@ -18,6 +23,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
+import os
+import posixpath
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -25,6 +33,11 @@ from typing import Any
 
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
+
+log = logging.getLogger("mkdocs.hooks.langchain_sandbox")
+_ROOT = Path(__file__).resolve().parent
+_HREF = re.compile(r'href="([^"#?:]+)((?:#[^"]*)?)"')
 
 # Public modules whose ``__all__`` the reference documents, in page order within a layer.
 _PUBLIC_MODULES = (
@@ -190,3 +203,30 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
         index += [f"| [`{name}`]({slug}.md#{name}) | {title} |" for name in names]
     files.append(File.generated(config, "reference/index.md", content="\n".join(index) + "\n"))
     return files
+
+
+def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """Rewrite a notebook's repository links to site URLs; warn about links to nothing."""
+    if not page.file.src_uri.endswith(".ipynb") or page.file.abs_src_path is None:
+        return html
+    source = Path(os.path.realpath(page.file.abs_src_path)).relative_to(_ROOT)
+    docs = Path(config.docs_dir).resolve().relative_to(_ROOT).as_posix()
+
+    def rewrite(match: re.Match[str]) -> str:
+        href, fragment = match.group(1), match.group(2)
+        if href.startswith("/"):
+            return match.group(0)
+        in_repo = posixpath.normpath(posixpath.join(source.parent.as_posix(), href))
+        target = None
+        if in_repo.startswith(f"{docs}/"):
+            target = files.get_file_from_path(in_repo[len(docs) + 1 :])
+        if target is None:
+            target = files.get_file_from_path(
+                posixpath.normpath(posixpath.join(posixpath.dirname(page.file.src_uri), href))
+            )
+        if target is None:
+            log.warning("%s links to %r, which is no page or file of the site", source, href)
+            return match.group(0)
+        return f'href="{target.url_relative_to(page.file)}{fragment}"'
+
+    return _HREF.sub(rewrite, html)

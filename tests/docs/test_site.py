@@ -164,3 +164,19 @@ def test_the_home_page_starts_a_reader_off(site: Path) -> None:
     assert "SandboxExecTool()" in home
     assert 'href="getting-started/"' in home
     assert not re.search(r">\w[\w/-]*\.md<", home), "a file name shown as a link text"
+
+
+def test_links_in_the_rendered_notebooks_resolve(site: Path) -> None:
+    """The notebooks link to the docs by repository paths (``../docs/deepagents.md``); on the
+    site each must reach a page (mkdocs --strict does not check notebook pages itself)."""
+    broken = []
+    for page in (site / "cookbook").rglob("index.html"):
+        for href in re.findall(r'href="([^"#?]+)[^"]*"', page.read_text()):
+            if re.match(r"^[a-z]+:", href) or href.startswith("//"):
+                continue
+            target = (page.parent / href).resolve()
+            if not (target.is_file() or (target / "index.html").is_file()):
+                broken.append(f"{page.relative_to(site)} -> {href}")
+    assert broken == []
+    deep_agents = (site / "cookbook" / "deep_agents" / "index.html").read_text()
+    assert 'href="../../deepagents/"' in deep_agents
