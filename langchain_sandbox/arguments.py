@@ -97,12 +97,15 @@ def check_arguments(owner: str, given: Mapping[str, Any], valid: Collection[str]
 
 
 def check_model_arguments(model: type[BaseModel], data: Any) -> None:
-    """`check_arguments` for the input of a pydantic model (its fields and their aliases)."""
+    """``check_arguments`` for the input of a pydantic model (its fields and their aliases), and
+    ``check_provider_options`` for a model that takes a provider."""
     if not isinstance(data, Mapping):
         return
     valid = set(model.model_fields)
     valid.update(f.alias for f in model.model_fields.values() if f.alias)
     check_arguments(model.__name__, data, valid)
+    if "provider_options" in valid:
+        check_provider_options(data.get("provider"), data.get("provider_options"))
 
 
 def checked_init(init: Callable[P, None]) -> Callable[P, None]:

@@ -44,7 +44,7 @@ from pydantic import BaseModel, Field, PrivateAttr, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from langchain_sandbox._event_loop import on_event_loop
-from langchain_sandbox.arguments import check_model_arguments, check_provider_options
+from langchain_sandbox.arguments import check_model_arguments
 from langchain_sandbox.checkpointer_names import (
     anote_checkpointer,
     note_checkpointer,
@@ -304,8 +304,6 @@ class SandboxTool(BaseTool):
         # Pydantic ignores unknown fields; a typo (``providr=``) or an option of the provider
         # (``isolation=``) must fail instead of being dropped.
         check_model_arguments(cls, data)
-        if isinstance(data, Mapping):
-            check_provider_options(data.get("provider"), data.get("provider_options"))
         return data
 
     def model_post_init(self, context: Any) -> None:

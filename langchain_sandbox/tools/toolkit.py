@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.tools import BaseTool, BaseToolkit
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from langchain_sandbox.arguments import check_model_arguments, check_provider_options
+from langchain_sandbox.arguments import check_model_arguments
 from langchain_sandbox.providers.base import Provider
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.tools.base import private_thread_id
@@ -54,8 +53,6 @@ class SandboxToolkit(BaseToolkit):
     def _known_arguments(cls, data: Any) -> Any:
         # As the tools do: a typo or an option of the provider fails instead of being dropped.
         check_model_arguments(cls, data)
-        if isinstance(data, Mapping):
-            check_provider_options(data.get("provider"), data.get("provider_options"))
         return data
 
     def _shared_runtime(self) -> SandboxRuntime | None:
