@@ -5,6 +5,15 @@
   one page per layer of the package, each name rendered by mkdocstrings from its docstring under
   the name users import. A name exported, moved or renamed in the code appears in the reference
   with no edit to the docs.
+* **Pydantic constructors are documented.** The tools and the toolkit are pydantic models, whose
+  generated ``__init__`` names no parameter; each gets a table of the fields this package
+  declares (inherited ones included: a tool's ``provider``... live on ``SandboxTool``), with the
+  type, the default and the description from the ``Args:`` of the class that declares it.
+* **Links in the notebooks resolve.** The notebooks link to the docs by their paths in the
+  repository (``../docs/deepagents.md``, which works where the notebook is read on GitHub);
+  mkdocs-jupyter leaves those links as they are and ``--strict`` does not check them, so each is
+  rewritten to the page's URL on the site, and a link to nothing is a build warning (an error
+  under ``--strict``).
 * **No page is lost.** A page under ``docs/`` that the nav does not list is added to the nav:
   under its section if :data:`_SECTION_OF` names one (pages written while the nav was not looking),
   otherwise under "More".
@@ -13,12 +22,22 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+import logging
+import os
+import posixpath
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
+
+log = logging.getLogger("mkdocs.hooks.langchain_sandbox")
+_ROOT = Path(__file__).resolve().parent
+_HREF = re.compile(r'href="([^"#?:]+)((?:#[^"]*)?)"')
 
 # Public modules whose ``__all__`` the reference documents, in page order within a layer.
 _PUBLIC_MODULES = (
@@ -57,6 +76,67 @@ def _reference_pages() -> dict[str, list[str]]:
             pages[_LAYERS.get(layer, _OTHER)].append(f"{module_name}.{name}")
     order = [*dict.fromkeys(_LAYERS.values()), _OTHER]
     return {title: pages[title] for title in order if pages.get(title)}
+
+
+_ARG = re.compile(r"^(\s+)(\w+):\s*(.*)$")
+
+
+def _documented_args(cls: type) -> dict[str, str]:
+    """``name -> description`` from the Google-style ``Args:`` of ``cls`` and its bases."""
+    described: dict[str, str] = {}
+    for base in reversed(cls.__mro__):
+        lines = inspect.cleandoc(base.__doc__ or "").splitlines()
+        if "Args:" not in lines:
+            continue
+        current, indent = "", None
+        for line in lines[lines.index("Args:") + 1 :]:
+            if line and not line.startswith(" "):
+                break
+            match = _ARG.match(line)
+            if match and (indent is None or len(match.group(1)) == indent):
+                indent, current = len(match.group(1)), match.group(2)
+                described[current] = match.group(3)
+            elif current and line.strip():
+                described[current] += " " + line.strip()
+    return described
+
+
+def _type_name(annotation: Any) -> str:
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return re.sub(r"\b(?:[\w]+\.)+(\w+)", r"\1", str(annotation))
+
+
+def _fields_table(dotted: str) -> str:
+    """A parameters table for a pydantic model of this package ('' for anything else)."""
+    from pydantic import BaseModel
+    from pydantic_core import PydanticUndefined
+
+    module_name, _, name = dotted.rpartition(".")
+    cls = getattr(importlib.import_module(module_name), name)
+    if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+        return ""
+    ours = [b for b in cls.__mro__ if b.__module__.startswith("langchain_sandbox")]
+    described = _documented_args(cls)
+    rows = ["**Parameters** (keyword arguments):\n", "| Name | Type | Default | Description |"]
+    rows.append("| --- | --- | --- | --- |")
+    for field_name, field in cls.model_fields.items():
+        if not any(field_name in vars(b).get("__annotations__", {}) for b in ours):
+            continue
+        if field.default_factory is not None:
+            default = f"`{getattr(field.default_factory, '__name__', 'factory')}()`"
+        elif field.default is PydanticUndefined:
+            default = "required"
+        elif isinstance(field.default, type):
+            default = f"`{field.default.__name__}`"
+        else:
+            default = f"`{field.default!r}`" if len(repr(field.default)) < 60 else "(see source)"
+        about = described.get(field_name, "LangChain's `BaseTool` field, set by this tool.")
+        # A pipe inside a code span would end the table cell: the type is written as text.
+        kind = _type_name(field.annotation).replace("|", "\\|")
+        about = about.replace("|", "\\|")
+        rows.append(f"| `{field_name}` | {kind} | {default} | {about} |")
+    return "\n".join(rows) + "\n"
 
 
 def _slug(title: str) -> str:
@@ -116,8 +196,37 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     ]
     for title, names in pages.items():
         slug = _slug(title)
-        body = [f"# {title}\n"] + [f"::: {name}\n" for name in names]
+        body = [f"# {title}\n"]
+        for name in names:
+            body += [f"::: {name}\n", _fields_table(name)]
         files.append(File.generated(config, f"reference/{slug}.md", content="\n".join(body)))
         index += [f"| [`{name}`]({slug}.md#{name}) | {title} |" for name in names]
     files.append(File.generated(config, "reference/index.md", content="\n".join(index) + "\n"))
     return files
+
+
+def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """Rewrite a notebook's repository links to site URLs; warn about links to nothing."""
+    if not page.file.src_uri.endswith(".ipynb") or page.file.abs_src_path is None:
+        return html
+    source = Path(os.path.realpath(page.file.abs_src_path)).relative_to(_ROOT)
+    docs = Path(config.docs_dir).resolve().relative_to(_ROOT).as_posix()
+
+    def rewrite(match: re.Match[str]) -> str:
+        href, fragment = match.group(1), match.group(2)
+        if href.startswith("/"):
+            return match.group(0)
+        in_repo = posixpath.normpath(posixpath.join(source.parent.as_posix(), href))
+        target = None
+        if in_repo.startswith(f"{docs}/"):
+            target = files.get_file_from_path(in_repo[len(docs) + 1 :])
+        if target is None:
+            target = files.get_file_from_path(
+                posixpath.normpath(posixpath.join(posixpath.dirname(page.file.src_uri), href))
+            )
+        if target is None:
+            log.warning("%s links to %r, which is no page or file of the site", source, href)
+            return match.group(0)
+        return f'href="{target.url_relative_to(page.file)}{fragment}"'
+
+    return _HREF.sub(rewrite, html)

@@ -29,6 +29,7 @@ from langchain_sandbox.errors import (
     IsolationUnavailableError,
     MissingDependencyError,
     ProviderUnavailableError,
+    ProviderUnreachableError,
     QuotaExceededError,
     SandboxError,
     SandboxGoneError,
@@ -37,6 +38,7 @@ from langchain_sandbox.errors import (
     SnapshotNotFoundError,
     SnapshotStoreUnavailable,
     ThreadBusyError,
+    UnknownArgumentError,
     UnsafeArchiveError,
 )
 from langchain_sandbox.providers import get_provider
@@ -172,6 +174,7 @@ __all__ = [
     "PostgresThreadLock",
     "Provider",
     "ProviderUnavailableError",
+    "ProviderUnreachableError",
     "QuotaExceededError",
     "RunloopProvider",
     "SandboxAgentState",
@@ -203,6 +206,7 @@ __all__ = [
     "Snapshotter",
     "StepCall",
     "ThreadBusyError",
+    "UnknownArgumentError",
     "UnsafeArchiveError",
     "VariablesDump",
     "execution_result",

@@ -23,12 +23,12 @@ T = TypeVar("T")
 
 
 class LoopThread:
-    """A daemon thread running an asyncio event loop until :meth:`stop`.
+    """A daemon thread running an asyncio event loop until `stop`.
 
     The thread starts on construction, without waiting for the loop to run (work submitted
     before it does waits in the loop's queue), so building one never blocks a caller that is
-    itself on an event loop. Coroutines run with :meth:`run_sync` (blocking the calling
-    thread) or :meth:`run_async` (awaited from another loop); cancelling the awaiting task cancels
+    itself on an event loop. Coroutines run with `run_sync` (blocking the calling
+    thread) or `run_async` (awaited from another loop); cancelling the awaiting task cancels
     the coroutine on this loop, so cancelled work is interrupted rather than left running.
     """
 

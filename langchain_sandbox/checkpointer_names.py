@@ -3,8 +3,7 @@
 Several applications may keep their snapshots in one blob store (the default local store is one
 directory per user). ``gc`` keeps what the checkpointers it is given reference, so the blobs of an
 application whose checkpointer it was not given would look unused. Each run that takes snapshots
-therefore notes its checkpointer's name in the store (:meth:`BlobStore.note_checkpointer
-<langchain_sandbox.snapshots.BlobStore.note_checkpointer>`, once per process), and ``gc``
+therefore notes its checkpointer's name in the store (`BlobStore.note_checkpointer`, once per process), and ``gc``
 refuses to collect blobs while the store serves a checkpointer it was not given.
 
 A name is the URL ``gc --checkpointer`` opens the checkpointer by, without credentials:
@@ -101,7 +100,7 @@ async def acheckpointer_name(saver: Any) -> str | None:
 
 
 def checkpointer_name(saver: Any) -> str | None:
-    """Blocking twin of :func:`acheckpointer_name` (an async saver's I/O runs on its loop)."""
+    """Blocking twin of `acheckpointer_name` (an async saver's I/O runs on its loop)."""
     kind = _kind(saver)
     if kind == "memory":
         return None
@@ -176,7 +175,7 @@ async def anote_checkpointer(runtime: SandboxRuntime, config: RunnableConfig | N
 
 
 def note_checkpointer(runtime: SandboxRuntime, config: RunnableConfig | None) -> None:
-    """Blocking twin of :func:`anote_checkpointer`."""
+    """Blocking twin of `anote_checkpointer`."""
     found = _run_store(runtime, config)
     if found is None:
         return

@@ -1,5 +1,5 @@
 """The ``langchain-sandbox`` command: run code in a sandbox, check the machine, run the demo, reap
-orphans. ``langchain-sandbox --help`` shows :data:`EXAMPLES`."""
+orphans. ``langchain-sandbox --help`` shows `EXAMPLES`."""
 
 from __future__ import annotations
 
@@ -46,12 +46,17 @@ def _print_result(result: ExecutionResult, *, as_json: bool) -> int:
         sys.stderr.write(result.stderr)
         for notice in result.notices:
             print(f"[notice] {notice}", file=sys.stderr)
-        if result.error is not None:
+        # A run stopped at its time limit was interrupted by the sandbox; the KeyboardInterrupt
+        # traceback that leaves is the sandbox's doing, not the code's, so "[timed out]" says it.
+        interrupted = result.timed_out and _is_interrupt(result)
+        if result.error is not None and not interrupted:
             sys.stderr.write(
                 result.error.traceback or f"{result.error.name}: {result.error.value}\n"
             )
         if result.timed_out:
             print("[timed out]", file=sys.stderr)
+            if interrupted:
+                sys.stderr.write(_where_stopped(result))
         if result.truncated:
             print(f"[output truncated: {result.omitted_bytes} bytes omitted]", file=sys.stderr)
         if result.value is not None:
@@ -61,6 +66,19 @@ def _print_result(result: ExecutionResult, *, as_json: bool) -> int:
     if result.error is not None:
         return 1
     return result.exit_code or 0
+
+
+def _is_interrupt(result: ExecutionResult) -> bool:
+    return result.error is not None and result.error.name == "KeyboardInterrupt"
+
+
+def _where_stopped(result: ExecutionResult) -> str:
+    """The frames of the code a timeout stopped, without the ``Traceback`` and
+    ``KeyboardInterrupt`` lines around them."""
+    traceback = result.error.traceback if result.error is not None else None
+    lines = (traceback or "").splitlines()
+    frames = [line for line in lines if line.startswith(" ")]
+    return "".join(f"{line}\n" for line in ["stopped in:", *frames]) if frames else ""
 
 
 async def _run_once(args: argparse.Namespace) -> int:

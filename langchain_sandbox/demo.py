@@ -1,8 +1,8 @@
 """``langchain-sandbox demo``: an agent that analyses data in a sandbox, end to end, offline.
 
-The agent is ``create_agent`` + :class:`~langchain_sandbox.graph.SandboxMiddleware` with an
+The agent is ``create_agent`` + [`SandboxMiddleware`][langchain_sandbox.SandboxMiddleware] with an
 in-memory checkpointer, on the local (bubblewrap) provider. The model is
-:class:`~langchain_sandbox.testing.ScriptedToolModel` unless a real one is asked for and available
+[`ScriptedToolModel`][langchain_sandbox.testing.ScriptedToolModel] unless a real one is asked for and available
 (``ANTHROPIC_API_KEY`` with ``langchain-anthropic``, or ``OPENAI_API_KEY`` with ``langchain-openai``).
 The run shows what the package is for: several stateful steps (variables made in one call are used
 in the next), two tool calls in one AI message sharing one sandbox, and a matplotlib chart copied out

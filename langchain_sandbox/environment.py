@@ -1,6 +1,6 @@
 """The environment variables a sandbox is given: only the ones asked for, and well-formed.
 
-Every provider passes a session's and a call's variables through :func:`validate_env` before any
+Every provider passes a session's and a call's variables through `validate_env` before any
 process starts or any request is sent, so a bad name fails the same way everywhere.
 """
 

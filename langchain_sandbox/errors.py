@@ -1,6 +1,6 @@
 """The error taxonomy.
 
-Failures of *user code* are never exceptions: they are :class:`~langchain_sandbox.results.ExecutionResult`
+Failures of *user code* are never exceptions: they are [`ExecutionResult`][langchain_sandbox.ExecutionResult]
 values the model can read. The exceptions here are for the infrastructure around the code: a sandbox
 that is gone, a provider that is down, an input the package refuses. Each class says whether repeating
 the same operation may succeed (``retryable``); retries use that flag and nothing else.
@@ -80,6 +80,12 @@ class ProviderUnavailableError(SandboxError):
     retryable = True
 
 
+class ProviderUnreachableError(ProviderUnavailableError):
+    """The provider did not answer at all (connection refused, no route, DNS): a wrong address
+    or a network down, which waiting seldom fixes. Retried once at most
+    (`UNREACHABLE_ATTEMPTS`), so the caller hears in seconds."""
+
+
 class CheckpointerUnavailableError(SandboxError):
     """A checkpointer named by URL could not be opened (server down, wrong address or password)."""
 
@@ -108,7 +114,7 @@ class AuthenticationError(ConfigurationError):
 
 
 class ThreadBusyError(SandboxError):
-    """Another run holds the thread (:class:`~langchain_sandbox.thread_lock.PostgresThreadLock`):
+    """Another run holds the thread ([`PostgresThreadLock`][langchain_sandbox.PostgresThreadLock]):
     running this turn now would lose one of the two. Retry when it ends.
 
     Attributes:
@@ -142,7 +148,14 @@ class EnvironmentBuildError(ConfigurationError):
     that does not resolve). The message names the cause and pip's last lines.
 
     The application chooses environments, not the model, so this is a developer's error: it
-    propagates out of the agent's run like any other :class:`ConfigurationError`."""
+    propagates out of the agent's run like any other [`ConfigurationError`][langchain_sandbox.ConfigurationError]."""
+
+
+class UnknownArgumentError(ConfigurationError, TypeError):
+    """A constructor was given an argument it does not take (a typo, or an option of another
+    object). The message names the closest valid argument, or where the option belongs.
+
+    A ``TypeError`` too, as Python's own unexpected-keyword error is."""
 
 
 class MissingDependencyError(ConfigurationError, ImportError):
@@ -158,7 +171,7 @@ class MissingDependencyError(ConfigurationError, ImportError):
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """Whether ``exc`` is worth retrying: only :class:`SandboxError` with ``retryable`` set."""
+    """Whether ``exc`` is worth retrying: only [`SandboxError`][langchain_sandbox.SandboxError] with ``retryable`` set."""
     return isinstance(exc, SandboxError) and exc.retryable
 
 
@@ -173,6 +186,7 @@ __all__ = [
     "IsolationUnavailableError",
     "MissingDependencyError",
     "ProviderUnavailableError",
+    "ProviderUnreachableError",
     "QuotaExceededError",
     "SandboxError",
     "SandboxGoneError",
@@ -181,6 +195,7 @@ __all__ = [
     "SnapshotNotFoundError",
     "SnapshotStoreUnavailable",
     "ThreadBusyError",
+    "UnknownArgumentError",
     "UnsafeArchiveError",
     "is_retryable",
 ]

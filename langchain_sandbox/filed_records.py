@@ -8,13 +8,13 @@ calls starts from a fork checkpoint, so each branch files its own record. The st
 holds the call's tool message among its pending writes, which is how a later call, and gc, find
 it. Records filed before steps were part of the key (and under ``durability="exit"``, where no
 step's checkpoint is saved) have no step; they are still read and kept. See
-:mod:`langchain_sandbox.deepagents._lineage`. ``langchain-sandbox gc`` must find those records
+`langchain_sandbox.deepagents._lineage`. ``langchain-sandbox gc`` must find those records
 from the checkpoints' conversations to keep them and their snapshots, and it runs where the
 ``deepagents`` extra may not be installed: so the key scheme lives here, below both.
 
 A subagent (Deep Agents' ``task`` tool) runs on its own conversation, which the parent's does not
 contain; its calls file their records under their own keys and, each time, under the key of the
-parent's ``task`` call too (:func:`subagent_key`), where the parent's next call and ``gc`` look.
+parent's ``task`` call too (`subagent_key`), where the parent's next call and ``gc`` look.
 """
 
 from __future__ import annotations

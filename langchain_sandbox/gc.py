@@ -22,7 +22,7 @@ A checkpointer that does not exist or holds no checkpoint is refused unless
 typo in a path would otherwise delete them all.
 
 Several applications may share one snapshot store (the default local store is per user). Runs
-note their checkpointer's name in the store (:mod:`langchain_sandbox.checkpointer_names`), and gc
+note their checkpointer's name in the store (`langchain_sandbox.checkpointer_names`), and gc
 refuses to run while the store serves a checkpointer it was not given: blobs only that
 checkpointer's checkpoints reference would look unused.
 """
@@ -65,7 +65,7 @@ class CheckpointReferences:
     Attributes:
         snapshot_refs: Snapshot refs named by any checkpoint or its pending writes.
         record_keys: Store keys under which the Deep Agents backend may have filed a record for a
-            tool call of a checkpoint's conversation (:mod:`langchain_sandbox.filed_records`).
+            tool call of a checkpoint's conversation (`langchain_sandbox.filed_records`).
         head_sessions: Session ids named by the latest checkpoint of each thread (its pending
             writes included).
         late_heads: Heads of records whose snapshot was written behind their call (the record
@@ -131,7 +131,7 @@ async def checkpoint_references(saver: BaseCheckpointSaver[Any]) -> CheckpointRe
 
 def _snapshot_is_late(record: Mapping[str, Any]) -> bool:
     """Whether the record's own snapshot is older than its revision, so a snapshot written behind
-    its call may exist under its head (:meth:`Snapshotter.find_head`)."""
+    its call may exist under its head ([`Snapshotter.find_head`][langchain_sandbox.Snapshotter.find_head])."""
     revision, snapshot_revision = record.get("revision"), record.get("snapshot_revision", 0)
     return (
         isinstance(record.get("head"), str)
@@ -142,7 +142,7 @@ def _snapshot_is_late(record: Mapping[str, Any]) -> bool:
 
 
 _MAX_DEPTH = 8
-"""How deep :func:`_collect_records` looks into a value (a record sits at most a few levels down:
+"""How deep `_collect_records` looks into a value (a record sits at most a few levels down:
 a ``Command``'s update, a ``ToolMessage``'s artifact, a ``Send``'s payload)."""
 
 
@@ -419,7 +419,7 @@ async def _check_served(
 
 
 _RECORD_READS = 64
-"""Filed records :func:`_filed_records` reads at once."""
+"""Filed records `_filed_records` reads at once."""
 
 
 async def _filed_records(store: BlobStore, keys: set[str]) -> tuple[set[str], set[str]]:

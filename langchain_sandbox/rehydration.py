@@ -2,7 +2,7 @@
 
 The engine decides, for one call of one thread, which session the call runs in and what record it
 returns. It knows nothing of event-loop threads, locks, caps or idle eviction (the
-:mod:`~langchain_sandbox.session_pool` does those) and nothing of LangGraph (the tools pass it a
+`session_pool` does those) and nothing of LangGraph (the tools pass it a
 record and turn the returned record into a state update). Its rules:
 
 * **rehydrate** (before a call): the live session is used when its head equals the record's;
@@ -136,7 +136,7 @@ class RestoreReportLike(Protocol):
 
 class SnapshotterLike(Protocol):
     """The snapshot engine the runtime persists with
-    (:class:`langchain_sandbox.snapshots.Snapshotter` by default)."""
+    ([`langchain_sandbox.snapshots.Snapshotter`][langchain_sandbox.Snapshotter] by default)."""
 
     async def capture(
         self, session: Session, *, base: str | None, revision: int
@@ -181,7 +181,7 @@ class Outcome(NamedTuple, Generic[T]):
 
     Attributes:
         value: The operation's result.
-        record: The thread's updated :class:`SandboxState`, as an update for the graph's
+        record: The thread's updated [`SandboxState`][langchain_sandbox.SandboxState], as an update for the graph's
             ``sandbox`` channel (``exec_count`` is a delta, as the channel's reducer expects).
         notices: Infrastructure messages the model should read (a restore happened, a snapshot
             could not be saved...). Operations returning an ``ExecutionResult`` also carry them
@@ -332,7 +332,7 @@ class RehydrationEngine:
     Args:
         host: Where sessions come from and go back to.
         snapshotter: Captures and restores snapshots.
-        persist: When a changing call is captured (see :data:`PersistPolicy`).
+        persist: When a changing call is captured (see [`PersistPolicy`][langchain_sandbox.PersistPolicy]).
         write_behind: Capture after the call has returned instead of before (see the module
             docstring); worth it where sandboxes outlive the process.
     """
@@ -373,7 +373,7 @@ class RehydrationEngine:
         per thread (the caller holds the thread's lock).
 
         ``record=None`` uses the thread's own latest record (outside a graph, state lives in the
-        runtime). See :meth:`langchain_sandbox.runtime.SandboxRuntime.aexecute` for the flags.
+        runtime). See [`langchain_sandbox.runtime.SandboxRuntime.aexecute`][langchain_sandbox.SandboxRuntime.aexecute] for the flags.
         """
         await thread.settle()
         notices, thread.late_notices = thread.late_notices, []

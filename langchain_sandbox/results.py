@@ -1,7 +1,7 @@
 """One result shape for code and commands, on every provider, and how a model sees it.
 
-The full :class:`ExecutionResult` travels as a ToolMessage artifact (for programs and UIs); the model
-reads :meth:`ExecutionResult.render`, a compact text that keeps the head and tail of long output and
+The full [`ExecutionResult`][langchain_sandbox.ExecutionResult] travels as a ToolMessage artifact (for programs and UIs); the model
+reads [`ExecutionResult.render`][langchain_sandbox.ExecutionResult.render], a compact text that keeps the head and tail of long output and
 says what was cut, plus images as image content blocks.
 """
 
@@ -183,7 +183,7 @@ class OutputCapture:
     """A byte sink that keeps at most ``limit`` bytes: the first half and the most recent half.
 
     Providers feed streamed output through it so a run that prints gigabytes costs bounded memory on
-    the host; :attr:`omitted` counts what was dropped.
+    the host; `omitted` counts what was dropped.
     """
 
     def __init__(self, limit: int = DEFAULT_CAPTURE_BYTES) -> None:

@@ -3,6 +3,13 @@
 Only idempotent operations go through here (create, attach, reads, snapshot, restore, close), and
 only errors whose ``retryable`` flag is set are retried: running user code is never repeated
 silently. Backoff is jittered and exponential, bounded by the caller's deadline.
+
+The budget: ``attempts`` tries (default `DEFAULT_ATTEMPTS`) that start within ``deadline``
+seconds (default `DEFAULT_DEADLINE`; each provider has its own ``retry_attempts`` and
+``retry_deadline``), except for a provider that does not answer at all
+([`ProviderUnreachableError`][langchain_sandbox.ProviderUnreachableError]: connection refused, no route),
+which is tried `UNREACHABLE_ATTEMPTS` times: a wrong address fails in seconds, with one
+typed error, instead of after the whole budget.
 """
 
 from __future__ import annotations
@@ -12,18 +19,36 @@ from typing import Any, TypeVar
 
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     retry_if_exception,
     stop_after_attempt,
     stop_after_delay,
+    stop_any,
     wait_random_exponential,
 )
+from tenacity.stop import stop_base
 
-from langchain_sandbox.errors import is_retryable
+from langchain_sandbox.errors import ProviderUnreachableError, is_retryable
 
 T = TypeVar("T")
 
 DEFAULT_ATTEMPTS = 4
 DEFAULT_DEADLINE = 60.0
+UNREACHABLE_ATTEMPTS = 2
+"""Tries, the first included, of an operation whose provider does not answer at all."""
+
+
+class _StopUnreachable(stop_base):
+    """Stop once a provider that does not answer at all has had its tries."""
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        outcome = retry_state.outcome
+        return (
+            outcome is not None
+            and outcome.failed
+            and isinstance(outcome.exception(), ProviderUnreachableError)
+            and retry_state.attempt_number >= UNREACHABLE_ATTEMPTS
+        )
 
 
 async def retry_async(
@@ -43,7 +68,7 @@ async def retry_async(
         initial_wait: Scale of the first backoff; later ones grow exponentially, with jitter.
         max_wait: Longest single backoff.
     """
-    stop: Any = stop_after_attempt(attempts)
+    stop: Any = stop_any(stop_after_attempt(attempts), _StopUnreachable())
     if deadline is not None:
         stop = stop | stop_after_delay(max(deadline, 0.0))
     retrying = AsyncRetrying(
@@ -58,4 +83,4 @@ async def retry_async(
     raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
 
 
-__all__ = ["DEFAULT_ATTEMPTS", "DEFAULT_DEADLINE", "retry_async"]
+__all__ = ["DEFAULT_ATTEMPTS", "DEFAULT_DEADLINE", "UNREACHABLE_ATTEMPTS", "retry_async"]

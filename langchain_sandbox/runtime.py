@@ -2,21 +2,21 @@
 
 The runtime is the public facade over two parts, each testable on its own:
 
-* :mod:`~langchain_sandbox.session_pool` keeps the live sessions: it creates them lazily (once,
+* `session_pool` keeps the live sessions: it creates them lazily (once,
   however many calls race for the first one), serializes the calls of one thread behind a lock
   while different threads run in parallel, closes sessions that sat idle too long or that exceed a
-  cap, and closes everything on :meth:`SandboxRuntime.close`;
-* :mod:`~langchain_sandbox.rehydration` keeps each thread's sandbox in step with its
-  :class:`~langchain_sandbox.state.SandboxState` record (the graph's ``sandbox`` channel), which
+  cap, and closes everything on [`SandboxRuntime.close`][langchain_sandbox.SandboxRuntime.close];
+* `rehydration` keeps each thread's sandbox in step with its
+  [`SandboxState`][langchain_sandbox.SandboxState] record (the graph's ``sandbox`` channel), which
   is what makes sessions durable: rehydrate before a call, persist after it.
 
-All provider I/O runs on one private event loop (see :mod:`langchain_sandbox._event_loop`); each
+All provider I/O runs on one private event loop (see `langchain_sandbox._event_loop`); each
 public coroutine has a blocking twin (``arun_code`` / ``run_code`` ...). The runtime knows nothing
 about LangGraph: the tools pass it a record and turn the updated record into a state update.
 
 Why one module over 500 lines: most of it is the public facade's blocking and async twin of
 each operation (two signatures and two docstrings each); the logic lives in
-:mod:`~langchain_sandbox.session_pool` and :mod:`~langchain_sandbox.rehydration`.
+`session_pool` and `rehydration`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from langchain_sandbox._event_loop import LoopThread
+from langchain_sandbox.arguments import checked_init
 from langchain_sandbox.providers.base import (
     Capabilities,
     FileInfo,
@@ -68,12 +69,12 @@ class SandboxRuntime:
     """Maps conversation threads to live sandbox sessions; see the module docstring.
 
     Args:
-        provider: ``"local"`` (default), ``"e2b"``, ``"runloop"`` or a :class:`Provider`.
+        provider: ``"local"`` (default), ``"e2b"``, ``"runloop"`` or a [`Provider`][langchain_sandbox.Provider].
         spec: What each new session is created with (limits, env, template...). The runtime adds
             a ``thread_id`` tag to its metadata so ``langchain-sandbox gc`` can find orphans.
         provider_options: Keyword arguments for the provider when it is given by name.
         snapshotter: Snapshot engine used to persist and restore; defaults to
-            :class:`langchain_sandbox.snapshots.Snapshotter` on its default local store.
+            [`langchain_sandbox.snapshots.Snapshotter`][langchain_sandbox.Snapshotter] on its default local store.
         persist: When an incremental snapshot is captured after a call that can change the
             sandbox. ``"resumable"`` (default): only for calls something can resume from, which
             the caller says with ``resumable=True`` (the tools do in a graph with a
@@ -94,7 +95,7 @@ class SandboxRuntime:
             restores it into a new session, without a notice when nothing was lost. A session
             that is busy is never closed, so under load the cap can be exceeded until calls
             finish. The default is 1,024, fewer where the process's open-file limit is low
-            (:data:`~langchain_sandbox.session_pool.DEFAULT_MAX_SESSIONS`); ``None``: no cap.
+            (`DEFAULT_MAX_SESSIONS`); ``None``: no cap.
             See ``docs/runtime.md`` for what a spilled thread costs.
 
     Building a runtime never blocks an event loop: its loop thread starts without being waited
@@ -106,6 +107,7 @@ class SandboxRuntime:
             first call.
     """
 
+    @checked_init
     def __init__(
         self,
         provider: str | Provider = "local",
@@ -195,7 +197,7 @@ class SandboxRuntime:
         await self._loop.run_async(self._flush())
 
     def flush(self) -> None:
-        """Blocking twin of :meth:`aflush`."""
+        """Blocking twin of `aflush`."""
         self._loop.run_sync(self._flush())
 
     async def _flush(self) -> None:
@@ -275,7 +277,7 @@ class SandboxRuntime:
         step_call: StepCall | None = None,
         resumable: bool = False,
     ) -> Outcome[T]:
-        """Blocking twin of :meth:`aexecute` (for sync code and ToolNode worker threads)."""
+        """Blocking twin of `aexecute` (for sync code and ToolNode worker threads)."""
         return self._loop.run_sync(
             self._execute(thread_id, operation, record, mutates, repeatable, step_call, resumable)
         )
@@ -365,7 +367,7 @@ class SandboxRuntime:
         step_call: StepCall | None = None,
         resumable: bool = False,
     ) -> Outcome[ExecutionResult]:
-        """Blocking twin of :meth:`arun_code`."""
+        """Blocking twin of `arun_code`."""
         return self._loop.run_sync(
             self.arun_code(
                 thread_id,
@@ -392,7 +394,7 @@ class SandboxRuntime:
     ) -> Outcome[ExecutionResult]:
         """Run a shell command in the thread's sandbox (``cwd`` defaults to the workspace).
 
-        ``timeout`` is capped by ``Limits.timeout`` as in :meth:`arun_code`.
+        ``timeout`` is capped by ``Limits.timeout`` as in `arun_code`.
         """
         return await self._arun_capped(
             thread_id,
@@ -417,7 +419,7 @@ class SandboxRuntime:
         step_call: StepCall | None = None,
         resumable: bool = False,
     ) -> Outcome[ExecutionResult]:
-        """Blocking twin of :meth:`arun_command`."""
+        """Blocking twin of `arun_command`."""
         return self._loop.run_sync(
             self.arun_command(
                 thread_id,
@@ -446,9 +448,9 @@ class SandboxRuntime:
         """Run a command in the thread's persistent shell: ``cd`` and ``export`` carry over to
         its next commands, and across a resume or fork (they travel with the workspace's
         snapshot). ``cwd`` changes directory first, and the shell stays there. See
-        :meth:`Session.run_shell <langchain_sandbox.providers.base.Session.run_shell>`.
+        [`Session.run_shell`][langchain_sandbox.Session.run_shell].
 
-        ``timeout`` is capped by ``Limits.timeout`` as in :meth:`arun_code`.
+        ``timeout`` is capped by ``Limits.timeout`` as in `arun_code`.
         """
         return await self._arun_capped(
             thread_id,
@@ -473,7 +475,7 @@ class SandboxRuntime:
         step_call: StepCall | None = None,
         resumable: bool = False,
     ) -> Outcome[ExecutionResult]:
-        """Blocking twin of :meth:`arun_shell`."""
+        """Blocking twin of `arun_shell`."""
         return self._loop.run_sync(
             self.arun_shell(
                 thread_id,
@@ -519,7 +521,7 @@ class SandboxRuntime:
         step_call: StepCall | None = None,
         resumable: bool = False,
     ) -> Outcome[None]:
-        """Blocking twin of :meth:`awrite_files`."""
+        """Blocking twin of `awrite_files`."""
         return self._loop.run_sync(
             self.awrite_files(
                 thread_id, files, record=record, step_call=step_call, resumable=resumable
@@ -551,7 +553,7 @@ class SandboxRuntime:
         record: SandboxState | None = None,
         step_call: StepCall | None = None,
     ) -> Outcome[dict[str, bytes]]:
-        """Blocking twin of :meth:`aread_files`."""
+        """Blocking twin of `aread_files`."""
         return self._loop.run_sync(
             self.aread_files(thread_id, paths, record=record, step_call=step_call)
         )
@@ -583,7 +585,7 @@ class SandboxRuntime:
         record: SandboxState | None = None,
         step_call: StepCall | None = None,
     ) -> Outcome[list[FileInfo]]:
-        """Blocking twin of :meth:`alist_files`."""
+        """Blocking twin of `alist_files`."""
         return self._loop.run_sync(
             self.alist_files(
                 thread_id, path, recursive=recursive, record=record, step_call=step_call
@@ -632,7 +634,7 @@ class SandboxRuntime:
         step_call: StepCall | None = None,
         resumable: bool = False,
     ) -> Outcome[ExecutionResult]:
-        """Blocking twin of :meth:`ainstall_packages`."""
+        """Blocking twin of `ainstall_packages`."""
         return self._loop.run_sync(
             self.ainstall_packages(
                 thread_id,
@@ -656,7 +658,7 @@ class SandboxRuntime:
         return await self._loop.run_async(self._close_thread(thread_id))
 
     def close_thread(self, thread_id: str) -> bool:
-        """Blocking twin of :meth:`aclose_thread`."""
+        """Blocking twin of `aclose_thread`."""
         return self._loop.run_sync(self._close_thread(thread_id))
 
     async def _close_thread(self, thread_id: str) -> bool:
@@ -678,7 +680,7 @@ class SandboxRuntime:
             self._loop.stop()
 
     async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
+        """Async twin of `close`."""
         with self._close_lock:
             if self._closed:
                 return

@@ -1,6 +1,6 @@
 """The runtime's live sessions: one slot per thread, a cap, an idle reaper, and closing.
 
-The pool owns *when* sessions live and die; :mod:`~langchain_sandbox.rehydration` owns *which*
+The pool owns *when* sessions live and die; `rehydration` owns *which*
 session a call runs in. Everything here runs on the runtime's event loop.
 
 * Each thread has a slot with a lock: calls of one thread run one at a time, threads in parallel.
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_sandbox._event_loop import on_event_loop
+from langchain_sandbox.arguments import check_provider_options
 from langchain_sandbox.errors import SessionClosedError
 from langchain_sandbox.providers import get_provider, provider_class
 from langchain_sandbox.providers.base import Capabilities, Provider, Session, SessionSpec
@@ -56,7 +57,7 @@ def _default_max_sessions() -> int:
 
 
 DEFAULT_MAX_SESSIONS = _default_max_sessions()
-"""The runtime's default ``max_sessions`` on this machine (see :func:`_default_max_sessions`)."""
+"""The runtime's default ``max_sessions`` on this machine (see `_default_max_sessions`)."""
 
 
 @dataclass(eq=False)
@@ -73,7 +74,7 @@ class _Slot:
 
 class SessionPool:
     """Live sessions by thread; implements the engine's
-    :class:`~langchain_sandbox.rehydration.SessionHost`.
+    `SessionHost`.
 
     Args:
         provider: A provider name or instance; a name is built on first use.
@@ -96,8 +97,7 @@ class SessionPool:
             raise ValueError("max_sessions must be at least 1 (or None for no cap).")
         if idle_ttl is not None and idle_ttl <= 0:
             raise ValueError("idle_ttl must be positive (or None to keep idle sessions).")
-        if isinstance(provider, Provider) and provider_options:
-            raise ValueError("provider_options apply only when the provider is given by name.")
+        check_provider_options(provider, provider_options)
         self._provider_arg = provider
         self._provider_options = dict(provider_options or {})
         self._provider: Provider | None = provider if isinstance(provider, Provider) else None
@@ -115,7 +115,7 @@ class SessionPool:
         self._closing: set[asyncio.Task[None]] = set()
         self.spill: Callable[[ThreadSandbox], Awaitable[bool]] | None = None
         """Saves a thread's live session before the cap closes it (the engine's
-        :meth:`~langchain_sandbox.rehydration.RehydrationEngine.spill`); when it could not, the
+        `spill`); when it could not, the
         thread's next call is told the sandbox was closed."""
 
     @property

@@ -2,10 +2,10 @@
 
 Live handles never enter graph state; this small JSON record does. Any checkpointer stores it with
 every step, so resuming, forking or time-travelling to a checkpoint gives back the record of that
-checkpoint, and the runtime rehydrates the sandbox to match it (see :mod:`langchain_sandbox.runtime`).
+checkpoint, and the runtime rehydrates the sandbox to match it (see `langchain_sandbox.runtime`).
 
 This module is plain Python (no LangGraph import) so that the runtime below the graph layer can
-produce records; ``langchain_sandbox.graph`` declares the channel with :func:`merge_sandbox_state`
+produce records; ``langchain_sandbox.graph`` declares the channel with [`merge_sandbox_state`][langchain_sandbox.merge_sandbox_state]
 as its reducer.
 """
 

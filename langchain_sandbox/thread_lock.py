@@ -69,7 +69,7 @@ class PostgresThreadLock:
         conninfo: A libpq connection string or URL (the checkpointer's database will do: the
             locks take no table and no space).
         wait: Seconds a run waits for a thread another run holds before
-            :class:`~langchain_sandbox.errors.ThreadBusyError` (``0``, the default: fail at once;
+            [`ThreadBusyError`][langchain_sandbox.ThreadBusyError] (``0``, the default: fail at once;
             ``None``: wait for as long as it takes).
         connect_kwargs: More keyword arguments for ``psycopg.connect``.
     """
@@ -113,7 +113,7 @@ class PostgresThreadLock:
 
     @contextlib.asynccontextmanager
     async def ahold(self, thread_id: str) -> AsyncIterator[None]:
-        """Async twin of :meth:`hold` (``psycopg.AsyncConnection``: nothing blocks the loop)."""
+        """Async twin of `hold` (``psycopg.AsyncConnection``: nothing blocks the loop)."""
         key = _key(thread_id)
         connect = _psycopg().AsyncConnection.connect
         async with await connect(self.conninfo, **self._connect_kwargs) as conn:

@@ -1,4 +1,4 @@
-"""Deep Agents integration: :class:`SandboxBackend`, a durable per-thread ``SandboxBackendProtocol``.
+"""Deep Agents integration: [`SandboxBackend`][langchain_sandbox.SandboxBackend], a durable per-thread ``SandboxBackendProtocol``.
 
 Needs the ``deepagents`` extra (``pip install 'langchain-sandbox[deepagents]'``); importing
 ``langchain_sandbox`` alone never imports Deep Agents.

@@ -1,6 +1,6 @@
 """Which sandbox record a Deep Agents call continues from, found through the conversation itself.
 
-``create_agent`` graphs get a ``sandbox`` state channel from :class:`SandboxMiddleware`. A backend
+``create_agent`` graphs get a ``sandbox`` state channel from [`SandboxMiddleware`][langchain_sandbox.SandboxMiddleware]. A backend
 cannot add one to ``create_deep_agent``'s graph: the graph's state is the union of its middleware's
 schemas, none of which a backend contributes, and LangGraph drops writes to an undeclared channel.
 What every Deep Agents graph does checkpoint is its conversation, and the conversation *is* the
@@ -10,7 +10,7 @@ the AI messages and tool calls of its own branch.
 So each call that changes the sandbox files its record (the snapshot of the sandbox after the
 call) under the key ``(thread, last human message id, AI message id, tool call id, step)`` in
 the snapshot store, next to the snapshot it names (the key scheme is
-:mod:`langchain_sandbox.filed_records`, which ``gc`` reads too). The step is the checkpoint the
+`langchain_sandbox.filed_records`, which ``gc`` reads too). The step is the checkpoint the
 call's tool step started from: time travel to the checkpoint between a model call and its tools
 runs the very same AI message's calls again (whatever the model), from a fork checkpoint, so the
 two runs file apart. A later call reads the conversation (``messages``, through the same
@@ -18,21 +18,21 @@ LangGraph read hook Deep Agents' own ``StateBackend`` uses) and continues from t
 filed by a tool call of an earlier AI message: the record its checkpoint implies, in this process
 or another. Which step ran that earlier call on this branch is the checkpoint that saved its tool
 message (whose id LangGraph made for this branch), found by walking the checkpoints back
-(:class:`~langchain_sandbox.graph.step_record.ToolSteps`: a few reads of the checkpointer per
+(`ToolSteps`: a few reads of the checkpointer per
 turn, remembered per process). A record filed without a step (by an earlier version, or under
 ``durability="exit"``, which saves no step's checkpoint) is read when none with it is there. A call re-run after a
 crash in the middle of its step continues instead from the records of the siblings that finished
-before the crash (:attr:`Position.finished`, from the step's saved writes), as a ``create_agent``
+before the crash (`Position.finished`, from the step's saved writes), as a ``create_agent``
 call does through its ``sandbox`` channel.
 Keys are written once and never change, but one: a subagent (run by the parent's ``task`` tool
 on a conversation of its own, which the parent's does not contain) files each record under the
-parent's ``task`` call too (:attr:`Position.tasks`, learnt from the ``task`` calls the parent's
+parent's ``task`` call too (`Position.tasks`, learnt from the ``task`` calls the parent's
 step sent), overwriting it (``BlobStore.replace``), so that the parent's next call, in this
 process or another, continues from the subagent's last record.
 
 Two things keep this off the path of a call, in a process that keeps running:
 
-* the records this process filed or read are remembered by key (:class:`_Remembered`), so finding
+* the records this process filed or read are remembered by key (`_Remembered`), so finding
   the previous call's record usually costs no store access;
 * a call that left the sandbox exactly as its snapshot was (``echo hi``: the capture found
   nothing changed and named the same snapshot as the record it continued from) is remembered but
@@ -91,7 +91,7 @@ class Position:
         finished: Siblings that finished in this run of the step before it (a call re-run
             after a crash continues from their records, not from the earlier turn's).
         tasks: In a subagent, the parent's ``task`` call (or calls) running it: each record
-            is filed under their :func:`~langchain_sandbox.filed_records.subagent_key` too
+            is filed under their `subagent_key` too
             (in the turn of ``parent``).
         parent: In a subagent, the position of that ``task`` call in the parent's
             conversation: a subagent call before any of its own records continues from the
@@ -252,7 +252,7 @@ def _calls_tools(message: BaseMessage) -> bool:
 
 class _Remembered:
     """The records of one store this process filed or read, by key, the most recent
-    :data:`REMEMBERED_RECORDS` of them (keys are written once, so a remembered record is what
+    `REMEMBERED_RECORDS` of them (keys are written once, so a remembered record is what
     the store holds, or what this process skipped filing: see the module docstring)."""
 
     def __init__(self) -> None:
@@ -337,7 +337,7 @@ class RecordBook:
         continued_from: SandboxState | None,
     ) -> None:
         """File the record a tool call left the sandbox in (``continued_from``: the record
-        :meth:`latest` gave the call)."""
+        `latest` gave the call)."""
         call_id = position.step_call.call_id
         key = record_key(thread_id, position.turn, call_id, position.step)
         parent = position.parent

@@ -9,7 +9,7 @@ agent = create_deep_agent(model, backend=SandboxBackend(), checkpointer=saver)
 
 One backend instance serves every conversation: each call finds its thread's sandbox at call time
 (``configurable.thread_id`` of the running graph, ``"default"`` outside one) through the same
-:class:`~langchain_sandbox.runtime.SandboxRuntime` the tools use, so threads run in parallel,
+[`SandboxRuntime`][langchain_sandbox.SandboxRuntime] the tools use, so threads run in parallel,
 calls of one thread are serialized, limits, idle TTL and ``gc`` apply, and any provider works.
 
 Where the work happens:
@@ -61,6 +61,8 @@ from deepagents.backends.protocol import (
 from deepagents.backends.sandbox import BaseSandbox
 from langchain_core.runnables import RunnableConfig
 
+from langchain_sandbox._event_loop import on_event_loop
+from langchain_sandbox.arguments import check_provider_options, checked_init
 from langchain_sandbox.checkpointer_names import anote_checkpointer, note_checkpointer
 from langchain_sandbox.deepagents._lineage import Position, RecordBook, position_of
 from langchain_sandbox.deepagents._pages import (
@@ -98,7 +100,7 @@ _READ_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "langchain_sandbox_deepagents_read_only", default=False
 )
 """Set while Deep Agents' own read-only scripts (grep, glob, ls/read outside the workspace) run
-through :meth:`SandboxBackend.execute`, so they neither bump the revision nor take a snapshot."""
+through [`SandboxBackend.execute`][langchain_sandbox.SandboxBackend.execute], so they neither bump the revision nor take a snapshot."""
 
 _TIMEOUT_EXIT_CODE = 124
 """Exit code reported for a command stopped at its timeout (what ``timeout(1)`` uses)."""
@@ -175,7 +177,7 @@ class _Call:
 
     async def file(self, record: SandboxState, continued_from: SandboxState | None) -> None:
         """Remember the record a changing call left, so the conversation can find it again
-        (``continued_from``: what :meth:`record` gave the call)."""
+        (``continued_from``: what `record` gave the call)."""
         if self.position is not None and self.book is not None:
             await self.book.file(self.thread_id, self.position, record, continued_from)
 
@@ -192,12 +194,12 @@ class SandboxBackend(BaseSandbox):
     """Deep Agents backend on this package's per-thread, durable sandboxes.
 
     Args:
-        provider: ``"local"``, ``"e2b"``, ``"runloop"`` or a :class:`Provider`: the backend builds
-            and owns a :class:`SandboxRuntime` on it (close it with :meth:`close`). Without
+        provider: ``"local"``, ``"e2b"``, ``"runloop"`` or a [`Provider`][langchain_sandbox.Provider]: the backend builds
+            and owns a [`SandboxRuntime`][langchain_sandbox.SandboxRuntime] on it (close it with `close`). Without
             ``provider`` or ``runtime``, each call finds its runtime the way the tools do (the
             run's context, ``configurable["sandbox_runtime"]``, else the process-wide default
             on the local provider).
-        runtime: The :class:`SandboxRuntime` to use (shared with other tools, owned by you).
+        runtime: The [`SandboxRuntime`][langchain_sandbox.SandboxRuntime] to use (shared with other tools, owned by you).
         provider_options: Options for ``provider`` given by name.
         thread_id: The thread of calls made outside a graph run (default: one of this
             backend's own, shared with nothing else).
@@ -208,6 +210,7 @@ class SandboxBackend(BaseSandbox):
             millisecond cheaper.
     """
 
+    @checked_init
     def __init__(
         self,
         provider: str | Provider | None = None,
@@ -219,8 +222,7 @@ class SandboxBackend(BaseSandbox):
     ) -> None:
         if provider is not None and runtime is not None:
             raise ValueError("Pass provider or runtime, not both.")
-        if provider_options and provider is None:
-            raise ValueError("provider_options need a provider.")
+        check_provider_options(provider, provider_options)
         self._runtime = runtime
         self._provider = provider
         self._provider_options = provider_options
@@ -228,6 +230,10 @@ class SandboxBackend(BaseSandbox):
         self._build_lock = threading.Lock()
         self.default_thread_id = thread_id or private_thread_id()
         self.persistent_shell = persistent_shell
+        # As the tools do: a missing extra or API key fails here, not at the agent's first call
+        # (on an event loop, where building would block it, the first call builds it instead).
+        if provider is not None and not on_event_loop():
+            self._explicit_runtime()
 
     # -- where a call goes -------------------------------------------------------------------
 
@@ -312,7 +318,7 @@ class SandboxBackend(BaseSandbox):
             owned.close()
 
     async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
+        """Async twin of `close`."""
         owned, self._owned = self._owned, None
         if owned is not None:
             await owned.aclose()
@@ -330,7 +336,7 @@ class SandboxBackend(BaseSandbox):
         return self._sync(lambda call: self._aexecute(call, command, timeout))
 
     async def aexecute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
-        """Async twin of :meth:`execute`."""
+        """Async twin of `execute`."""
         return await self._async(lambda call: self._aexecute(call, command, timeout))
 
     async def _aexecute(self, call: _Call, command: str, timeout: int | None) -> ExecuteResponse:
@@ -405,7 +411,7 @@ class SandboxBackend(BaseSandbox):
         *,
         max_count: int | None = None,
     ) -> GrepResult:
-        """Async twin of :meth:`grep`."""
+        """Async twin of `grep`."""
         with self._read_only():
             return await super().agrep(pattern, path or WORKSPACE_ROOT, glob, max_count=max_count)
 
@@ -415,7 +421,7 @@ class SandboxBackend(BaseSandbox):
             return super().glob(pattern, path or WORKSPACE_ROOT)
 
     async def aglob(self, pattern: str, path: str | None = None) -> GlobResult:
-        """Async twin of :meth:`glob`."""
+        """Async twin of `glob`."""
         with self._read_only():
             return await super().aglob(pattern, path or WORKSPACE_ROOT)
 
@@ -429,7 +435,7 @@ class SandboxBackend(BaseSandbox):
         return self._sync(lambda call: self._als(call, path))
 
     async def als(self, path: str) -> LsResult:
-        """Async twin of :meth:`ls`."""
+        """Async twin of `ls`."""
         if _workspace_path(path) is None:
             with self._read_only():
                 return await super().als(path)
@@ -466,7 +472,7 @@ class SandboxBackend(BaseSandbox):
         return self._sync(lambda call: self._aread(call, file_path, offset, limit))
 
     async def aread(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
-        """Async twin of :meth:`read`."""
+        """Async twin of `read`."""
         if _workspace_path(file_path) is None:
             with self._read_only():
                 return await super().aread(file_path, offset, limit)
@@ -495,7 +501,7 @@ class SandboxBackend(BaseSandbox):
         return self._sync(lambda call: self._awrite(call, file_path, content))
 
     async def awrite(self, file_path: str, content: str) -> WriteResult:
-        """Async twin of :meth:`write`."""
+        """Async twin of `write`."""
         return await self._async(lambda call: self._awrite(call, file_path, content))
 
     async def _awrite(self, call: _Call, file_path: str, content: str) -> WriteResult:
@@ -523,7 +529,7 @@ class SandboxBackend(BaseSandbox):
         new_string: str,
         replace_all: bool = False,
     ) -> EditResult:
-        """Async twin of :meth:`edit`."""
+        """Async twin of `edit`."""
         return await self._async(
             lambda call: self._aedit(call, file_path, old_string, new_string, replace_all)
         )
@@ -558,7 +564,7 @@ class SandboxBackend(BaseSandbox):
         return self._sync(lambda call: self._aupload(call, files))
 
     async def aupload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
-        """Async twin of :meth:`upload_files`."""
+        """Async twin of `upload_files`."""
         return await self._async(lambda call: self._aupload(call, files))
 
     async def _aupload(
@@ -599,7 +605,7 @@ class SandboxBackend(BaseSandbox):
         return self._sync(lambda call: self._adownload(call, paths))
 
     async def adownload_files(self, paths: list[str]) -> list[FileDownloadResponse]:
-        """Async twin of :meth:`download_files`."""
+        """Async twin of `download_files`."""
         return await self._async(lambda call: self._adownload(call, paths))
 
     async def _adownload(self, call: _Call, paths: Sequence[str]) -> list[FileDownloadResponse]:

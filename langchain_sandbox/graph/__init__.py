@@ -4,9 +4,9 @@ Three ways to wire a sandbox into a graph (see ``docs/graph.md``):
 
 * a sandbox tool on its own (``create_agent(model, tools=[SandboxExecTool()])``): the sandbox
   lives per thread in the runtime, but is not checkpointed with the graph;
-* :class:`SandboxToolNode` in a hand-built ``StateGraph`` whose state declares the channel
-  (:class:`SandboxGraphState`);
-* :class:`SandboxMiddleware` for ``create_agent``.
+* [`SandboxToolNode`][langchain_sandbox.SandboxToolNode] in a hand-built ``StateGraph`` whose state declares the channel
+  ([`SandboxGraphState`][langchain_sandbox.SandboxGraphState]);
+* [`SandboxMiddleware`][langchain_sandbox.SandboxMiddleware] for ``create_agent``.
 
 The middleware needs the ``langchain`` package (the ``agents`` extra); it is imported only when
 asked for, so the rest works with langchain-core and langgraph alone.

@@ -1,6 +1,6 @@
 """The ``sandbox`` state channel: how a graph declares it.
 
-The record itself (:class:`~langchain_sandbox.state.SandboxState`) and its reducer live below the
+The record itself ([`SandboxState`][langchain_sandbox.SandboxState]) and its reducer live below the
 graph layer; this module only gives them the LangGraph shape. Declaring the channel matters:
 LangGraph silently drops ``Command(update=...)`` keys the state schema does not declare, so a graph
 without it would never persist its sandbox.

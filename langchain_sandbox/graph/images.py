@@ -10,9 +10,13 @@ block. Chat APIs disagree on where images may go:
   the images follow, right after the tool messages of that step, in a user message
   (``"user_message"``).
 
-:func:`messages_for_model` rewrites the messages sent to a model that way; the graph state keeps
+[`messages_for_model`][langchain_sandbox.messages_for_model] rewrites the messages sent to a model that way; the graph state keeps
 the tool messages as they are (each image is stored once). ``SandboxMiddleware`` applies it to
 every model call of a ``create_agent`` agent; a hand-built graph calls it in its model node.
+
+A sandbox tool keeps its images out of a tool message when it cannot tell that the calling model
+takes them there (`langchain_sandbox.tools.images`); those images, in the message's artifact,
+are brought back here too, in the form the model takes.
 
 ``"auto"`` (the default) picks by the model: ``"user_message"`` for OpenAI's chat models
 (``ChatOpenAI``, ``AzureChatOpenAI``), ``"tool_result"`` for every other model, which keeps the
@@ -26,6 +30,8 @@ from typing import Any, Literal, TypeAlias
 
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 
+from langchain_sandbox.tools.images import artifact_images, is_image_block
+
 ImagePolicy: TypeAlias = Literal["auto", "tool_result", "user_message"]
 """Where tool-result images go: decided by the model (``"auto"``), inside the tool result, or in
 a user message after the step's tool messages."""
@@ -34,8 +40,6 @@ IMAGE_POLICIES: tuple[ImagePolicy, ...] = ("auto", "tool_result", "user_message"
 
 _USER_MESSAGE_MODELS = frozenset({"openai-chat", "azure-openai-chat"})
 """``_llm_type`` of the chat models whose API takes images only from the user."""
-
-_IMAGE_TYPES = frozenset({"image", "image_url"})
 
 
 def image_placement(
@@ -51,7 +55,7 @@ def image_placement(
 
 
 def check_image_policy(policy: str) -> None:
-    """Raise ``ValueError`` unless ``policy`` is one of :data:`IMAGE_POLICIES`."""
+    """Raise ``ValueError`` unless ``policy`` is one of `IMAGE_POLICIES`."""
     if policy not in IMAGE_POLICIES:
         raise ValueError(f"image_policy must be one of {IMAGE_POLICIES}, not {policy!r}.")
 
@@ -62,7 +66,7 @@ def messages_for_model(
     """``messages`` with tool-result images where ``model``'s API accepts them (see the module
     docstring). Messages without images come back unchanged; the input is not modified."""
     if image_placement(model, policy) == "tool_result":
-        return list(messages)
+        return [_with_kept_images(m) if isinstance(m, ToolMessage) else m for m in messages]
     out: list[BaseMessage] = []
     images: list[dict[str, Any]] = []
     calls: list[str] = []
@@ -70,12 +74,17 @@ def messages_for_model(
         if not isinstance(message, ToolMessage) and images:
             out.append(_images_message(images, calls))
             images, calls = [], []
-        if isinstance(message, ToolMessage) and isinstance(message.content, list):
-            found = [b for b in message.content if _is_image(b)]
-            if found:
-                images.extend(found)  # type: ignore[arg-type]
+        if isinstance(message, ToolMessage):
+            kept = artifact_images(message.artifact)
+            found = (
+                [b for b in message.content if _is_image(b)]
+                if isinstance(message.content, list)
+                else []
+            )
+            if found or kept:
+                message = _without_images(message, len(found) + len(kept))
+                images.extend([*found, *kept])  # type: ignore[list-item]
                 calls.append(message.tool_call_id)
-                message = _without_images(message, len(found))
         out.append(message)
     if images:
         out.append(_images_message(images, calls))
@@ -83,11 +92,25 @@ def messages_for_model(
 
 
 def _is_image(block: Any) -> bool:
-    return isinstance(block, dict) and block.get("type") in _IMAGE_TYPES
+    return is_image_block(block)
+
+
+def _with_kept_images(message: ToolMessage) -> ToolMessage:
+    """A tool message whose images its tool kept in the artifact (the caller's model could not
+    be told to take them) with those images back in its content, for a model that takes them."""
+    kept = artifact_images(message.artifact)
+    if not kept:
+        return message
+    return message.model_copy(update={"content": [*_blocks(message), *kept]})
+
+
+def _blocks(message: ToolMessage) -> list[Any]:
+    content = message.content if isinstance(message.content, list) else [message.content]
+    return [{"type": "text", "text": b} if isinstance(b, str) else b for b in content]
 
 
 def _without_images(message: ToolMessage, count: int) -> ToolMessage:
-    kept = [b for b in message.content if not _is_image(b)]
+    kept = [b for b in _blocks(message) if not _is_image(b)]
     note = f"[{count} image{'s' if count > 1 else ''} attached in the next user message]"
     return message.model_copy(update={"content": [*kept, {"type": "text", "text": note}]})
 

@@ -6,12 +6,12 @@ agent = create_agent(model, middleware=[SandboxMiddleware()], checkpointer=InMem
 
 ``create_agent`` builds its own ``ToolNode``, so the middleware is the hook. It
 
-* adds the ``sandbox`` channel to the agent's state (:class:`SandboxAgentState`);
-* registers the sandbox tools (the whole :class:`~langchain_sandbox.tools.SandboxToolkit` by default);
+* adds the ``sandbox`` channel to the agent's state ([`SandboxAgentState`][langchain_sandbox.SandboxAgentState]);
+* registers the sandbox tools (the whole [`SandboxToolkit`][langchain_sandbox.SandboxToolkit] by default);
 * ``before_agent``: creates the thread's sandbox, or attaches to it / restores it to the record in
   the checkpoint (a new process, a resume, a fork), before the model first runs;
 * ``wrap_tool_call`` / ``awrap_tool_call``: turns each sandbox tool's record into a state update
-  and runs each sandbox call once (see :mod:`langchain_sandbox.graph.tool_calls`);
+  and runs each sandbox call once (see `langchain_sandbox.graph.tool_calls`);
 * never destroys the sandbox at the end of a turn: ``after_agent`` runs at the end of *every*
   turn, so a thread's sandbox lives until ``runtime.close_thread(thread_id)``, its idle TTL, or
   ``langchain-sandbox gc``. Only with ``release_between_turns=True`` does it close the live
@@ -36,6 +36,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from langchain_sandbox.arguments import checked_init
 from langchain_sandbox.errors import ConfigurationError, SandboxError
 from langchain_sandbox.graph.channel import SandboxChannel
 from langchain_sandbox.graph.images import ImagePolicy, check_image_policy, messages_for_model
@@ -57,7 +58,7 @@ logger = logging.getLogger(__name__)
 
 class SandboxAgentState(AgentState[Any]):
     """``create_agent``'s state plus the ``sandbox`` channel (``create_agent(state_schema=...)``
-    if you wire the tools yourself; :class:`SandboxMiddleware` adds it on its own)."""
+    if you wire the tools yourself; [`SandboxMiddleware`][langchain_sandbox.SandboxMiddleware] adds it on its own)."""
 
     sandbox: NotRequired[SandboxChannel]
 
@@ -104,7 +105,7 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
     """Gives a ``create_agent`` agent a durable sandbox per thread (see the module docstring).
 
     Args:
-        runtime: The :class:`SandboxRuntime` to use. Without it, each run finds one the way the
+        runtime: The [`SandboxRuntime`][langchain_sandbox.SandboxRuntime] to use. Without it, each run finds one the way the
             tools do: the run's context (``context=...`` with a ``sandbox_runtime``),
             ``configurable["sandbox_runtime"]``, or the process-wide default on the local
             provider.
@@ -126,11 +127,12 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
             messages sent to the model: ``"auto"`` (default) by the model,
             ``"tool_result"`` (inside the tool message, as Anthropic takes them) or
             ``"user_message"`` (a user message after the step's tool messages, as OpenAI's Chat
-            Completions API requires). See :mod:`langchain_sandbox.graph.images`.
+            Completions API requires). See `langchain_sandbox.graph.images`.
     """
 
     state_schema = SandboxAgentState
 
+    @checked_init
     def __init__(
         self,
         *,
@@ -218,7 +220,7 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
     async def abefore_agent(
         self, state: SandboxAgentState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """Async twin of :meth:`before_agent`."""
+        """Async twin of `before_agent`."""
         if not state.get("sandbox"):
             await arequire_record_home(get_config())
         sandbox, thread_id = self._target(runtime)
@@ -237,7 +239,7 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
             sandbox.close_thread(thread_id)
 
     async def aafter_agent(self, state: SandboxAgentState, runtime: Runtime[Any]) -> None:
-        """Async twin of :meth:`after_agent`."""
+        """Async twin of `after_agent`."""
         if self.release_between_turns:
             sandbox, thread_id = self._target(runtime)
             await sandbox.aclose_thread(thread_id)
@@ -261,7 +263,7 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
-        """Async twin of :meth:`wrap_model_call`."""
+        """Async twin of `wrap_model_call`."""
         return await handler(self._with_placed_images(request))
 
     # -- tool calls --------------------------------------------------------------------------
@@ -301,7 +303,7 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
-        """Async twin of :meth:`wrap_tool_call` (``ainvoke`` / ``astream`` need it)."""
+        """Async twin of `wrap_tool_call` (``ainvoke`` / ``astream`` need it)."""
         if not is_sandbox_tool(request.tool):
             return await handler(request)
 

@@ -8,7 +8,7 @@ shapes hand a call less than the whole story, and without help each lost work si
   writes and re-runs only the calls that had not finished, with the state from before the step.
   The finished calls' records are in the step checkpoint's pending writes: written to the
   ``sandbox`` channel (a ``Send`` per call, as under ``create_agent``), or returned by a
-  ``sandbox_tool_call`` task (:mod:`~langchain_sandbox.graph.tool_calls`). The re-run continues
+  ``sandbox_tool_call`` task (`tool_calls`). The re-run continues
   from them merged with the state's record (by the channel's reducer), so it starts from their
   files and variables, and its own record's revision is above theirs, so the step's merge keeps
   everything. A time-travel re-run starts a fork checkpoint of its own, whose pending writes hold
@@ -20,7 +20,7 @@ shapes hand a call less than the whole story, and without help each lost work si
   only for one invocation (unless compiled with ``checkpointer=True``); the record survives the
   invocation only in the parent's state. If the parent's state does not declare the channel, the
   subgraph's first checkpoint has no ``sandbox`` version, and the call is refused with a
-  :class:`~langchain_sandbox.errors.ConfigurationError` that says how to wire it (under
+  [`ConfigurationError`][langchain_sandbox.ConfigurationError] that says how to wire it (under
   ``create_agent``, ``SandboxMiddleware.before_agent`` checks the same before the model runs).
   Nested subgraphs are checked level by level, up to the first graph that keeps its state per
   thread (the root, or a ``checkpointer=True`` subgraph): a parent that declares ``sandbox`` but
@@ -29,10 +29,10 @@ shapes hand a call less than the whole story, and without help each lost work si
   returns.
 
 A graph with no ``sandbox`` channel at all (Deep Agents) learns the same about a re-run call
-from :func:`finished_calls`: which of its siblings' tool messages the step saved; a call in a
+from `finished_calls`: which of its siblings' tool messages the step saved; a call in a
 graph that a tool of another graph runs (a Deep Agents subagent) learns which tool calls that
-step of the graph above sent, and the conversation it started from, from :func:`step_above`.
-It also learns from :class:`ToolSteps` which step of its own branch ran an earlier turn's calls:
+step of the graph above sent, and the conversation it started from, from `step_above`.
+It also learns from `ToolSteps` which step of its own branch ran an earlier turn's calls:
 the checkpoint whose pending writes hold their tool messages (LangGraph gives every saved message
 an id of its own, so a tool message names one branch; a time-travel re-run of a step starts from
 a fork checkpoint with an id of its own).
@@ -40,7 +40,7 @@ a fork checkpoint with an id of its own).
 What this reads from LangGraph: the task config's ``checkpoint_ns``, ``checkpoint_map`` and
 ``thread_id``, and three private keys, ``__pregel_read`` (the channel reader Deep Agents'
 ``StateBackend`` uses too), ``__pregel_checkpointer`` (through
-:func:`~langchain_sandbox.checkpointer_names.run_checkpointer`) and ``__pregel_task_id``. The checks and
+`run_checkpointer`) and ``__pregel_task_id``. The checks and
 reads only happen in a graph run with a checkpointer: without one nothing outlives the process.
 ``tests/graph/test_tool_node_hooks.py`` pins them on the installed LangGraph.
 """
@@ -238,7 +238,7 @@ _R = TypeVar("_R", Retrying, AsyncRetrying)
 def _until_saved(step: _Step, retrying: type[_R]) -> _R:
     """Reads of a checkpoint of the run, repeated while it is not saved yet (not under
     ``durability="exit"``, which saves no step before the last): ``None`` after
-    :data:`SAVED_WITHIN`."""
+    `SAVED_WITHIN`."""
     durability = (step.config.get("configurable") or {}).get(_DURABILITY_KEY)
     within = 0.0 if durability == "exit" else SAVED_WITHIN
     return retrying(
@@ -260,7 +260,7 @@ def _check_passed(ns: str, checkpoint: Any) -> None:
 
 
 def _require_home(step: _Step, own: Any = None) -> None:
-    """Refuse (see :func:`_check_passed`) unless every one-invocation graph from the node's up to
+    """Refuse (see `_check_passed`) unless every one-invocation graph from the node's up to
     the first that keeps its state per thread is passed ``sandbox`` by its parent. ``own``: the
     node's graph's checkpoint of this step, if already read. A checkpoint of this run that is
     not saved yet (``durability="async"``) is waited for: the level's newest could be its
@@ -275,7 +275,7 @@ def _require_home(step: _Step, own: Any = None) -> None:
 
 
 async def _arequire_home(step: _Step, own: Any = None) -> None:
-    """Async twin of :func:`_require_home`."""
+    """Async twin of `_require_home`."""
     saver = step.checkpointer
     for index, (ns, at_run, latest) in enumerate(step.transient_levels()):
         checkpoint = own if index == 0 else None
@@ -329,7 +329,7 @@ def finished_calls(config: RunnableConfig | None, call_ids: frozenset[str]) -> f
 async def afinished_calls(
     config: RunnableConfig | None, call_ids: frozenset[str]
 ) -> frozenset[str]:
-    """Async twin of :func:`finished_calls`."""
+    """Async twin of `finished_calls`."""
     step = _Step.of(config)
     if step is None or not call_ids:
         return frozenset()
@@ -337,7 +337,7 @@ async def afinished_calls(
 
 
 STEPS_REMEMBERED = 10_000
-"""Tool messages whose step :class:`ToolSteps` remembers (a fact that never changes)."""
+"""Tool messages whose step `ToolSteps` remembers (a fact that never changes)."""
 
 _steps_lock = threading.Lock()
 _steps: OrderedDict[tuple[str, str], str] = OrderedDict()
@@ -422,9 +422,9 @@ class ToolSteps:
         return self._found
 
     def find_blocking(self, message_ids: Collection[str], issued_by: str) -> str | None:
-        """:meth:`find` with the checkpointer's blocking reads, in the calling thread (a tool's
+        """`find` with the checkpointer's blocking reads, in the calling thread (a tool's
         own thread: no hop to a worker thread per checkpoint). What it finds is remembered in
-        the process, so a :meth:`find` after it for the same turn reads nothing."""
+        the process, so a `find` after it for the same turn reads nothing."""
         saver = self._step.checkpointer
         while (wanted := self._next(message_ids, issued_by)) is not None:
             self._read(wanted, saver.get_tuple(wanted))
@@ -558,7 +558,7 @@ _conversations_lock = threading.Lock()
 
 
 def _above(config: RunnableConfig | None) -> tuple[_Step, RunnableConfig] | None:
-    """The call's step and the checkpoint of the step above (see :meth:`_Step.above`)."""
+    """The call's step and the checkpoint of the step above (see `_Step.above`)."""
     step = _Step.of(config)
     above = step.above() if step is not None else None
     return (step, above) if step is not None and above is not None else None
@@ -604,7 +604,7 @@ class _Conversation:
     """The conversation a saved step started from, rebuilt from its checkpoint back to the last
     one holding the whole ``messages`` channel (a delta channel stores only the changes between
     such snapshots, as the writes of the checkpoints in between). The walk's reads are the
-    caller's, blocking or async: :meth:`wanted` names the next checkpoint to read."""
+    caller's, blocking or async: `wanted` names the next checkpoint to read."""
 
     def __init__(self, checkpoint: Any) -> None:
         self._cursor = checkpoint
@@ -621,7 +621,7 @@ class _Conversation:
         return parent or None
 
     def take(self, checkpoint: Any) -> None:
-        """The checkpoint read for :meth:`wanted` (``None``: not saved)."""
+        """The checkpoint read for `wanted` (``None``: not saved)."""
         self._cursor = checkpoint
         if checkpoint is not None:
             self._chunks.append(_message_writes(checkpoint))
@@ -637,7 +637,7 @@ class _Conversation:
 def step_above(config: RunnableConfig | None) -> StepAbove | None:
     """The step of the graph above, when a task of that step runs this call's graph; ``None``
     otherwise, or if that step's checkpoint is not saved (``durability="exit"``, or not within
-    :data:`SAVED_WITHIN`). Its conversation is read once per step and process; its writes
+    `SAVED_WITHIN`). Its conversation is read once per step and process; its writes
     on every call."""
     found = _above(config)
     if found is None:
@@ -657,7 +657,7 @@ def step_above(config: RunnableConfig | None) -> StepAbove | None:
 
 
 async def astep_above(config: RunnableConfig | None) -> StepAbove | None:
-    """Async twin of :func:`step_above`."""
+    """Async twin of `step_above`."""
     found = _above(config)
     if found is None:
         return None
@@ -693,7 +693,7 @@ def require_record_home(config: RunnableConfig | None) -> None:
 
 
 async def arequire_record_home(config: RunnableConfig | None) -> None:
-    """Async twin of :func:`require_record_home`."""
+    """Async twin of `require_record_home`."""
     step = _Step.of(config)
     if step is not None:
         await _arequire_home(step)
@@ -717,7 +717,7 @@ def continue_from_step(request: ToolCallRequest) -> ToolCallRequest:
 
 
 async def acontinue_from_step(request: ToolCallRequest) -> ToolCallRequest:
-    """Async twin of :func:`continue_from_step`."""
+    """Async twin of `continue_from_step`."""
     step = _Step.of(_config(request))
     if step is None or not isinstance(request.state, Mapping):
         return request

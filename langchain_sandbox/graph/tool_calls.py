@@ -1,8 +1,8 @@
 """How a sandbox tool call becomes a graph update, and why it runs once.
 
 Sandbox tools stay pure: they return a ``ToolMessage`` whose artifact carries the updated sandbox
-record (``artifact["sandbox"]``). :class:`SandboxToolCallWrapper` sits around the tool call (as a
-``ToolNode`` ``wrap_tool_call`` / ``awrap_tool_call``, or inside :class:`SandboxMiddleware`) and
+record (``artifact["sandbox"]``). [`SandboxToolCallWrapper`][langchain_sandbox.SandboxToolCallWrapper] sits around the tool call (as a
+``ToolNode`` ``wrap_tool_call`` / ``awrap_tool_call``, or inside [`SandboxMiddleware`][langchain_sandbox.SandboxMiddleware]) and
 turns that artifact into ``Command(update={"sandbox": record, "messages": [message]})``, so the
 record lands in the ``sandbox`` channel and every checkpointer stores it with the step.
 
@@ -18,7 +18,7 @@ the task's name), except for the messages that need the task.
 
 LangGraph identifies a task by the order in which a node starts its tasks. ``ToolNode`` runs the
 calls of one message on a thread pool, in no fixed order, so the wrapper reads the message's call
-order from the request's state (:class:`CallOrders`) and starts tasks in that order. Under
+order from the request's state (`CallOrders`) and starts tasks in that order. Under
 ``create_agent`` every call is its own node run, so there is nothing to order.
 """
 
@@ -216,7 +216,7 @@ class SandboxToolCallWrapper:
         runtime: Sandbox tools that have no runtime of their own use this one.
         messages_key: The state key of the conversation (``ToolNode``'s ``messages_key``).
         ordered_tools: Names of the sandbox tools whose parallel calls of one message run on
-            ``ToolNode``'s thread pool: their tasks start in message order (:class:`CallOrders`).
+            ``ToolNode``'s thread pool: their tasks start in message order (`CallOrders`).
             Not needed where every call is its own node run (``create_agent``).
         run_once: Run sandbox calls as LangGraph tasks where the node could be re-run (see the
             module docstring), so a resume replays them instead of running them again. Turn off
@@ -262,7 +262,7 @@ class SandboxToolCallWrapper:
 
     def wrap(self, request: ToolCallRequest, handler: SyncHandler) -> ToolResult:
         """Sync wrapper: run the call (once) from the record it continues from
-        (:mod:`~langchain_sandbox.graph.step_record`) and return the channel update."""
+        (`step_record`) and return the channel update."""
         request = self._bind(request)
 
         def execute() -> ToolResult:

@@ -6,12 +6,12 @@ graph.add_node("tools", SandboxToolNode(SandboxToolkit().get_tools()))
 ```
 
 It is a plain ``ToolNode`` (any tool may sit next to the sandbox tools; errors, injection and
-``Send`` inputs work as usual) with :class:`~langchain_sandbox.graph.tool_calls.SandboxToolCallWrapper`
+``Send`` inputs work as usual) with [`SandboxToolCallWrapper`][langchain_sandbox.SandboxToolCallWrapper]
 as its ``wrap_tool_call`` / ``awrap_tool_call``, and a default ``handle_tool_errors`` that lets
 misconfiguration reach the developer. Of ToolNode it uses the public hooks only
 (``wrap_tool_call``, ``awrap_tool_call``, ``ToolCallRequest.override``, and the request's
 ``state``, ``tool_call`` and ``runtime.config``); of the task config, the few keys
-:mod:`~langchain_sandbox.graph.step_record` reads. Both are pinned by
+`step_record` reads. Both are pinned by
 ``tests/graph/test_tool_node_hooks.py``: each sandbox tool's record lands in the state's
 ``sandbox`` key, each sandbox call runs once even if the node is re-run after an interrupt, and
 each starts from the record of its step (``Send`` fan-out, calls re-run after a crash).
@@ -26,6 +26,7 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import TOOL_CALL_ERROR_TEMPLATE
 
+from langchain_sandbox.arguments import checked_init
 from langchain_sandbox.errors import ConfigurationError
 from langchain_sandbox.graph.tool_calls import (
     SandboxToolCallWrapper,
@@ -52,7 +53,7 @@ class SandboxToolNode(ToolNode):
 
     Args:
         tools: The tools; sandbox tools and any others.
-        runtime: The :class:`SandboxRuntime` sandbox tools without one of their own use. Without
+        runtime: The [`SandboxRuntime`][langchain_sandbox.SandboxRuntime] sandbox tools without one of their own use. Without
             it they find one per call: the run's context (``sandbox_runtime``),
             ``configurable["sandbox_runtime"]``, or the process-wide default on the local provider.
         run_once: Run each sandbox call as a LangGraph task, so a node re-run after an
@@ -61,6 +62,7 @@ class SandboxToolNode(ToolNode):
         name, tags, handle_tool_errors, messages_key: As for ``ToolNode``.
     """
 
+    @checked_init
     def __init__(
         self,
         tools: Sequence[BaseTool | Callable[..., Any]],

@@ -1,4 +1,4 @@
-"""Sandbox backends behind one contract (:mod:`langchain_sandbox.providers.base`).
+"""Sandbox backends behind one contract (`langchain_sandbox.providers.base`).
 
 ``get_provider("local" | "e2b" | "runloop", **options)`` builds one by name. Provider SDKs are
 optional extras imported only when their provider is built, so importing this package never needs
@@ -38,6 +38,10 @@ def get_provider(name: str | Provider = LOCAL, **options: Any) -> Provider:
         if options:
             raise InvalidInputError("Options apply only when the provider is given by name.")
         return name
+    # Imported here: the checks name the providers' parameters, so they import this package.
+    from langchain_sandbox.arguments import check_provider_options
+
+    check_provider_options(name, options)
     provider: Provider = provider_class(name)(**options)
     return provider
 

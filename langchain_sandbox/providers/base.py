@@ -1,24 +1,24 @@
 """The provider contract: a small async interface every backend implements.
 
-A :class:`Provider` makes and finds sandboxes; a :class:`Session` is one live sandbox. Everything
+A [`Provider`][langchain_sandbox.Provider] makes and finds sandboxes; a [`Session`][langchain_sandbox.Session] is one live sandbox. Everything
 above this layer (the runtime, the tools, the graph glue, the snapshots) talks to these two classes
 only, so a graph moves from the local provider to E2B or Runloop without a change. A behaviour that
-differs between providers is either a bug or a flag in :class:`Capabilities`; the conformance suite
+differs between providers is either a bug or a flag in [`Capabilities`][langchain_sandbox.Capabilities]; the conformance suite
 in ``tests/conformance/`` holds every provider to this file.
 
 Rules every implementation keeps:
 
-* Paths are POSIX and resolve inside :data:`~langchain_sandbox.workspace.WORKSPACE_ROOT`
-  (``/home/user``) through :func:`~langchain_sandbox.workspace.resolve_path`.
+* Paths are POSIX and resolve inside `WORKSPACE_ROOT`
+  (``/home/user``) through `resolve_path`.
 * User-code failures are results; infrastructure failures raise
-  :class:`~langchain_sandbox.errors.SandboxError` subclasses with ``retryable`` set correctly.
-* Output is capped at the source (:class:`~langchain_sandbox.results.OutputCapture`), never
+  [`SandboxError`][langchain_sandbox.SandboxError] subclasses with ``retryable`` set correctly.
+* Output is capped at the source (`OutputCapture`), never
   buffered whole on the host.
 * No secret of the host (API keys, the host's environment, its home) reaches the sandbox, a
-  :class:`SessionRecord`, a log or a result.
+  [`SessionRecord`][langchain_sandbox.SessionRecord], a log or a result.
 * ``pause`` and ``close`` are idempotent.
 
-Writing a provider: subclass :class:`Provider` and :class:`Session` and implement their abstract
+Writing a provider: subclass [`Provider`][langchain_sandbox.Provider] and [`Session`][langchain_sandbox.Session] and implement their abstract
 methods (the public ``run_code`` / ``run_command`` / ``install_packages`` / ``attach`` /
 ``destroy`` check their arguments once, here, and call the ``_``-prefixed ones). Everything an
 implementation needs is importable from this module: the result types, the output cap, the
@@ -79,7 +79,7 @@ class Limits:
 
     Attributes:
         timeout: Default wall time of one ``run_code`` / ``run_command`` call, in seconds, and
-            its ceiling: through :class:`~langchain_sandbox.SandboxRuntime` (and so every tool)
+            its ceiling: through [`SandboxRuntime`][langchain_sandbox.SandboxRuntime] (and so every tool)
             a call may ask for less time, never more.
         memory_mb: Memory of the whole session (all its processes).
         max_processes: Processes and threads the session may have at once.
@@ -203,7 +203,7 @@ class FileInfo:
 @dataclass(frozen=True)
 class ChangeListing:
     """How the workspace differs from a listing the caller already holds, as
-    :meth:`Session.list_changes` returns it.
+    [`Session.list_changes`][langchain_sandbox.Session.list_changes] returns it.
 
     Attributes:
         changed: Every entry (any kind) of the recursive listing that is not in ``known`` exactly
@@ -213,9 +213,9 @@ class ChangeListing:
             reaches: FIFOs, sockets and devices are never listed).
         contents: path -> bytes of some of the regular files in ``changed`` (a file over the
             provider's bundling cap, one that changed while it was read, or one that is not a
-            regular file has none: read those with :meth:`Session.read_files`).
+            regular file has none: read those with [`Session.read_files`][langchain_sandbox.Session.read_files]).
         variables: The interpreter's globals, when the provider dumps them in the same request
-            (:attr:`Session.lists_variables`) and the caller asked for them.
+            ([`Session.lists_variables`][langchain_sandbox.Session.lists_variables]) and the caller asked for them.
         cursor: An opaque token naming the moment of this listing, or ``None``. Passed back as
             ``since`` together with the listing these changes complete, it lets the provider
             skip what it can prove unchanged since then (the local provider: entries whose
@@ -234,7 +234,7 @@ def changes_between(
     listing: Iterable[FileInfo],
     contents: Mapping[str, bytes] | None = None,
 ) -> ChangeListing:
-    """The :class:`ChangeListing` of a full ``listing`` against ``known`` (for providers that
+    """The [`ChangeListing`][langchain_sandbox.ChangeListing] of a full ``listing`` against ``known`` (for providers that
     list everything and compare on the host)."""
     changed: list[FileInfo] = []
     seen: set[str] = set()
@@ -251,8 +251,8 @@ class VariablesDump:
     """A session's Python globals, pickled inside the sandbox as one object graph.
 
     Attributes:
-        data: Opaque bytes for :meth:`Session.load_variables` (produced by
-            :mod:`langchain_sandbox.providers.kernel_state`; the host never unpickles them).
+        data: Opaque bytes for [`Session.load_variables`][langchain_sandbox.Session.load_variables] (produced by
+            `langchain_sandbox.providers.kernel_state`; the host never unpickles them).
         saved: Names captured.
         skipped: Names that were not captured; a restore tells the model.
         reasons: Why each skipped name was left out (its value cannot be pickled, or the dump
@@ -298,10 +298,10 @@ class Session(ABC):
     ) -> ExecutionResult:
         """Run Python in the session's persistent interpreter; the last bare expression's value is
         returned as ``result.value``. Exceptions in the code are results, not raises; a value
-        whose ``repr`` raises is a placeholder with a notice (:mod:`~langchain_sandbox.providers.guest`).
+        whose ``repr`` raises is a placeholder with a notice (`guest`).
 
         ``timeout`` defaults to ``spec.limits.timeout``. Bad arguments raise
-        :class:`~langchain_sandbox.errors.InvalidInputError` before the sandbox is touched.
+        [`InvalidInputError`][langchain_sandbox.InvalidInputError] before the sandbox is touched.
         """
         if not isinstance(code, str):
             raise InvalidInputError("code must be a string.")
@@ -325,7 +325,7 @@ class Session(ABC):
     ) -> ExecutionResult:
         """Run a shell command (``bash -c``) in ``cwd`` (default: the workspace root).
 
-        A non-zero exit is a result. Arguments are checked as in :meth:`run_code`.
+        A non-zero exit is a result. Arguments are checked as in `run_code`.
         """
         if not isinstance(command, str) or not command.strip():
             raise InvalidInputError("command must be a non-empty string.")
@@ -347,9 +347,9 @@ class Session(ABC):
         """Install requirements so later code in this session can import them; the installer's
         output goes to ``on_output`` while it runs.
 
-        Each is checked by :func:`~langchain_sandbox.requirements.validate_requirements` first;
-        ``timeout`` defaults to :data:`INSTALL_TIMEOUT`. A success carries
-        :func:`installed_notice`; a failure is a result (pip's output says why).
+        Each is checked by `validate_requirements` first;
+        ``timeout`` defaults to `INSTALL_TIMEOUT`. A success carries
+        `installed_notice`; a failure is a result (pip's output says why).
         """
         names = validate_requirements(requirements)
         result = await self._install_packages(
@@ -366,7 +366,7 @@ class Session(ABC):
         env: dict[str, str],
         on_output: OutputCallback | None,
     ) -> ExecutionResult:
-        """:meth:`run_code` with checked arguments: ``timeout`` in seconds, ``env`` validated."""
+        """`run_code` with checked arguments: ``timeout`` in seconds, ``env`` validated."""
 
     @abstractmethod
     async def _run_command(
@@ -378,13 +378,13 @@ class Session(ABC):
         cwd: str,
         on_output: OutputCallback | None,
     ) -> ExecutionResult:
-        """:meth:`run_command` with checked arguments; ``cwd`` is absolute, in the workspace."""
+        """`run_command` with checked arguments; ``cwd`` is absolute, in the workspace."""
 
     @abstractmethod
     async def _install_packages(
         self, names: list[str], *, timeout: float, on_output: OutputCallback | None
     ) -> ExecutionResult:
-        """:meth:`install_packages` with validated requirements; the notice is added for you."""
+        """`install_packages` with validated requirements; the notice is added for you."""
 
     async def run_shell(
         self,
@@ -397,7 +397,7 @@ class Session(ABC):
         """Run a command in the session's persistent shell: the working directory and exported
         variables of earlier ``run_shell`` calls carry over (``cd`` and ``export`` stick), and
         travel with the workspace's snapshots. ``cwd`` changes directory first, and the shell
-        stays there. See :mod:`langchain_sandbox.providers.persistent_shell`.
+        stays there. See `langchain_sandbox.providers.persistent_shell`.
         """
         from langchain_sandbox.providers.persistent_shell import shell_script
 
@@ -408,9 +408,9 @@ class Session(ABC):
     def carry_head(self, name: str, value: str) -> bool:
         """Set the interpreter's global ``name`` to ``value`` with the session's next request to
         its interpreter, so marking the sandbox's head (see
-        :mod:`~langchain_sandbox.rehydration`) costs no round trip of its own.
+        `rehydration`) costs no round trip of its own.
 
-        Returns whether the session can; :attr:`carried_head` then says when it did. The default
+        Returns whether the session can; `carried_head` then says when it did. The default
         cannot (a provider's own kernel API takes only the user's code): the caller sets the
         global with a call of its own.
         """
@@ -419,13 +419,13 @@ class Session(ABC):
     def expect_capture(self) -> None:
         """Say that a snapshot capture follows the next call, so a session that can have its
         interpreter dump the variables right behind that call does: the capture's
-        :meth:`dump_variables` (with the default ``max_bytes``) then waits for that dump instead
+        `dump_variables` (with the default ``max_bytes``) then waits for that dump instead
         of asking anew, unless another request reached the interpreter in between. The
         default does nothing."""
 
     @property
     def carried_head(self) -> str | None:
-        """The last value :meth:`carry_head` delivered to the interpreter, if any."""
+        """The last value `carry_head` delivered to the interpreter, if any."""
         return None
 
     @abstractmethod
@@ -441,8 +441,8 @@ class Session(ABC):
         """List a directory of the workspace (every descendant when ``recursive``)."""
 
     lists_variables: ClassVar[bool] = False
-    """Whether :meth:`list_changes` dumps the variables in its own request when asked (the
-    caller then makes no separate :meth:`dump_variables` request)."""
+    """Whether `list_changes` dumps the variables in its own request when asked (the
+    caller then makes no separate `dump_variables` request)."""
 
     async def list_changes(
         self,
@@ -457,12 +457,12 @@ class Session(ABC):
         changed regular files (up to ``max_bytes`` in all), so a snapshot of a changing workspace
         costs one round trip and host work proportional to what changed.
 
-        ``variables_max_bytes`` asks a provider that :attr:`lists_variables` for the variables
-        dump too (see :meth:`dump_variables`); other providers ignore it. ``since`` is the
-        :attr:`ChangeListing.cursor` of the listing ``known`` was last completed with (``None``
+        ``variables_max_bytes`` asks a provider that `lists_variables` for the variables
+        dump too (see `dump_variables`); other providers ignore it. ``since`` is the
+        `ChangeListing.cursor` of the listing ``known`` was last completed with (``None``
         if ``known`` came from elsewhere); a provider without cursors ignores it.
 
-        The default lists everything with :meth:`list_files` and compares on the host; it reads
+        The default lists everything with `list_files` and compares on the host; it reads
         no contents.
         """
         listing = await self.list_files(".", recursive=True)
@@ -474,7 +474,7 @@ class Session(ABC):
 
     async def dump_variables(self, *, max_bytes: int | None = None) -> VariablesDump:
         """Capture the globals of the Python interpreter as one object graph
-        (:mod:`~langchain_sandbox.providers.kernel_state` says exactly what survives).
+        (`kernel_state` says exactly what survives).
 
         ``max_bytes`` (default: ``spec.limits.max_file_bytes``) bounds the dump: past it, the
         largest variables are left out until the rest fits, and named in ``skipped`` with the
@@ -486,7 +486,7 @@ class Session(ABC):
         return await self._dump_variables(limit)
 
     async def load_variables(self, data: bytes) -> dict[str, str]:
-        """Make the user globals those captured by :meth:`dump_variables` (globals the dump does
+        """Make the user globals those captured by `dump_variables` (globals the dump does
         not have are removed, so a live interpreter ends as a fresh one would); returns the names
         that could not be restored, each with the reason (a package this sandbox lacks)."""
         if not isinstance(data, bytes):
@@ -495,19 +495,19 @@ class Session(ABC):
 
     @abstractmethod
     async def _dump_variables(self, max_bytes: int) -> VariablesDump:
-        """:meth:`dump_variables` with a checked limit, transferred whole (never as one line
+        """`dump_variables` with a checked limit, transferred whole (never as one line
         of a protocol that bounds its lines)."""
 
     @abstractmethod
     async def _load_variables(self, data: bytes) -> dict[str, str]:
-        """:meth:`load_variables` with checked bytes."""
+        """`load_variables` with checked bytes."""
 
     @abstractmethod
     async def is_alive(self) -> bool:
         """Whether the sandbox still answers. Never raises."""
 
     async def pause(self) -> None:
-        """Keep the sandbox for a later :meth:`Provider.attach`, releasing what can be released.
+        """Keep the sandbox for a later [`Provider.attach`][langchain_sandbox.Provider.attach], releasing what can be released.
 
         Providers without pause keep the sandbox running; idempotent.
         """
@@ -541,7 +541,7 @@ class Provider(ABC):
         """Reconnect to the live or paused sandbox a record names; ``None`` if it is gone.
 
         A record of another provider, or one naming no sandbox, raises
-        :class:`~langchain_sandbox.errors.InvalidInputError` (on every provider).
+        [`InvalidInputError`][langchain_sandbox.InvalidInputError] (on every provider).
         """
         self._check_own(record)
         return await self._attach(record)
@@ -552,7 +552,7 @@ class Provider(ABC):
 
     async def destroy(self, record: SessionRecord) -> bool:
         """Destroy the sandbox a record names; ``False`` if it was already gone. Records are
-        checked as in :meth:`attach`."""
+        checked as in `attach`."""
         self._check_own(record)
         return await self._destroy(record)
 
@@ -567,11 +567,11 @@ class Provider(ABC):
 
     @abstractmethod
     async def _attach(self, record: SessionRecord) -> Session | None:
-        """:meth:`attach` for a record of this provider that names a sandbox."""
+        """`attach` for a record of this provider that names a sandbox."""
 
     @abstractmethod
     async def _destroy(self, record: SessionRecord) -> bool:
-        """:meth:`destroy` for a record of this provider that names a sandbox."""
+        """`destroy` for a record of this provider that names a sandbox."""
 
     async def aclose(self) -> None:
         """Release clients and connections the provider holds. Idempotent."""

@@ -2,16 +2,16 @@
 
 Every provider's in-sandbox interpreter (the local worker, the Runloop devbox worker, the E2B
 emulator's kernel) runs cells with this module, the way
-:mod:`~langchain_sandbox.providers.kernel_state` is shipped for variables, so they cannot
+`kernel_state` is shipped for variables, so they cannot
 disagree:
 
-* :class:`Cells` runs a cell like Jupyter: its statements, then the value of a last bare
+* `Cells` runs a cell like Jupyter: its statements, then the value of a last bare
   expression; each cell's source is kept for tracebacks, ``inspect`` and variable dumps;
-* :func:`value_text` is the safe repr of that value: a ``repr`` that raises gives a placeholder
-  value, never an error (the code itself ran), and :func:`repr_failure` the notice the host adds;
-* :func:`describe_exception` trims a traceback to the user's own frames;
-* :func:`collect_figures` turns open matplotlib figures into PNG bytes, up to a total size;
-* :class:`FdCapture` captures file descriptor 1 or 2 (Python and child processes alike).
+* `value_text` is the safe repr of that value: a ``repr`` that raises gives a placeholder
+  value, never an error (the code itself ran), and `repr_failure` the notice the host adds;
+* `describe_exception` trims a traceback to the user's own frames;
+* `collect_figures` turns open matplotlib figures into PNG bytes, up to a total size;
+* `FdCapture` captures file descriptor 1 or 2 (Python and child processes alike).
 
 Only built-in or already-loaded modules are imported at the top: the local worker's cold start
 includes this module.
@@ -106,7 +106,7 @@ class Cells:
     def run(self, code: str) -> Any:
         """Run a cell: statements, then the value of a last bare expression (``None`` if none).
 
-        Exceptions of the user's code propagate; :func:`describe_exception` reports them.
+        Exceptions of the user's code propagate; `describe_exception` reports them.
         """
         self.count += 1
         filename = f"{CELL_PREFIX}{self.count}>"
@@ -126,9 +126,9 @@ class Cells:
 
 
 def value_text(value: Any) -> str | None:
-    """The text of a cell's last value (``None`` has none), cut at :data:`MAX_VALUE_CHARS`.
+    """The text of a cell's last value (``None`` has none), cut at `MAX_VALUE_CHARS`.
 
-    A ``repr`` that raises gives a placeholder (see :func:`repr_failure`) instead of an error:
+    A ``repr`` that raises gives a placeholder (see `repr_failure`) instead of an error:
     the cell's code ran, only showing its value failed.
     """
     if value is None:
@@ -147,7 +147,7 @@ def value_text(value: Any) -> str | None:
 
 
 def repr_failure(value: str | None) -> str | None:
-    """The notice for a value that looks like :func:`value_text`'s placeholder, else ``None``.
+    """The notice for a value that looks like `value_text`'s placeholder, else ``None``.
 
     The host adds it to the result (one place for every provider), so the model knows the value
     it reads may not be the object's repr. The value is the sandbox's text (any ``repr`` can
@@ -208,7 +208,7 @@ def collect_figures(max_bytes: int = MAX_FIGURE_BYTES) -> tuple[list[bytes], lis
     first figure left out because the total would pass ``max_bytes`` (0: none).
 
     Facts, not sentences: the host words the notices itself
-    (:func:`~langchain_sandbox.providers.guest_facts.figure_notices`).
+    (`figure_notices`).
     """
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is None:
@@ -248,7 +248,7 @@ class FdCapture:
     """Captures everything written to file descriptor 1 or 2, by Python or by child processes.
 
     The descriptor is the write end of a pipe; a daemon thread drains the read end into the
-    current :attr:`sink` (or discards it between cells). :meth:`attach` and :meth:`detach` take
+    current `sink` (or discards it between cells). `attach` and `detach` take
     what is still in the pipe first, under the same lock, so nothing is lost or reordered and
     what background processes wrote between cells belongs to no cell.
     """
@@ -318,7 +318,7 @@ def flush_streams() -> None:
 
 
 def apply_env(env: dict[str, str]) -> dict[str, str | None]:
-    """Set a call's variables; returns what :func:`restore_env` needs to undo it."""
+    """Set a call's variables; returns what `restore_env` needs to undo it."""
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update({str(k): str(v) for k, v in env.items()})
     return saved

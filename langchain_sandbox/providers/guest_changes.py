@@ -2,12 +2,12 @@
 sandbox (stdlib only, Python >= 3.8), so a capture costs one request whatever the workspace's size.
 
 The remote providers ship this code into their sandboxes: Runloop's worker carries it inline
-(:func:`langchain_sandbox.providers.runloop.provider._worker_script` cuts everything above the
+(`langchain_sandbox.providers.runloop.provider._worker_script` cuts everything above the
 ``<shipped>`` marker), E2B's kernel builds it as a module from its source once per kernel. Both
-then call :func:`changes` with the listing the host last knew, and answer only what changed.
+then call `changes` with the listing the host last knew, and answer only what changed.
 
 A listing entry is ``[size, mtime_ns, mode, kind]``, exactly the fields of
-:class:`~langchain_sandbox.providers.base.FileInfo` after its path, in the form the provider's own
+[`FileInfo`][langchain_sandbox.FileInfo] after its path, in the form the provider's own
 ``list_files`` reports them (``mtime_unit_ns`` and ``mode_mask`` say how coarse that form is), so
 an unchanged file compares equal and costs nothing. FIFOs, sockets and devices are never listed:
 they have no content to keep, and opening one for reading could block the capture.

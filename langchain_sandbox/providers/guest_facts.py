@@ -30,7 +30,7 @@ class MalformedFact(ValueError):
 
 
 def checked_count(value: Any, what: str) -> int:
-    """A byte count the sandbox measured (``None``: 0), clamped at :data:`MAX_REPORTED_BYTES`."""
+    """A byte count the sandbox measured (``None``: 0), clamped at `MAX_REPORTED_BYTES`."""
     if value is None:
         return 0
     if type(value) is not int or value < 0:
@@ -84,7 +84,7 @@ _REASON_CHARS = 200
 
 def variable_reasons(reasons: Mapping[str, str]) -> str:
     """Variables and why the sandbox says each was not kept, for a notice: the names checked as
-    in :func:`variable_names`, each reason quoted as the sandbox's words (``repr``: one line),
+    in `variable_names`, each reason quoted as the sandbox's words (``repr``: one line),
     cut at 200 characters. The reason is worth keeping (a generator cannot be pickled, a
     variable is too large) but only the sandbox can tell it, and user code can raise any text
     from a ``__reduce__``."""
@@ -96,7 +96,7 @@ def variable_reasons(reasons: Mapping[str, str]) -> str:
 
 
 def failure_text(failure: Any) -> str:
-    """The host's sentence for a :func:`~langchain_sandbox.providers.guest.failure_facts`: a built-in exception's name and the
+    """The host's sentence for a `failure_facts`: a built-in exception's name and the
     host's own text for its errno; anything else is named only as a failure."""
     if not isinstance(failure, dict):
         return "it reported a failure it did not describe"

@@ -3,7 +3,7 @@
 This module runs inside every sandbox: the local worker loads it from a copy, the E2B and Runloop
 providers send its source (``inspect.getsource``), so there is one implementation of what "the
 variables" are. It imports only the standard library; the pickling is cloudpickle's, whose source
-travels with this module (:func:`prepare` loads it under a private name, so whatever cloudpickle
+travels with this module (`prepare` loads it under a private name, so whatever cloudpickle
 the user's code imports or installs is never touched, and a sandbox that has none works the same).
 
 What a dump is: the user's globals (names starting with ``_`` are left out) pickled as **one object
@@ -325,7 +325,7 @@ def _process_state() -> dict[str, Any]:
 
 
 def _restore_process_state(state: Any) -> dict[str, str]:
-    """Bring back what :func:`_process_state` saved (a dump of an earlier version has none);
+    """Bring back what `_process_state` saved (a dump of an earlier version has none);
     what cannot come back is returned by what it is, with the reason."""
     if not isinstance(state, dict):
         return {}
@@ -371,7 +371,7 @@ class _Unpickler(pickle.Unpickler):
 
 
 def load_namespace(namespace: dict[str, Any], blob: bytes) -> dict[str, str]:
-    """Make the user globals of ``namespace`` those of a blob from :func:`dump_namespace`; return
+    """Make the user globals of ``namespace`` those of a blob from `dump_namespace`; return
     the names that could not be restored, with the reason.
 
     User globals the blob does not have are removed first (and those that fail to load), so a

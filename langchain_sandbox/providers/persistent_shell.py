@@ -1,6 +1,6 @@
 """A shell session that keeps its working directory and exported variables between commands.
 
-:meth:`Session.run_shell <langchain_sandbox.providers.base.Session.run_shell>` runs each command
+[`Session.run_shell`][langchain_sandbox.Session.run_shell] runs each command
 in a fresh ``bash -c`` (through ``Session.run_command``, so one implementation serves every
 provider), wrapped in a short script that
 
@@ -22,7 +22,7 @@ gets it through the contract it already has. The price: only the directory and e
 variables persist; shell functions, aliases, options and unexported variables last one command,
 and background jobs are not kept as jobs of the next command.
 
-The state file lives in the workspace (:data:`STATE_PATH`), so a workspace snapshot carries it:
+The state file lives in the workspace (`STATE_PATH`), so a workspace snapshot carries it:
 a resumed, forked or restored thread has the directory and variables of its checkpoint, on every
 provider, without the graph state ever holding an environment value.
 """
@@ -46,7 +46,7 @@ _ESCAPES = str.maketrans(
         **{chr(n): f"\\x{n:02x}" for n in (*range(1, 32), 127)},
     }
 )
-"""How :func:`_one_line` writes the characters a ``$'...'`` word cannot hold as they are."""
+"""How `_one_line` writes the characters a ``$'...'`` word cannot hold as they are."""
 
 # Every name the wrapper uses starts with __lcs_ and none is exported, so none is saved.
 #

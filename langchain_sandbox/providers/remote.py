@@ -1,17 +1,17 @@
 """What providers of remote sandboxes (E2B, Runloop) share: SDK loading, tags, retries, pip.
 
-* **SDK loading**: provider SDKs are optional extras; :func:`load_sdk` imports one when a provider
+* **SDK loading**: provider SDKs are optional extras; `load_sdk` imports one when a provider
   is built and names the extra when it is missing.
-* **Tags**: every sandbox this package creates carries :data:`TAG_KEY` (so ``gc`` lists only
-  ours) and :data:`SESSION_KEY` (so a listed sandbox maps back to its session), next to the
+* **Tags**: every sandbox this package creates carries `TAG_KEY` (so ``gc`` lists only
+  ours) and `SESSION_KEY` (so a listed sandbox maps back to its session), next to the
   spec's own metadata.
-* **Retries**: :meth:`RemoteProvider._retry` repeats an operation that is safe to repeat, within
-  a deadline, after the subclass's :meth:`RemoteProvider._translate` hook has turned the SDK's
+* **Retries**: `RemoteProvider._retry` repeats an operation that is safe to repeat, within
+  a deadline, after the subclass's `RemoteProvider._translate` hook has turned the SDK's
   exception into the package's taxonomy (which says whether it is retryable). Running code or a
   command is never passed through it.
-* **Packages**: a remote sandbox installs with pip run as a command (:func:`pip_install_command`).
+* **Packages**: a remote sandbox installs with pip run as a command (`pip_install_command`).
 * **Change listings**: the sandbox compares its workspace with the host's last listing itself
-  (:mod:`~langchain_sandbox.providers.guest_changes`); :func:`known_reference` names that listing
+  (`guest_changes`); `known_reference` names that listing
   by the token the sandbox gave it (the listing's cursor) instead of sending it again.
 """
 
@@ -46,7 +46,7 @@ SESSION_KEY = "langchain_sandbox_session"
 
 
 def load_sdk(module: str, *, package: str, extra: str, purpose: str) -> ModuleType:
-    """Import a provider SDK, or raise :class:`MissingDependencyError` naming the extra."""
+    """Import a provider SDK, or raise [`MissingDependencyError`][langchain_sandbox.MissingDependencyError] naming the extra."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
@@ -88,7 +88,7 @@ def known_reference(known: Mapping[str, FileInfo], since: object | None) -> dict
     """How a change-listing request names the host's listing ``known``.
 
     The sandbox keeps the listing it answered last under a token it returns as the
-    :attr:`~langchain_sandbox.providers.base.ChangeListing.cursor`. A caller that passes that
+    `cursor`. A caller that passes that
     cursor back as ``since`` (with the listing those changes complete, as the contract says) is
     named by the token, a few bytes, instead of one entry per file; otherwise the listing goes
     itself. A sandbox that no longer has the listing (a restarted kernel, a devbox restored from
@@ -107,8 +107,8 @@ def known_reference(known: Mapping[str, FileInfo], since: object | None) -> dict
 def change_listing(
     answer: Mapping[str, Any], contents: Mapping[str, bytes], variables: VariablesDump | None
 ) -> ChangeListing:
-    """The :class:`ChangeListing` of a sandbox's answer
-    (:func:`~langchain_sandbox.providers.guest_changes.changes`, plus its token)."""
+    """The [`ChangeListing`][langchain_sandbox.ChangeListing] of a sandbox's answer
+    (`changes`, plus its token)."""
     return ChangeListing(
         changed=tuple(FileInfo(*entry) for entry in answer["changed"]),
         gone=tuple(answer["gone"]),
@@ -148,7 +148,7 @@ class RemoteProvider(Provider):
         """Map an SDK or transport exception to the package's taxonomy (the one place that does).
 
         ``path`` is the workspace path a file operation was about, so "not found" can become
-        :class:`~langchain_sandbox.errors.InvalidPathError`. A ``SandboxError`` is returned as is.
+        [`InvalidPathError`][langchain_sandbox.InvalidPathError]. A ``SandboxError`` is returned as is.
         """
 
     @contextlib.asynccontextmanager

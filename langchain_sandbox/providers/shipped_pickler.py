@@ -1,4 +1,4 @@
-"""cloudpickle as source, for :mod:`~langchain_sandbox.providers.kernel_state` in every sandbox.
+"""cloudpickle as source, for `kernel_state` in every sandbox.
 
 cloudpickle is pure Python: every provider sends this text into its sandboxes with
 ``kernel_state``, which loads it under a private module name (``kernel_state.prepare``). A
@@ -26,7 +26,7 @@ def cloudpickle_path() -> Path:
 
 @functools.cache
 def cloudpickle_source() -> str:
-    """The text of :func:`cloudpickle_path`."""
+    """The text of `cloudpickle_path`."""
     return cloudpickle_path().read_text(encoding="utf-8")
 
 

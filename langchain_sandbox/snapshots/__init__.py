@@ -16,7 +16,7 @@ await snapshotter.collect_garbage(refs_in_checkpoints, dry_run=True)
 ```
 
 See ``docs/snapshots.md`` for the format, the guarantees and the limits. Writing a blob store:
-subclass :class:`BlobStore`; :func:`check_key` and :func:`digest` are the key rules every store
+subclass `BlobStore`; `check_key` and `digest` are the key rules every store
 keeps.
 """
 

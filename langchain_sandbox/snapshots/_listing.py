@@ -1,7 +1,7 @@
 """What a capture lists of a workspace, split the way a snapshot uses it.
 
-A :class:`Listing` is kept per live session by the snapshotter, and the next capture applies the
-provider's :class:`~langchain_sandbox.providers.base.ChangeListing` to it: the path rules, the
+A `Listing` is kept per live session by the snapshotter, and the next capture applies the
+provider's [`ChangeListing`][langchain_sandbox.ChangeListing] to it: the path rules, the
 limits and the totals are worked out again only for the entries that changed, so a capture of a
 10,000-file workspace in which one file changed does Python work for one file, not 10,000.
 """
@@ -33,7 +33,7 @@ class Listing:
             file limit.
         omitted_as: path -> its key in ``omitted``.
         file_bytes: The sum of ``files``' sizes.
-        cursor: The provider's :attr:`~langchain_sandbox.providers.base.ChangeListing.cursor`
+        cursor: The provider's `cursor`
             of the listing this one was completed with.
     """
 

@@ -12,7 +12,7 @@ async methods (the synchronous ``SqliteStore``) is driven through its ``batch`` 
 * ``(*namespace, "index")`` / key -> ``{"size": n}``, small, used to answer ``missing`` and to list
   blobs for ``gc`` without moving their contents;
 * ``(*namespace, "checkpointers")`` / sha256 of a name -> ``{"name": ...}``: the checkpointers
-  whose checkpoints reference the blobs (:mod:`langchain_sandbox.checkpointer_names`).
+  whose checkpoints reference the blobs (`langchain_sandbox.checkpointer_names`).
 
 The data item is written before the index item, in separate batches, so an index entry always
 names a blob whose data is there. Vector indexing is disabled for both (``index=False``).
@@ -44,7 +44,7 @@ _PAGE = 500
 
 
 class LangGraphStoreBlobStore(BlobStore):
-    """A :class:`BlobStore` over a LangGraph ``BaseStore``.
+    """A `BlobStore` over a LangGraph ``BaseStore``.
 
     Args:
         store: The LangGraph store (its async methods must work, e.g. ``AsyncPostgresStore`` or a
@@ -74,7 +74,7 @@ class LangGraphStoreBlobStore(BlobStore):
 
     async def _batch(self, ops: Sequence[Op]) -> list[Result]:
         """Run ``ops`` on the store. A failure of the store itself (connection lost, database
-        error) becomes a retryable :class:`SnapshotStoreUnavailable` naming only the error's type:
+        error) becomes a retryable [`SnapshotStoreUnavailable`][langchain_sandbox.SnapshotStoreUnavailable] naming only the error's type:
         driver messages can carry connection details that must not reach a model or a log."""
         try:
             try:

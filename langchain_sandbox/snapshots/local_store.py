@@ -5,7 +5,7 @@ thousand entries. The root is created with mode 0700 and blobs with 0600 (snapsh
 user's files and variables). Writes go to a temporary file in the same directory and are moved
 into place with ``os.replace``, so a reader (or a crash) never sees half a blob; with
 ``durable=True`` (the default) the file and its directory are fsynced first, so a checkpoint that
-names a snapshot never outlives the snapshot's blobs after a power cut. :meth:`put_many` writes a
+names a snapshot never outlives the snapshot's blobs after a power cut. `put_many` writes a
 whole batch of temporary files, makes them durable with one ``syncfs`` (not two ``fsync`` per
 blob: 10,000 small files took seconds), renames them all and syncs once more.
 
@@ -47,7 +47,7 @@ T = TypeVar("T")
 
 
 def default_blob_dir() -> Path:
-    """Where :class:`LocalDirectoryBlobStore` keeps blobs when no path is given."""
+    """Where [`LocalDirectoryBlobStore`][langchain_sandbox.LocalDirectoryBlobStore] keeps blobs when no path is given."""
     return data_dir() / "blobs"
 
 
@@ -57,7 +57,7 @@ class LocalDirectoryBlobStore(BlobStore):
     Args:
         path: The store's root directory (created, mode 0700, by the first write: building a
             store touches no disk, so it may happen on an event loop); default
-            :func:`default_blob_dir`.
+            `default_blob_dir`.
         durable: fsync each blob and its directory before a put returns.
     """
 
@@ -241,7 +241,7 @@ class LocalDirectoryBlobStore(BlobStore):
 
     async def remove_abandoned_writes(self, *, dry_run: bool = False) -> tuple[int, int]:
         """Remove the temporary files of puts whose writer died (untouched for
-        :data:`ABANDONED_WRITE_SECONDS`); a live put's file is younger and is left alone."""
+        `ABANDONED_WRITE_SECONDS`); a live put's file is younger and is left alone."""
         return await asyncio.to_thread(self._remove_abandoned, dry_run)
 
     def _remove_abandoned(self, dry_run: bool) -> tuple[int, int]:

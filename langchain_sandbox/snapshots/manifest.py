@@ -5,7 +5,7 @@ and it is stored as a blob like any file: the sha256 of those bytes is the snaps
 
 Format 2 (written today) splits the file list into *parts*, each a blob of its own, so a step that
 changes one file of 100,000 rewrites one part of a few hundred entries and a small root, not the
-whole list. Part boundaries depend only on the paths (:func:`split_paths`), so an unchanged stretch
+whole list. Part boundaries depend only on the paths (`split_paths`), so an unchanged stretch
 of the workspace keeps its part, and its blob, from one revision to the next:
 
 ```json
@@ -19,11 +19,11 @@ of the workspace keeps its part, and its blob, from one revision to the next:
 A part is ``{"files": {"data/a.csv": {"sha256": "...", "size": 120, "mode": 420, "mtime_ns": ...}},
 "format": 2}``, its paths sorted, every path of a part after every path of the part before it.
 Format 1 (one blob, the ``files`` object in place of ``parts``) is still read, and
-:meth:`Manifest.encode` still writes it.
+`Manifest.encode` still writes it.
 
-A manifest read back from a store is untrusted input: :func:`parse_manifest` refuses anything a
+A manifest read back from a store is untrusted input: `parse_manifest` refuses anything a
 restore could not apply safely (the path and size rules below) with
-:class:`~langchain_sandbox.errors.UnsafeArchiveError`, before a single byte reaches a session.
+[`UnsafeArchiveError`][langchain_sandbox.UnsafeArchiveError], before a single byte reaches a session.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class FileEntry:
 
 @dataclass(frozen=True)
 class VariablesEntry:
-    """The Python globals captured with the workspace (see :class:`~..base.VariablesDump`)."""
+    """The Python globals captured with the workspace (see `VariablesDump`)."""
 
     sha256: str
     size: int
@@ -118,7 +118,7 @@ class ManifestPart:
 
 @dataclass(frozen=True)
 class Manifest:
-    """One revision of a workspace. Build it, :meth:`encode` it, store the bytes; the hash is the ref.
+    """One revision of a workspace. Build it, `encode` it, store the bytes; the hash is the ref.
 
     Attributes:
         revision: The sandbox revision this snapshot captures (the graph record's counter).
@@ -158,14 +158,14 @@ class Manifest:
 
     def encode(self) -> bytes:
         """The canonical JSON bytes of this manifest in format 1, one blob holding every file
-        entry (equal manifests give equal bytes). Captures write :meth:`encode_root` instead."""
+        entry (equal manifests give equal bytes). Captures write `encode_root` instead."""
         return _canonical(
             {**self._header(1), "files": {path: _entry_doc(e) for path, e in self.files.items()}}
         )
 
     def encode_root(self, parts: Sequence[ManifestPart]) -> bytes:
         """The canonical JSON bytes of this manifest's format 2 root, naming ``parts`` (the blobs
-        of :func:`encode_part` over :func:`split_paths` of the files, in order)."""
+        of `encode_part` over `split_paths` of the files, in order)."""
         return _canonical(
             {
                 **self._header(FORMAT),
@@ -198,8 +198,8 @@ class Manifest:
 def split_paths(paths: Sequence[str]) -> list[Sequence[str]]:
     """Sorted ``paths`` cut into the runs that make the parts of a format 2 manifest.
 
-    A run ends after a path whose CRC-32 is a multiple of :data:`PART_TARGET_FILES` (or after
-    :data:`PART_MAX_FILES` paths): a boundary depends on one path only, so adding or removing a
+    A run ends after a path whose CRC-32 is a multiple of `PART_TARGET_FILES` (or after
+    `PART_MAX_FILES` paths): a boundary depends on one path only, so adding or removing a
     file changes its own part and leaves every other part, and its blob, as it was.
     """
     runs: list[Sequence[str]] = []
@@ -277,10 +277,10 @@ def parse_manifest(data: bytes, limits: SnapshotLimits | None = None) -> Manifes
     """Decode and validate a one-blob (format 1) manifest read from a store.
 
     Everything a restore relies on is checked here, so a manifest that parses can be applied:
-    known format, exact fields and types, path rules (:func:`check_relative_path`), no duplicate
+    known format, exact fields and types, path rules (`check_relative_path`), no duplicate
     path (JSON keys included), no path below a file, counts and sizes within ``limits``. A split
-    (format 2) manifest needs its parts: read it with :func:`parse_root` and
-    :meth:`ManifestRoot.assemble` (:meth:`Snapshotter.load_manifest` does both).
+    (format 2) manifest needs its parts: read it with `parse_root` and
+    `ManifestRoot.assemble` ([`Snapshotter.load_manifest`][langchain_sandbox.Snapshotter.load_manifest] does both).
 
     Raises:
         UnsafeArchiveError: the bytes are not a valid manifest; the message says why.
@@ -296,7 +296,7 @@ def parse_manifest(data: bytes, limits: SnapshotLimits | None = None) -> Manifes
 @dataclass(frozen=True)
 class ManifestRoot:
     """A stored manifest as first read: complete for format 1; for format 2 everything but the
-    file entries, which are in :attr:`parts` (see :meth:`assemble`).
+    file entries, which are in `parts` (see `assemble`).
 
     Attributes:
         manifest: The manifest (without its files when ``parts`` is not empty).
@@ -356,8 +356,8 @@ class ManifestRoot:
 
 def parse_root(data: bytes, limits: SnapshotLimits | None = None) -> ManifestRoot:
     """Decode and validate the manifest blob a ref names, in either format (see
-    :func:`parse_manifest` for what is checked; a format 2 root's files are checked by
-    :meth:`ManifestRoot.assemble`).
+    `parse_manifest` for what is checked; a format 2 root's files are checked by
+    `ManifestRoot.assemble`).
 
     Raises:
         UnsafeArchiveError: the bytes are not a valid manifest; the message says why.

@@ -1,6 +1,6 @@
 """Capture, restore and garbage-collect workspace snapshots, on any provider.
 
-The :class:`Snapshotter` talks to a session only through the provider contract
+The [`Snapshotter`][langchain_sandbox.Snapshotter] talks to a session only through the provider contract
 (``list_files``, ``list_changes``, ``read_files``, ``write_files``, ``remove_files``,
 ``dump_variables``, ``load_variables``; ``run_command`` only to restore file modes), so one
 implementation serves the local, E2B and Runloop providers alike.
@@ -17,7 +17,7 @@ API (stable; the runtime calls these):
     costs no read, no hash and no store lookup, and only the manifest parts holding a changed entry
     are encoded and written (see ``manifest.py``). That knowledge of the store is re-checked, with
     one batched ``missing`` over every reused blob, when it is older than
-    :data:`STORE_RECHECK_SECONDS`, when ``base`` is another snapshot, after a blob failed
+    `STORE_RECHECK_SECONDS`, when ``base`` is another snapshot, after a blob failed
     verification and after this snapshotter collected garbage.
 ``restore(session, ref) -> RestoreReport``
     Validate the snapshot (manifest and every blob it needs) *before* touching the session, then
@@ -30,8 +30,8 @@ API (stable; the runtime calls these):
 Change detection trusts ``(size, mtime_ns)`` the way ``rsync`` and ``git`` do, with a guard
 against "racy" entries (a rewrite of the same size within one filesystem timestamp tick keeps the
 mtime): a file's hash is trusted only if its content was read (or written, by a restore) at least
-:data:`RACY_WINDOW_NS` after its mtime. A capture whose changed files were modified just before it
-waits out the rest of that window (at most :data:`RACY_WINDOW_NS`) before reading them, and a
+`RACY_WINDOW_NS` after its mtime. A capture whose changed files were modified just before it
+waits out the rest of that window (at most `RACY_WINDOW_NS`) before reading them, and a
 restore waits it out once after writing, so neither has to read those files again next time. A
 provider whose listing reveals coarser timestamps (whole seconds, say) gets a window of that
 resolution instead, without the wait: recently changed files are simply read again next time.
@@ -104,7 +104,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class SnapshotInfo:
-    """What :meth:`Snapshotter.capture` did.
+    """What [`Snapshotter.capture`][langchain_sandbox.Snapshotter.capture] did.
 
     Attributes:
         ref: The snapshot's reference (sha256 of its manifest); store it in the graph record.
@@ -139,7 +139,7 @@ class SnapshotInfo:
 
 @dataclass(frozen=True)
 class RestoreReport:
-    """What :meth:`Snapshotter.restore` did.
+    """What [`Snapshotter.restore`][langchain_sandbox.Snapshotter.restore] did.
 
     Attributes:
         ref: The snapshot restored.
@@ -176,7 +176,7 @@ class RestoreReport:
 
 @dataclass(frozen=True)
 class GcReport:
-    """What :meth:`Snapshotter.collect_garbage` deleted (or, with ``dry_run``, would delete).
+    """What [`Snapshotter.collect_garbage`][langchain_sandbox.Snapshotter.collect_garbage] deleted (or, with ``dry_run``, would delete).
 
     Attributes:
         dry_run: Nothing was deleted.
@@ -215,7 +215,7 @@ class _Seen:
 
     Attributes:
         files: path -> (size, mtime_ns, sha256) of the trusted files.
-        window_ns: The racy window: :data:`RACY_WINDOW_NS`, or the timestamp resolution the
+        window_ns: The racy window: `RACY_WINDOW_NS`, or the timestamp resolution the
             observed mtimes reveal if that is coarser.
     """
 
@@ -337,7 +337,7 @@ def _part_index(
     manifest: Manifest,
 ) -> dict[str, tuple[tuple[tuple[str, FileEntry], ...], ManifestPart]]:
     """The parts of a loaded format 2 manifest with the entries each holds (files are in part
-    order: :meth:`ManifestRoot.assemble` reads them so)."""
+    order: `ManifestRoot.assemble` reads them so)."""
     items = list(manifest.files.items())
     index: dict[str, tuple[tuple[tuple[str, FileEntry], ...], ManifestPart]] = {}
     start = 0
@@ -349,7 +349,7 @@ def _part_index(
 
 
 def _racy_window(mtimes: Iterable[int]) -> int:
-    """:data:`RACY_WINDOW_NS`, widened to the timestamp resolution the mtimes reveal (a provider
+    """`RACY_WINDOW_NS`, widened to the timestamp resolution the mtimes reveal (a provider
     that reports whole seconds gets a one-second window)."""
     resolution = 1_000_000_000
     for mtime in mtimes:
@@ -364,7 +364,7 @@ class Snapshotter:
     """Content-addressed, incremental snapshots of a session's workspace and variables.
 
     Args:
-        store: Where blobs go; default a :class:`LocalDirectoryBlobStore` at its default path.
+        store: Where blobs go; default a [`LocalDirectoryBlobStore`][langchain_sandbox.LocalDirectoryBlobStore] at its default path.
         limits: Bounds checked on capture and on restore.
 
     One snapshotter may serve many sessions at once; it remembers, per live session object, the
@@ -401,7 +401,7 @@ class Snapshotter:
 
         Raises:
             InvalidInputError, SnapshotNotFoundError, UnsafeArchiveError: as
-                :meth:`load_manifest`, for the root.
+                `load_manifest`, for the root.
         """
         if not is_digest(ref):
             raise InvalidInputError(f"Snapshot ref {ref!r} is not a sha256 hex digest.")
@@ -419,16 +419,16 @@ class Snapshotter:
         and the variables. What garbage collection must keep for a live ref.
 
         Raises:
-            SnapshotNotFoundError, UnsafeArchiveError: as :meth:`load_manifest`.
+            SnapshotNotFoundError, UnsafeArchiveError: as `load_manifest`.
         """
         return {ref} | (await self.load_manifest(ref)).blob_keys()
 
     async def name_head(self, head: str, ref: str) -> None:
         """Record that snapshot ``ref`` captures the sandbox state named ``head``.
 
-        A snapshot written behind a call (see :mod:`~langchain_sandbox.rehydration`) completes
+        A snapshot written behind a call (see `rehydration`) completes
         after the checkpoint that needs it was written; that checkpoint's record names the head,
-        so a resume finds the snapshot through :meth:`find_head`. The name is one small blob under
+        so a resume finds the snapshot through `find_head`. The name is one small blob under
         a key derived from the head (never a digest of its contents; ``gc`` treats it as any
         unreferenced blob once its grace period is over).
         """
@@ -438,12 +438,12 @@ class Snapshotter:
 
     @staticmethod
     def head_key(head: str) -> str:
-        """The store key of the blob :meth:`name_head` writes for ``head`` (``gc`` keeps it while
+        """The store key of the blob `name_head` writes for ``head`` (``gc`` keeps it while
         a checkpoint needs it)."""
         return _head_key(head)
 
     async def find_head(self, head: str) -> str | None:
-        """The ref :meth:`name_head` recorded for ``head``, if its manifest is in the store."""
+        """The ref `name_head` recorded for ``head``, if its manifest is in the store."""
         try:
             ref = (await self.store.get(_head_key(head))).decode("ascii", "replace")
             if not is_digest(ref):
@@ -968,7 +968,7 @@ class Snapshotter:
 
     async def _raise_for(self, bad: Iterable[str]) -> None:
         """Raise for the first of the ``bad`` blobs, if any: the store's own error for a missing
-        one, :class:`UnsafeArchiveError` for one that does not match its hash."""
+        one, [`UnsafeArchiveError`][langchain_sandbox.UnsafeArchiveError] for one that does not match its hash."""
         key = min(bad, default=None)
         if key is not None:
             await self.store.get(key)
@@ -1207,7 +1207,7 @@ def _entries(
 def _encode_parts(
     files: Mapping[str, FileEntry], previous: _PartIndex, same_paths: bool, rebuilt: set[str]
 ) -> tuple[list[tuple[tuple[tuple[str, FileEntry], ...], ManifestPart]], dict[str, bytes]]:
-    """The manifest parts of ``files`` (see :func:`split_paths`), and the blobs of those not in
+    """The manifest parts of ``files`` (see `split_paths`), and the blobs of those not in
     ``previous``: only a part holding a changed entry is encoded again. With ``same_paths``
     (no file added or removed since ``previous``) its cuts are kept, and only the parts holding
     a ``rebuilt`` path are looked at."""
@@ -1253,7 +1253,7 @@ def _empty_dirs(
 
 async def _wait_out_racy_window(to_read: Sequence[FileInfo], listed_at_ns: int) -> int:
     """Sleep until the files about to be read are older than the racy window (never longer than
-    :data:`RACY_WINDOW_NS`, whatever the sandbox's clock says; with coarse timestamps, not at
+    `RACY_WINDOW_NS`, whatever the sandbox's clock says; with coarse timestamps, not at
     all: those files are read again next time instead); return the horizon of the reads."""
     if to_read and _racy_window(info.mtime_ns for info in to_read) == RACY_WINDOW_NS:
         newest = max(info.mtime_ns for info in to_read)
@@ -1420,7 +1420,7 @@ def safe_mode(mode: int) -> int:
 
 def _changed_modes(manifest: Manifest) -> list[str]:
     """A notice naming the files that come back with another mode than they were captured
-    with (:func:`safe_mode`: no setuid/setgid/sticky bit, no group or other write, always
+    with (`safe_mode`: no setuid/setgid/sticky bit, no group or other write, always
     owner read-write, so a read-only file comes back writable)."""
     changed = [
         f"{path} ({entry.mode & 0o7777:o} -> {safe_mode(entry.mode):o})"

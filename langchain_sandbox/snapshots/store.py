@@ -2,12 +2,12 @@
 
 Keys are sha256 hex digests of the bytes they name (content addressing), so a key can never be a
 path, a put of an existing key is a no-op, and a reader can verify what it got. Stores do not
-verify contents themselves; the :class:`~langchain_sandbox.snapshots.snapshotter.Snapshotter`
+verify contents themselves; the [`Snapshotter`][langchain_sandbox.Snapshotter]
 hashes what it writes and checks what it reads.
 
-Two stores ship with the package: :class:`~.local_store.LocalDirectoryBlobStore` (the default, one
-file per blob) and :class:`~.langgraph_store.LangGraphStoreBlobStore` (any LangGraph ``BaseStore``,
-e.g. a Postgres store shared by workers on several machines). Subclass :class:`BlobStore` for
+Two stores ship with the package: `LocalDirectoryBlobStore` (the default, one
+file per blob) and `LangGraphStoreBlobStore` (any LangGraph ``BaseStore``,
+e.g. a Postgres store shared by workers on several machines). Subclass `BlobStore` for
 another backend: only the abstract methods are required; the batch methods have default
 implementations a backend may override with real batching.
 """
@@ -24,12 +24,12 @@ from langchain_sandbox.errors import InvalidInputError
 from langchain_sandbox.snapshots.manifest import is_digest
 
 PUT_CONCURRENCY = 16
-"""Blobs :meth:`BlobStore.put_many` writes at once by default."""
+"""Blobs `BlobStore.put_many` writes at once by default."""
 
 
 @dataclass(frozen=True)
 class BlobInfo:
-    """A blob as listed by :meth:`BlobStore.iter_blobs`.
+    """A blob as listed by `BlobStore.iter_blobs`.
 
     Attributes:
         key: The sha256 hex digest naming the blob.
@@ -95,17 +95,17 @@ class BlobStore(ABC):
 
     async def note_checkpointer(self, name: str) -> None:
         """Record that a checkpointer named ``name`` references snapshots in this store (see
-        :mod:`langchain_sandbox.checkpointer_names`); repeating it is harmless. The default
-        records nothing: :meth:`checkpointers` then says it cannot tell."""
+        `langchain_sandbox.checkpointer_names`); repeating it is harmless. The default
+        records nothing: `checkpointers` then says it cannot tell."""
 
     async def checkpointers(self) -> set[str] | None:
-        """The names :meth:`note_checkpointer` recorded and :meth:`forget_checkpointer` did not
+        """The names `note_checkpointer` recorded and `forget_checkpointer` did not
         remove; ``None`` if the store does not record them (then ``gc`` cannot tell whether
         another application still needs a blob, and refuses to collect any)."""
         return None
 
     async def forget_checkpointer(self, name: str) -> None:
-        """Drop ``name`` from :meth:`checkpointers` (its application and checkpoints are gone)."""
+        """Drop ``name`` from `checkpointers` (its application and checkpoints are gone)."""
 
     async def remove_abandoned_writes(self, *, dry_run: bool = False) -> tuple[int, int]:
         """Remove what puts that never finished left behind (a writer killed mid-put), never
@@ -121,7 +121,7 @@ class BlobStore(ABC):
         return dict(zip(unique, values, strict=True))
 
     async def put_many(self, blobs: Mapping[str, bytes]) -> None:
-        """Store several blobs (each atomically), :data:`PUT_CONCURRENCY` at a time: a capture of
+        """Store several blobs (each atomically), `PUT_CONCURRENCY` at a time: a capture of
         100,000 small files must not become 100,000 tasks at once."""
         items = iter(blobs.items())
 

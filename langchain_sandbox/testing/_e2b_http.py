@@ -1,7 +1,7 @@
 """The HTTP side of the E2B emulator: the server, the request handler, the request log's records.
 
 The handler frames requests and responses (chunked streams, keep-alive, no Nagle delays), logs
-every request, applies injected faults, and hands the request to the emulator (:class:`Backend`),
+every request, applies injected faults, and hands the request to the emulator (`Backend`),
 which knows E2B's routes. It knows nothing about sandboxes.
 """
 
@@ -51,7 +51,7 @@ class RecordedRequest:
 
 @dataclass
 class Fault:
-    """A switch that makes matching requests fail; see :meth:`E2BEmulator.inject`."""
+    """A switch that makes matching requests fail; see `E2BEmulator.inject`."""
 
     route: re.Pattern[str]
     status: int | None = None
@@ -161,7 +161,7 @@ class Handler(BaseHTTPRequestHandler):
     server: EmulatorServer
 
     def log_message(self, format: str, *args: Any) -> None:
-        """Requests go to :attr:`~langchain_sandbox.testing.e2b_emulator.E2BEmulator.requests`, not to stderr."""
+        """Requests go to [`requests`][langchain_sandbox.testing.e2b_emulator.E2BEmulator.requests], not to stderr."""
 
     def do_GET(self) -> None:
         self._dispatch()

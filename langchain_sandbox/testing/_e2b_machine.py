@@ -1,6 +1,6 @@
 """What runs code behind the E2B emulator: one "machine" per emulated sandbox, on the local provider.
 
-Each machine is a :class:`~langchain_sandbox.providers.local.LocalSession`: its bubblewrap sandbox
+Each machine is a `LocalSession`: its bubblewrap sandbox
 (private ``/home/user``, non-root user, allow-listed environment, no network unless asked, cgroup
 limits) is where everything runs. E2B's protocol needs two things that session's own calls do not
 offer: a cell that is *interrupted* when the client closes the ``/execute`` stream, and a command

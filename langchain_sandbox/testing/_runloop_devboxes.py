@@ -6,7 +6,7 @@ and closes the session (Runloop keeps the disk, not the memory), resuming unpack
 session, and a disk snapshot is the same tar kept under an id.
 
 All of it is thread-safe: HTTP handler threads call in, and the local provider's async API runs on
-the emulator's own event-loop thread (:class:`~langchain_sandbox._event_loop.LoopThread`).
+the emulator's own event-loop thread (`LoopThread`).
 
 Why one module over 500 lines: one devbox's life (boot, executions, files, suspend, disk
 snapshots) is one state machine.

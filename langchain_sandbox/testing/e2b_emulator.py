@@ -22,9 +22,9 @@ sandbox, the rest to the control plane):
   ``filesystem.Filesystem/{ListDir,Stat,Remove,MakeDir,Move}``;
 * code interpreter: ``POST /execute`` (NDJSON stream), ``GET|POST /contexts``.
 
-Tests read :attr:`E2BEmulator.requests` (every request, with its route and status) and use the
-fault switches: :meth:`E2BEmulator.inject` (a status such as 429/503, a dropped connection, a
-delay), :meth:`E2BEmulator.expire` (the sandbox is gone, as after its timeout). Only the
+Tests read [`E2BEmulator.requests`][langchain_sandbox.testing.e2b_emulator.E2BEmulator.requests] (every request, with its route and status) and use the
+fault switches: [`E2BEmulator.inject`][langchain_sandbox.testing.e2b_emulator.E2BEmulator.inject] (a status such as 429/503, a dropped connection, a
+delay), [`E2BEmulator.expire`][langchain_sandbox.testing.e2b_emulator.E2BEmulator.expire] (the sandbox is gone, as after its timeout). Only the
 workspace ``/home/user`` exists for the file API; other paths are "not found".
 
 The emulator runs one event-loop thread for the machines and one thread per connection; stopping
@@ -104,7 +104,7 @@ class _Sandbox:
 
 
 class E2BEmulator:
-    """The emulator; start it with ``with`` (or :meth:`start` / :meth:`stop`).
+    """The emulator; start it with ``with`` (or `start` / `stop`).
 
     Args:
         api_key: When set, control-plane requests must carry it as ``X-API-KEY`` (else 401).
@@ -237,7 +237,7 @@ class E2BEmulator:
         body: str | None = None,
     ) -> Fault:
         """Make the next ``times`` requests whose route matches ``route`` (a regular expression
-        over :attr:`RecordedRequest.route`) fail: answer ``status``, or close the connection
+        over `RecordedRequest.route`) fail: answer ``status``, or close the connection
         without answering (``drop``), or handle the request and then close the connection
         instead of answering (``lose_response``: the client cannot know it happened), after waiting ``delay`` seconds (a delay alone just slows
         the request). ``should_retry`` sets the ``Should-Retry`` header the SDK obeys (``None``
@@ -784,7 +784,7 @@ def _drain(
 
 @contextlib.asynccontextmanager
 async def emulated_e2b_provider(**options: Any) -> AsyncIterator[Any]:
-    """Yield an :class:`~langchain_sandbox.providers.e2b.E2BProvider` bound to a fresh emulator.
+    """Yield an [`E2BProvider`][langchain_sandbox.E2BProvider] bound to a fresh emulator.
 
     The provider gets the emulator's URLs and a throwaway API key as constructor arguments, so
     neither the process environment nor the SDK is touched. ``options`` go to the provider.

@@ -18,10 +18,10 @@ with RunloopEmulator() as emulator:                          # or drive it yours
     emulator.count("/execute_async")                          # requests seen, from the log
 ```
 
-Switches for failure paths: :meth:`RunloopEmulator.inject` (any status with headers that stop SDK
-retries, dropped connections, delays), :meth:`RunloopEmulator.expire` (a devbox shut down or
-forgotten), :attr:`RunloopEmulator.max_hold` (long-polls answer 408 sooner),
-:attr:`RunloopEmulator.inline_output_bytes` (less output inline, the rest over SSE) and
+Switches for failure paths: [`RunloopEmulator.inject`][langchain_sandbox.testing.runloop_emulator.RunloopEmulator.inject] (any status with headers that stop SDK
+retries, dropped connections, delays), [`RunloopEmulator.expire`][langchain_sandbox.testing.runloop_emulator.RunloopEmulator.expire] (a devbox shut down or
+forgotten), `RunloopEmulator.max_hold` (long-polls answer 408 sooner),
+`RunloopEmulator.inline_output_bytes` (less output inline, the rest over SSE) and
 ``boot_delay`` (devboxes go through ``provisioning``).
 
 Why one module over 500 lines: it is the route table of one HTTP API, each route a short
@@ -264,7 +264,7 @@ class RunloopEmulator:
         return self._account
 
     def provider(self, **options: Any) -> Any:
-        """A :class:`~langchain_sandbox.providers.runloop.RunloopProvider` pointed here."""
+        """A [`RunloopProvider`][langchain_sandbox.RunloopProvider] pointed here."""
         from langchain_sandbox.providers.runloop import RunloopProvider
 
         options.setdefault("api_key", self.api_key or "emulator-key")
@@ -273,7 +273,7 @@ class RunloopEmulator:
     # ---- switches and the log ---------------------------------------------------------------
 
     def inject(self, path: str, **options: Any) -> Fault:
-        """Add a :class:`Fault` (see its fields); returns it so a test can read ``hits``."""
+        """Add a [`Fault`][langchain_sandbox.testing.runloop_emulator.Fault] (see its fields); returns it so a test can read ``hits``."""
         fault = Fault(path=path, **options)
         with self._lock:
             self._faults.append(fault)
@@ -640,7 +640,7 @@ def _multipart(body: bytes, content_type: str) -> dict[str, bytes]:
 
 @contextlib.asynccontextmanager
 async def emulated_runloop_provider(**options: Any) -> AsyncIterator[Any]:
-    """A ready :class:`~langchain_sandbox.providers.runloop.RunloopProvider` on a fresh emulator
+    """A ready [`RunloopProvider`][langchain_sandbox.RunloopProvider] on a fresh emulator
     (closed, with every devbox, on exit). ``options`` go to the provider."""
     async with RunloopEmulator() as emulator:
         provider = emulator.provider(**options)

@@ -11,8 +11,8 @@ A script is either a callable ``(messages) -> step`` or a list of steps; with a 
 is the one at index "number of AI messages already in the conversation". A step is one of:
 
 * a ``str``: a final answer (no tool calls);
-* a :class:`ToolCallSpec` or a list of them: tool calls in one AI message (several = parallel);
-* an :class:`~langchain_core.messages.AIMessage`: returned as is;
+* a [`ToolCallSpec`][langchain_sandbox.testing.ToolCallSpec] or a list of them: tool calls in one AI message (several = parallel);
+* an `AIMessage`: returned as is;
 * a callable ``(messages) -> step``: decided from the conversation (e.g. from a tool's output).
 """
 

@@ -5,11 +5,11 @@ A tool call resolves, in order:
 
 * the **runtime**: the tool's own (``SandboxExecTool(runtime=...)``, or one built from
   ``provider=...``); the run's context (``ToolRuntime.context`` or LangGraph's ``get_runtime()``:
-  a :class:`SandboxRuntime`, an object with a ``sandbox_runtime`` attribute or a dict with that
+  a [`SandboxRuntime`][langchain_sandbox.SandboxRuntime], an object with a ``sandbox_runtime`` attribute or a dict with that
   key); ``config["configurable"]["sandbox_runtime"]``; the process-wide default runtime on the
   local provider;
 * the **thread**: ``config["configurable"]["thread_id"]``, else the tool's ``default_thread_id``
-  if set (a :class:`SandboxToolkit`'s tools share one), else the shared thread of the runtime
+  if set (a [`SandboxToolkit`][langchain_sandbox.SandboxToolkit]'s tools share one), else the shared thread of the runtime
   the tool was given (``SandboxRuntime.shared_thread_id``: tools given one runtime share one
   sandbox), else a private thread of this tool instance, so two tools or agents called without
   a thread id and without a shared runtime never see each other's variables or files;
@@ -23,7 +23,7 @@ Tools return ``(content, artifact)``: the content is what the model reads; the a
 ``{"result": <JSON result>, "sandbox": <updated record>}`` for programs and for the graph glue, which
 turns ``artifact["sandbox"]`` into a state update. Infrastructure failures become a
 ``ToolException`` the model reads (``handle_tool_error=True``), never a crash of the agent;
-misconfiguration (:class:`~langchain_sandbox.errors.ConfigurationError`: a missing extra, API key
+misconfiguration ([`ConfigurationError`][langchain_sandbox.ConfigurationError]: a missing extra, API key
 or bubblewrap) is not the model's to fix and propagates to the developer.
 """
 
@@ -41,10 +41,11 @@ from typing import Annotated, Any, ClassVar, Literal
 from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackManagerForToolRun
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolArg, ToolException
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from langchain_sandbox._event_loop import on_event_loop
+from langchain_sandbox.arguments import check_model_arguments
 from langchain_sandbox.checkpointer_names import (
     anote_checkpointer,
     note_checkpointer,
@@ -52,7 +53,7 @@ from langchain_sandbox.checkpointer_names import (
 )
 from langchain_sandbox.errors import ConfigurationError, SandboxError
 from langchain_sandbox.providers import provider_class
-from langchain_sandbox.providers.base import Capabilities, SessionSpec
+from langchain_sandbox.providers.base import Capabilities, Provider, SessionSpec
 from langchain_sandbox.results import DEFAULT_RENDER_CHARS, ExecutionResult
 from langchain_sandbox.runtime import (
     Outcome,
@@ -62,6 +63,7 @@ from langchain_sandbox.runtime import (
 )
 from langchain_sandbox.state import SandboxState
 from langchain_sandbox.tools.descriptions import sandbox_facts
+from langchain_sandbox.tools.images import artifact_images, images_inline, place_images
 from langchain_sandbox.tools.ownership import RuntimeOwner
 from langchain_sandbox.tools.streaming import OUTPUT_EVENT, OutputForwarder
 
@@ -98,6 +100,8 @@ class SandboxCall:
     step_call: StepCall | None
     resumable: bool
     on_output: OutputForwarder | None
+    images_inline: bool = False
+    """Whether the reply's images go in its content (`langchain_sandbox.tools.images`)."""
 
 
 @dataclass(frozen=True)
@@ -196,7 +200,7 @@ def graph_step(config: RunnableConfig | None) -> str | None:
 
 def step_call_of(tool_runtime: Any) -> StepCall | None:
     """The call's id, those of the other calls in the same model message and the graph step it
-    runs in (see :class:`~langchain_sandbox.runtime.StepCall`), from the ``ToolRuntime`` a
+    runs in (see [`StepCall`][langchain_sandbox.StepCall]), from the ``ToolRuntime`` a
     ``ToolNode`` injects."""
     call_id = getattr(tool_runtime, "tool_call_id", None)
     if not call_id:
@@ -213,12 +217,15 @@ def step_call_of(tool_runtime: Any) -> StepCall | None:
     return StepCall(call_id, step=step)
 
 
-def execution_reply(outcome: Outcome[ExecutionResult], *, max_chars: int) -> ToolReply:
+def execution_reply(
+    outcome: Outcome[ExecutionResult], *, max_chars: int, images_inline: bool = False
+) -> ToolReply:
     """The reply for a run of code or a command: compact text, images as image blocks.
 
-    Each image is stored once: in the content, where the model reads it. The JSON result in the
-    artifact names the image artifacts without their data; :func:`execution_result` puts them
-    back together.
+    Each image is stored once: in the content when the calling model takes images there
+    (``images_inline``), else in the artifact's ``images`` with a note in the content
+    (`langchain_sandbox.tools.images`). The JSON result names the image artifacts without
+    their data; [`execution_result`][langchain_sandbox.execution_result] puts them back together.
     """
     result = outcome.value
     content: Content
@@ -228,11 +235,12 @@ def execution_reply(outcome: Outcome[ExecutionResult], *, max_chars: int) -> Too
     else:
         content = result.render(max_chars=max_chars)
     as_json = result.model_dump(mode="json", exclude={"artifacts": {i: {"data"} for i in images}})
+    content, as_json = place_images(content, as_json, inline=images_inline)
     return ToolReply(content, as_json, outcome.record)
 
 
 def execution_result(message: Any) -> ExecutionResult:
-    """The full :class:`ExecutionResult` of a ``sandbox_exec`` / ``sandbox_shell`` tool message
+    """The full [`ExecutionResult`][langchain_sandbox.ExecutionResult] of a ``sandbox_exec`` / ``sandbox_shell`` tool message
     (from a graph's state or a tool call): its JSON result, with the images taken back from the
     content. In a notebook it displays with its charts drawn.
 
@@ -244,9 +252,10 @@ def execution_result(message: Any) -> ExecutionResult:
     if not isinstance(result, Mapping) or "artifacts" not in result:
         raise ValueError("Not the reply of sandbox_exec or sandbox_shell (no result artifact).")
     content = getattr(message, "content", None)
+    blocks = [*(content if isinstance(content, list) else []), *artifact_images(artifact)]
     images = iter(
         block["base64"]
-        for block in (content if isinstance(content, list) else [])
+        for block in blocks
         if isinstance(block, dict) and block.get("type") == "image" and "base64" in block
     )
     artifacts = [a if "data" in a else {**a, "data": next(images, "")} for a in result["artifacts"]]
@@ -262,25 +271,27 @@ class SandboxTool(BaseTool):
     """Base class of the sandbox tools: resolution and the sync/async plumbing.
 
     A subclass sets ``name``, ``description`` and ``args_schema`` (a subclass of
-    :class:`SandboxToolArgs`) and implements :meth:`_acall`; the blocking path runs that same
+    `SandboxToolArgs`) and implements `_acall`; the blocking path runs that same
     coroutine on the runtime's event loop, so each tool has one implementation.
 
     Args:
-        runtime: The :class:`SandboxRuntime` to use; otherwise one is found per call.
-        provider: Build a runtime of its own on this provider (``"local"``, ``"e2b"``,
-            ``"runloop"``) instead of finding one.
-        provider_options: Options for that provider.
+        runtime: The [`SandboxRuntime`][langchain_sandbox.SandboxRuntime] to use; otherwise one is found per call.
+        provider: Build a runtime of its own on this provider instead of finding one: a name
+            (``"local"``, ``"e2b"``, ``"runloop"``) or a configured provider
+            (``LocalProvider(isolation="none")``, ``E2BProvider(api_key=..., template=...)``).
+        provider_options: Options for a provider given by name, checked against its
+            parameters (``{"isolation": "none"}`` for ``"local"``).
         max_output_chars: Characters of each output stream the model reads (head and tail kept).
         default_thread_id: The thread of calls whose config carries no ``thread_id``. By default
             each tool instance has a private one, so separate tools (and the agents holding
             them) never share a sandbox by accident; give tools the same name to share one on
-            purpose. A :class:`SandboxToolkit` gives all its tools one private thread.
+            purpose. A [`SandboxToolkit`][langchain_sandbox.SandboxToolkit] gives all its tools one private thread.
     """
 
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
     handle_tool_error: bool | str | Any = True
     runtime: SandboxRuntime | None = Field(default=None, exclude=True)
-    provider: str | None = None
+    provider: str | Provider | None = None
     provider_options: dict[str, Any] | None = Field(default=None, exclude=True)
     max_output_chars: int = DEFAULT_RENDER_CHARS
     default_thread_id: str = Field(default_factory=private_thread_id)
@@ -292,7 +303,15 @@ class SandboxTool(BaseTool):
     about: ClassVar[str | None] = None
     """For a tool whose description ends with facts about its sandbox: the fixed part. The facts
     (network, time limit, memory) are derived when the tool is built from the runtime it is
-    bound to (see :mod:`langchain_sandbox.tools.descriptions`); ``description=`` overrides."""
+    bound to (see `langchain_sandbox.tools.descriptions`); ``description=`` overrides."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_arguments(cls, data: Any) -> Any:
+        # Pydantic ignores unknown fields; a typo (``providr=``) or an option of the provider
+        # (``isolation=``) must fail instead of being dropped.
+        check_model_arguments(cls, data)
+        return data
 
     def model_post_init(self, context: Any) -> None:
         super().model_post_init(context)
@@ -309,6 +328,8 @@ class SandboxTool(BaseTool):
         are known before a call (``None``: the runtime is found per call)."""
         if self.runtime is not None:
             return self.runtime.capabilities, self.runtime.spec
+        if isinstance(self.provider, Provider):
+            return self.provider.capabilities, SessionSpec()
         if self.provider is not None:
             # What _explicit_runtime will build, known without building it.
             return provider_class(self.provider).capabilities, SessionSpec()
@@ -321,12 +342,12 @@ class SandboxTool(BaseTool):
         """Close the runtime this tool built for ``provider=`` (its sandboxes are destroyed).
 
         A runtime passed in, or found per call, belongs to someone else and is left alone
-        (:mod:`langchain_sandbox.tools.ownership`).
+        (`langchain_sandbox.tools.ownership`).
         """
         self._owner.close()
 
     async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
+        """Async twin of `close`."""
         await self._owner.aclose()
 
     def _default_thread(self) -> str:
@@ -352,6 +373,7 @@ class SandboxTool(BaseTool):
             record=graph_record(tool_runtime),
             step_call=step_call,
             resumable=is_resumable(config),
+            images_inline=images_inline(tool_runtime),
             on_output=OutputForwarder(
                 tool_runtime=tool_runtime,
                 run_manager=run_manager,
@@ -370,7 +392,7 @@ class SandboxTool(BaseTool):
     @contextlib.contextmanager
     def _tool_errors(self) -> Iterator[None]:
         """Infrastructure failures and refused input become a message the model reads;
-        misconfiguration (:class:`ConfigurationError`) is the developer's and propagates."""
+        misconfiguration ([`ConfigurationError`][langchain_sandbox.ConfigurationError]) is the developer's and propagates."""
         try:
             yield
         except ConfigurationError:

@@ -14,10 +14,11 @@ from langchain_sandbox.tools.base import (
     execution_reply,
 )
 from langchain_sandbox.tools.descriptions import sandbox_facts
+from langchain_sandbox.tools.streaming import listener
 
 
 class SandboxExecArgs(SandboxToolArgs):
-    """Arguments of :class:`SandboxExecTool`."""
+    """Arguments of [`SandboxExecTool`][langchain_sandbox.SandboxExecTool]."""
 
     code: str = Field(
         description=(
@@ -65,11 +66,13 @@ class SandboxExecTool(SandboxTool):
             args["code"],
             timeout=args.get("timeout"),
             record=call.record,
-            on_output=call.on_output,
+            on_output=listener(call.on_output),
             step_call=call.step_call,
             resumable=call.resumable,
         )
-        return execution_reply(outcome, max_chars=self.max_output_chars)
+        return execution_reply(
+            outcome, max_chars=self.max_output_chars, images_inline=call.images_inline
+        )
 
 
 __all__ = ["SandboxExecArgs", "SandboxExecTool"]

@@ -21,6 +21,7 @@ from langchain_sandbox.tools.base import (
     ToolReply,
     notice_lines,
 )
+from langchain_sandbox.tools.images import place_images
 from langchain_sandbox.workspace import relative_path, resolve_path
 
 MAX_WRITE_BYTES = 16 * 1024 * 1024
@@ -32,7 +33,7 @@ _PATH_HELP = "Path relative to /home/user (or absolute inside it)."
 
 
 class SandboxWriteFileArgs(SandboxToolArgs):
-    """Arguments of :class:`SandboxWriteFileTool`."""
+    """Arguments of [`SandboxWriteFileTool`][langchain_sandbox.SandboxWriteFileTool]."""
 
     path: str = Field(description=_PATH_HELP)
     content: str = Field(description="The whole new content of the file.")
@@ -84,7 +85,7 @@ def _decode(content: str, encoding: str) -> bytes:
 
 
 class SandboxReadFileArgs(SandboxToolArgs):
-    """Arguments of :class:`SandboxReadFileTool`."""
+    """Arguments of [`SandboxReadFileTool`][langchain_sandbox.SandboxReadFileTool]."""
 
     path: str = Field(description=_PATH_HELP)
 
@@ -133,6 +134,7 @@ class SandboxReadFileTool(SandboxTool):
         else:
             result["truncated"] = len(text) > self.max_read_chars
             content = head + truncate_middle(text, self.max_read_chars)
+        content, result = place_images(content, result, inline=call.images_inline)
         return ToolReply(content, result, outcome.record)
 
 
@@ -146,7 +148,7 @@ def _as_text(data: bytes) -> str | None:
 
 
 class SandboxListFilesArgs(SandboxToolArgs):
-    """Arguments of :class:`SandboxListFilesTool`."""
+    """Arguments of [`SandboxListFilesTool`][langchain_sandbox.SandboxListFilesTool]."""
 
     path: str = Field(default=".", description="Directory to list, relative to /home/user.")
     recursive: bool = Field(default=False, description="Also list everything below it.")

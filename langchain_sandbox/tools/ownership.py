@@ -13,6 +13,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from langchain_sandbox.providers.base import Provider
 from langchain_sandbox.runtime import SandboxRuntime
 
 
@@ -26,7 +27,7 @@ class RuntimeOwner:
     def resolve(
         self,
         runtime: SandboxRuntime | None,
-        provider: str | None,
+        provider: str | Provider | None,
         options: Mapping[str, Any] | None,
     ) -> SandboxRuntime | None:
         """The runtime given, else the one owned for ``provider`` (built on first use or after a
@@ -48,7 +49,7 @@ class RuntimeOwner:
             owned.close()
 
     async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
+        """Async twin of `close`."""
         with self._lock:
             owned, self._runtime = self._runtime, None
         if owned is not None:

@@ -14,10 +14,11 @@ from langchain_sandbox.tools.base import (
     ToolReply,
     execution_reply,
 )
+from langchain_sandbox.tools.streaming import listener
 
 
 class SandboxInstallPackagesArgs(SandboxToolArgs):
-    """Arguments of :class:`SandboxInstallPackagesTool`."""
+    """Arguments of [`SandboxInstallPackagesTool`][langchain_sandbox.SandboxInstallPackagesTool]."""
 
     packages: list[str] = Field(
         min_length=1,
@@ -48,11 +49,13 @@ class SandboxInstallPackagesTool(SandboxTool):
             call.thread_id,
             validate_requirements(args["packages"]),
             record=call.record,
-            on_output=call.on_output,
+            on_output=listener(call.on_output),
             step_call=call.step_call,
             resumable=call.resumable,
         )
-        return execution_reply(outcome, max_chars=self.max_output_chars)
+        return execution_reply(
+            outcome, max_chars=self.max_output_chars, images_inline=call.images_inline
+        )
 
 
 __all__ = ["SandboxInstallPackagesArgs", "SandboxInstallPackagesTool"]

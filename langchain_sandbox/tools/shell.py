@@ -14,10 +14,11 @@ from langchain_sandbox.tools.base import (
     execution_reply,
 )
 from langchain_sandbox.tools.descriptions import sandbox_facts
+from langchain_sandbox.tools.streaming import listener
 
 
 class SandboxShellArgs(SandboxToolArgs):
-    """Arguments of :class:`SandboxShellTool`."""
+    """Arguments of [`SandboxShellTool`][langchain_sandbox.SandboxShellTool]."""
 
     command: str = Field(description="The command line, run by bash.")
     cwd: str | None = Field(
@@ -49,7 +50,7 @@ _ABOUT = (
 class SandboxShellTool(SandboxTool):
     """Run a command in the thread's persistent shell (the same workspace the Python tool sees):
     ``cd`` and exported variables carry over to the thread's next commands, also after a resume
-    or a fork (see :meth:`SandboxRuntime.arun_shell`)."""
+    or a fork (see [`SandboxRuntime.arun_shell`][langchain_sandbox.SandboxRuntime.arun_shell])."""
 
     name: str = "sandbox_shell"
     about: ClassVar[str | None] = _ABOUT
@@ -64,11 +65,13 @@ class SandboxShellTool(SandboxTool):
             timeout=args.get("timeout"),
             cwd=args.get("cwd"),
             record=call.record,
-            on_output=call.on_output,
+            on_output=listener(call.on_output),
             step_call=call.step_call,
             resumable=call.resumable,
         )
-        return execution_reply(outcome, max_chars=self.max_output_chars)
+        return execution_reply(
+            outcome, max_chars=self.max_output_chars, images_inline=call.images_inline
+        )
 
 
 __all__ = ["SandboxShellArgs", "SandboxShellTool"]

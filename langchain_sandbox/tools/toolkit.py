@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from langchain_core.tools import BaseTool, BaseToolkit
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
+from langchain_sandbox.arguments import check_model_arguments
+from langchain_sandbox.providers.base import Provider
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.tools.base import private_thread_id
 from langchain_sandbox.tools.exec import SandboxExecTool
@@ -26,9 +28,10 @@ class SandboxToolkit(BaseToolkit):
     Args:
         runtime: The runtime every tool uses. Without it, the tools find one per call (the run's
             context, ``configurable``, or the process-wide default), unless ``provider`` is set.
-        provider: Build one runtime on this provider for all the tools; the toolkit owns it and
-            :meth:`close` destroys its sandboxes.
-        provider_options: Options for that provider.
+        provider: Build one runtime on this provider for all the tools, a name or a configured
+            provider (``LocalProvider(isolation="none")``); the toolkit owns it and
+            `close` destroys its sandboxes.
+        provider_options: Options for a provider given by name, checked against its parameters.
         include: Names of the tools to include (all of them by default).
         default_thread_id: The thread of calls that carry no ``thread_id``. By default one
             private thread of this toolkit: its tools share a sandbox with each other and with
@@ -38,12 +41,19 @@ class SandboxToolkit(BaseToolkit):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     runtime: SandboxRuntime | None = None
-    provider: str | None = None
+    provider: str | Provider | None = None
     provider_options: dict[str, Any] | None = None
     include: list[str] | None = Field(default=None)
     default_thread_id: str = Field(default_factory=private_thread_id)
 
     _owner: RuntimeOwner = PrivateAttr(default_factory=RuntimeOwner)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_arguments(cls, data: Any) -> Any:
+        # As the tools do: a typo or an option of the provider fails instead of being dropped.
+        check_model_arguments(cls, data)
+        return data
 
     def _shared_runtime(self) -> SandboxRuntime | None:
         return self._owner.resolve(self.runtime, self.provider, self.provider_options)
@@ -51,13 +61,13 @@ class SandboxToolkit(BaseToolkit):
     def close(self) -> None:
         """Close the runtime this toolkit built for ``provider=`` (its sandboxes are destroyed).
 
-        The same rule as :meth:`SandboxTool.close <langchain_sandbox.tools.base.SandboxTool.close>`:
+        The same rule as `SandboxTool.close`:
         a runtime passed in belongs to someone else and is left alone.
         """
         self._owner.close()
 
     async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
+        """Async twin of `close`."""
         await self._owner.aclose()
 
     def get_tools(self) -> list[BaseTool]:

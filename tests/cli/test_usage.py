@@ -76,3 +76,7 @@ def test_timeout_traceback_shows_only_the_users_frames(run_cli: RunCli) -> None:
     assert "worker" not in done.stderr
     assert "_on_sigint" not in done.stderr
     assert done.stderr.count('  File "') == 2
+    # "[timed out]" first, then where the run stopped: no KeyboardInterrupt traceback.
+    assert done.stderr.startswith("[timed out]\nstopped in:\n")
+    assert "KeyboardInterrupt" not in done.stderr
+    assert "Traceback" not in done.stderr

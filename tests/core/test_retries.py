@@ -58,3 +58,19 @@ def test_retryable_flag_can_be_overridden_per_instance() -> None:
     assert not is_retryable(ProviderUnavailableError("x", retryable=False))
     assert is_retryable(SandboxError("x", retryable=True))
     assert not is_retryable(ValueError("x"))
+
+
+async def test_a_provider_that_never_answers_is_tried_twice() -> None:
+    from langchain_sandbox.errors import ProviderUnreachableError
+    from langchain_sandbox.retries import UNREACHABLE_ATTEMPTS
+
+    calls = 0
+
+    async def refused() -> None:
+        nonlocal calls
+        calls += 1
+        raise ProviderUnreachableError(f"refused {calls}")
+
+    with pytest.raises(ProviderUnreachableError, match="refused 2"):
+        await retry_async(refused, attempts=6, initial_wait=0.001, max_wait=0.001)
+    assert calls == UNREACHABLE_ATTEMPTS == 2

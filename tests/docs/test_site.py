@@ -74,3 +74,109 @@ def test_readme_links_resolve_away_from_the_repository(site: Path) -> None:
             assert (ROOT / path).exists(), link
         else:
             assert link.startswith("https://"), f"{link}: a relative link breaks on a package index"
+
+
+def _constructor_parameters(cls: type) -> list[str]:
+    """What a constructor takes: a pydantic model's fields declared by this package (inherited
+    ones included), else the keyword parameters of ``__init__``."""
+    from pydantic import BaseModel
+
+    from langchain_sandbox.arguments import parameter_names
+
+    if issubclass(cls, BaseModel):
+        return [
+            name
+            for name in cls.model_fields
+            if any(
+                name in vars(base).get("__annotations__", {})
+                for base in cls.__mro__
+                if base.__module__.startswith("langchain_sandbox")
+            )
+        ]
+    return parameter_names(cls.__init__)  # type: ignore[misc]
+
+
+def _section(page: str, anchor: str) -> str:
+    """The rendered text of one documented object, from its heading to the next one's."""
+    start = page.index(f'id="{anchor}"')
+    following = re.search(r'<h2 id="langchain_sandbox\.', page[start + 10 :])
+    end = start + 10 + following.start() if following else len(page)
+    return re.sub(r"<[^>]+>", " ", page[start:end])
+
+
+def test_every_public_constructor_documents_its_parameters(site: Path) -> None:
+    """Each constructor's parameters (a tool's inherited ones included) appear on its page, with
+    their type and default for the pydantic models, whose generated ``__init__`` has neither."""
+    import langchain_sandbox as package
+    from langchain_sandbox.deepagents import SandboxBackend
+
+    classes = [
+        getattr(package, name)
+        for name in (
+            "SandboxExecTool",
+            "SandboxShellTool",
+            "SandboxReadFileTool",
+            "SandboxWriteFileTool",
+            "SandboxListFilesTool",
+            "SandboxInstallPackagesTool",
+            "SandboxToolkit",
+            "SandboxMiddleware",
+            "SandboxToolNode",
+            "SandboxRuntime",
+        )
+    ]
+    pages = {p: p.read_text() for p in (site / "reference").rglob("index.html")}
+    missing = {}
+    for cls in [*classes, SandboxBackend]:
+        anchor = f"langchain_sandbox.{cls.__name__}"
+        page = next(text for text in pages.values() if f'id="{anchor}"' in text)
+        text = _section(page, anchor)
+        absent = [p for p in _constructor_parameters(cls) if not re.search(rf"\b{p}\b", text)]
+        if absent:
+            missing[cls.__name__] = absent
+    assert missing == {}
+    exec_tool = _section(
+        next(t for t in pages.values() if 'id="langchain_sandbox.SandboxExecTool"' in t),
+        "langchain_sandbox.SandboxExecTool",
+    )
+    from langchain_sandbox.results import DEFAULT_RENDER_CHARS
+
+    # Inherited from SandboxTool, with its type, default and description.
+    row = re.search(r"max_output_chars\s+int\s+(\S+)\s+Characters", exec_tool)
+    assert row is not None, exec_tool[:2000]
+    assert row.group(1) == str(DEFAULT_RENDER_CHARS)
+
+
+def test_the_reference_has_no_raw_sphinx_roles(site: Path) -> None:
+    """Docstrings cross-reference with mkdocstrings' ``[name][path]``; a Sphinx role
+    (``:class:`X```) is not resolved by it and would render as its raw text."""
+    raw = {
+        str(page.relative_to(site)): sorted(set(found))
+        for page in (site / "reference").rglob("index.html")
+        if (found := re.findall(r":(?:class|meth|func|mod|data|attr|exc|obj):", page.read_text()))
+    }
+    assert raw == {}
+
+
+def test_the_home_page_starts_a_reader_off(site: Path) -> None:
+    """The home page shows the package at work and where to go next, not a table of file names."""
+    home = (site / "index.html").read_text()
+    assert "SandboxExecTool()" in home
+    assert 'href="getting-started/"' in home
+    assert not re.search(r">\w[\w/-]*\.md<", home), "a file name shown as a link text"
+
+
+def test_links_in_the_rendered_notebooks_resolve(site: Path) -> None:
+    """The notebooks link to the docs by repository paths (``../docs/deepagents.md``); on the
+    site each must reach a page (mkdocs --strict does not check notebook pages itself)."""
+    broken = []
+    for page in (site / "cookbook").rglob("index.html"):
+        for href in re.findall(r'href="([^"#?]+)[^"]*"', page.read_text()):
+            if re.match(r"^[a-z]+:", href) or href.startswith("//"):
+                continue
+            target = (page.parent / href).resolve()
+            if not (target.is_file() or (target / "index.html").is_file()):
+                broken.append(f"{page.relative_to(site)} -> {href}")
+    assert broken == []
+    deep_agents = (site / "cookbook" / "deep_agents" / "index.html").read_text()
+    assert 'href="../../deepagents/"' in deep_agents

@@ -70,9 +70,10 @@ def test_auto_picks_by_model_and_bad_policies_are_refused() -> None:
 
 
 def test_a_chart_is_stored_once_and_displays_in_notebooks(runtime: Any, thread: str) -> None:
-    """The chart's PNG is in the tool message once (in the content the model reads), not a
-    second time in the artifact; ``execution_result`` rebuilds the full result, which Jupyter
-    draws through ``_repr_mimebundle_``."""
+    """The chart's PNG is in the tool message once: the scripted model does not say which API
+    it speaks, so in the artifact's ``images``, with a note in the content, and not a second
+    time in the result's artifacts; ``execution_result`` rebuilds the full result, which
+    Jupyter draws through ``_repr_mimebundle_``."""
     from langchain.agents import create_agent
     from langgraph.checkpoint.memory import InMemorySaver
 
@@ -89,7 +90,9 @@ def test_a_chart_is_stored_once_and_displays_in_notebooks(runtime: Any, thread: 
     config = {"configurable": {"thread_id": thread}}
     state = agent.invoke({"messages": [HumanMessage("chart")]}, config)
     message = next(m for m in state["messages"] if m.type == "tool")
-    (image,) = [b for b in message.content if isinstance(b, dict) and b["type"] == "image"]
+    assert isinstance(message.content, str)
+    assert "1 image not shown in this tool result" in message.content
+    (image,) = message.artifact["result"]["images"]
     checkpoint = saver.get_tuple(config).checkpoint  # type: ignore[union-attr]
     _, stored = saver.serde.dumps_typed(checkpoint)
     assert stored.count(image["base64"][64:128].encode()) == 1
@@ -107,3 +110,30 @@ def test_a_chart_is_stored_once_and_displays_in_notebooks(runtime: Any, thread: 
     assert figure._repr_mimebundle_()["image/png"] == image["base64"]
     with pytest.raises(ValueError, match="sandbox_exec"):
         execution_result(HumanMessage("not a tool reply"))
+
+
+def _kept(call_id: str, *images: dict[str, str]) -> ToolMessage:
+    """A tool message whose tool kept its images in the artifact (the caller was unknown)."""
+    return ToolMessage(
+        f"ran {call_id}\n[note]",
+        tool_call_id=call_id,
+        artifact={"result": {"images": list(images)}, "sandbox": {}},
+    )
+
+
+def test_images_kept_in_the_artifact_reach_the_model_in_its_form() -> None:
+    """A tool that could not tell its caller kept the chart in the artifact; the middleware's
+    rewrite brings it back: a user message for OpenAI, the tool result for the others."""
+    history = [HumanMessage("go"), _ai("a"), _kept("a", _png(1)), _ai("b"), _tool("b", _png(2))]
+    sent = messages_for_model(history, object(), policy="user_message")
+    assert [m.type for m in sent] == ["human", "ai", "tool", "human", "ai", "tool", "human"]
+    assert sent[3].content[1:] == [_png(1)]
+    assert sent[2].content == [
+        {"type": "text", "text": "ran a\n[note]"},
+        {"type": "text", "text": "[1 image attached in the next user message]"},
+    ]
+    assert sent[6].content[1:] == [_png(2)]
+    inline = messages_for_model(history, object(), policy="tool_result")
+    assert inline[2].content == [{"type": "text", "text": "ran a\n[note]"}, _png(1)]
+    assert inline[4] is history[4]
+    assert history[2].content == "ran a\n[note]"  # the state keeps the message as it was

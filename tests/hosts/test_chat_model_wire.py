@@ -243,3 +243,47 @@ def test_image_policy_overrides_the_choice(runtime: SandboxRuntime) -> None:
     assert "image_url" in json.dumps(tool["content"])
     with pytest.raises(ValueError, match="image_policy"):
         SandboxMiddleware(image_policy="inline")  # type: ignore[arg-type]
+
+
+def _run_plain(model: Any, runtime: SandboxRuntime) -> list[Any]:
+    """The headline one-liner: ``create_agent(model, tools=[SandboxExecTool()])``, no middleware."""
+    agent = create_agent(model, tools=[SandboxExecTool(runtime=runtime)])
+    result = agent.invoke(
+        {"messages": [{"role": "user", "content": "Chart the sales."}]},
+        {"configurable": {"thread_id": "plain"}},
+    )
+    assert result["messages"][-1].text == "b sold more."
+    return list(result["messages"])
+
+
+def test_openai_without_middleware_gets_a_text_only_tool_message(runtime: SandboxRuntime) -> None:
+    """Chat Completions rejects image parts in a ``tool`` message; without the middleware to
+    move them, the tool itself (told by the calling message that OpenAI made the call) keeps
+    the chart out of its content, in the artifact, and says so."""
+    with StandIn("/v1/chat/completions", _openai_reply) as stand_in:
+        state = _run_plain(_openai(stand_in), runtime)
+    messages = stand_in.bodies[1]["messages"]
+    (tool,) = [m for m in messages if m["role"] == "tool"]
+    sent = json.dumps(tool["content"])
+    assert "[artifact] figure-1.png (image/png)" in sent
+    assert "1 image not shown in this tool result" in sent
+    assert "image_url" not in json.dumps(messages)
+    assert "base64" not in json.dumps(messages)
+    (message,) = [m for m in state if m.type == "tool"]
+    (image,) = message.artifact["result"]["images"]
+    _png(image["base64"])
+
+
+def test_anthropic_without_middleware_gets_the_chart_in_the_tool_result(
+    runtime: SandboxRuntime,
+) -> None:
+    with StandIn("/v1/messages", _anthropic_reply) as stand_in:
+        state = _run_plain(_anthropic(stand_in), runtime)
+    messages = stand_in.bodies[1]["messages"]
+    result = _tool_result(messages)
+    images = [b for b in result["content"] if b["type"] == "image"]
+    assert len(images) == 1
+    _png(images[0]["source"]["data"])
+    assert json.dumps(messages).count('"type": "image"') == 1
+    (message,) = [m for m in state if m.type == "tool"]
+    assert "images" not in message.artifact["result"]  # stored once, in the content

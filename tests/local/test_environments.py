@@ -267,3 +267,39 @@ def test_doctor_lists_the_environments(tmp_path: Path, capsys: pytest.CaptureFix
     assert "default" in section
     assert "numpy>=1.26,<3 pandas>=2.2,<3 matplotlib>=3.8,<4" in section
     assert "built" in section
+
+
+def test_an_environment_extends_the_default_with_its_constraints() -> None:
+    from langchain_sandbox.providers.local.environments import DEFAULT_REQUIREMENTS
+
+    analysis = SandboxEnvironment("analysis", ["scipy", "pandas"], extends="default")
+    # The default's requirements, pandas>=2.2,<3 among them, are resolved with the new ones.
+    assert analysis.requirements == (*DEFAULT_REQUIREMENTS, "scipy", "pandas")
+    assert analysis.extends == "default"
+    with pytest.raises(InvalidInputError, match="extends must be"):
+        SandboxEnvironment("odd", ["scipy"], extends="nonexistent")
+
+
+async def test_a_child_environment_has_its_parents_packages(
+    tmp_path: Path, wheels: Path, build_wheel: Callable[..., Path]
+) -> None:
+    build_wheel(wheels, "otherpkg", "1.0", "VALUE = 7\n")
+    parent = tiny_environment(wheels, "base")
+    child = SandboxEnvironment("child", ["otherpkg==1.0"], extends=parent)
+    assert child.package_index == parent.package_index  # inherited: builds offline too
+    provider = LocalProvider(
+        base_dir=tmp_path / "sandboxes",
+        environments=[parent, child],
+        environments_dir=tmp_path / "environments",
+        progress=lambda line: None,
+    )
+    try:
+        spec = SessionSpec(template="child", limits=Limits(timeout=60.0))
+        async with await provider.create(spec) as session:
+            result = await session.run_code(
+                "import tinypkg, otherpkg\n(tinypkg.VALUE, otherpkg.VALUE)"
+            )
+            assert result.error is None, result.render()
+            assert result.value == "(42, 7)"
+    finally:
+        await provider.aclose()

@@ -153,7 +153,9 @@ def test_missing_bubblewrap_refuses_with_a_fix(tmp_path: Path) -> None:
     message = str(caught.value)
     assert "bubblewrap" in message
     assert "install" in message.lower()
-    assert "isolation='none'" in message
+    # Where to pass it, not only its name.
+    assert "provider=LocalProvider(isolation='none')" in message
+    assert "provider_options={'isolation': 'none'}" in message
     assert not (tmp_path / "b" / "sessions").exists() or not any(
         (tmp_path / "b" / "sessions").iterdir()
     )

@@ -26,7 +26,7 @@ from langchain_sandbox.tools import (
     SandboxToolkit,
     SandboxWriteFileTool,
 )
-from langchain_sandbox.tools.base import OUTPUT_EVENT, resolve_runtime
+from langchain_sandbox.tools.base import OUTPUT_EVENT, execution_result, resolve_runtime
 
 from .conftest import make_local_runtime
 
@@ -119,15 +119,22 @@ def test_binary_and_image_files_are_not_dumped_as_text(runtime: SandboxRuntime) 
         },
     )
     image = _call(read, {"path": "pic.png"})
-    assert isinstance(image.content, list)
-    assert any(
-        b.get("type") == "image" and b.get("mime_type") == "image/png" for b in image.content
-    )
+    # Called outside a graph, no model can be told: the image is kept in the artifact, the
+    # content is text any chat API takes, with a note saying where the image is.
+    assert isinstance(image.content, str)
+    assert "pic.png (image/png, " in image.content
+    assert "1 image not shown in this tool result" in image.content
+    [kept] = image.artifact["result"]["images"]
+    assert kept["type"] == "image"
+    assert kept["mime_type"] == "image/png"
+    assert base64.b64decode(kept["base64"]) == png
     binary = _call(read, {"path": "blob.bin"})
     assert "binary file of 3 bytes" in _text(binary)
 
 
-def test_matplotlib_figure_comes_back_as_an_image_block(runtime: SandboxRuntime) -> None:
+def test_matplotlib_figure_comes_back_in_the_artifact(runtime: SandboxRuntime) -> None:
+    """Outside a graph the calling model is unknown: the figure is in the artifact (the whole
+    result, data included, rebuilt by ``execution_result``), the content is text."""
     message = _call(
         SandboxExecTool(runtime=runtime),
         {
@@ -137,8 +144,13 @@ def test_matplotlib_figure_comes_back_as_an_image_block(runtime: SandboxRuntime)
             )
         },
     )
-    assert isinstance(message.content, list), _text(message)
-    assert any(b.get("type") == "image" for b in message.content if isinstance(b, dict))
+    assert isinstance(message.content, str), message.content
+    assert "[artifact] figure-1.png (image/png)" in message.content
+    assert "1 image not shown in this tool result" in message.content
+    [image] = message.artifact["result"]["images"]
+    figure = execution_result(message).artifacts[0]
+    assert figure.data == image["base64"]
+    assert figure.to_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
 def test_bad_input_is_a_clear_message_and_the_thread_stays_usable(runtime: SandboxRuntime) -> None:

@@ -6,11 +6,11 @@
 * Files move through envd's file API (``sandbox.files``), always inside ``/home/user``.
 * The sandbox's lease (E2B's sandbox timeout) is tracked locally and extended only when it is about
   to run out, so a warm ``run_code`` costs exactly one HTTP request.
-* ``pause()`` keeps the sandbox, memory included; :meth:`E2BProvider.attach` resumes it, from any
+* ``pause()`` keeps the sandbox, memory included; [`E2BProvider.attach`][langchain_sandbox.E2BProvider.attach] resumes it, from any
   process. ``close()`` kills it. Sandboxes carry metadata tags so ``gc`` can find orphans.
 
 Retries: the SDK's own control-plane retries are switched off (``retries=0``) so that one policy,
-:func:`~langchain_sandbox.retries.retry_async`, decides, bounded by a deadline; it retries only
+`retry_async`, decides, bounded by a deadline; it retries only
 operations that are safe to repeat. Running code or a command is never retried: the SDK sends
 ``/execute`` and ``process.Process/Start`` once (its only transport retry is for connections that
 could not be established, before anything was sent).
@@ -20,7 +20,7 @@ is built. Credentials come from ``api_key=`` or the SDK's ``E2B_API_KEY``; they 
 record, a result, a log line or a repr.
 
 Why one module over 500 lines: it is the binding of one SDK, and most of it is the contract's
-methods of :class:`E2BSession`, each a few lines around one SDK call.
+methods of `E2BSession`, each a few lines around one SDK call.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from langchain_sandbox.errors import (
     InvalidInputError,
     InvalidPathError,
     ProviderUnavailableError,
+    ProviderUnreachableError,
     QuotaExceededError,
     SandboxError,
     SandboxGoneError,
@@ -192,6 +193,8 @@ def _translate(
         return make(ProviderUnavailableError)
     if isinstance(exc, e2b.TimeoutException | httpx.TimeoutException | TimeoutError):
         return make(SandboxTimeoutError)
+    if isinstance(exc, httpx.ConnectError | ConnectionRefusedError):
+        return make(ProviderUnreachableError)
     if isinstance(exc, httpx.TransportError | ConnectionError | OSError):
         return make(ProviderUnavailableError)
     if isinstance(exc, e2b.InvalidArgumentException | e2b.TemplateException):
@@ -228,7 +231,7 @@ class _Streams:
 
 
 class E2BSession(RemoteSession):
-    """One E2B sandbox. Build it with :meth:`E2BProvider.create` or :meth:`E2BProvider.attach`."""
+    """One E2B sandbox. Build it with [`E2BProvider.create`][langchain_sandbox.E2BProvider.create] or [`E2BProvider.attach`][langchain_sandbox.E2BProvider.attach]."""
 
     provider_name = PROVIDER_NAME
     capabilities = CAPABILITIES
@@ -472,9 +475,9 @@ class E2BSession(RemoteSession):
     ) -> ChangeListing:
         """One code execution in the kernel: it lists the workspace, compares it with ``known``
         (named by the kernel's token when ``since`` is the cursor it returned, see
-        :func:`~langchain_sandbox.providers.remote.known_reference`), reads the changed regular
+        `known_reference`), reads the changed regular
         files (opened without blocking: a FIFO cannot hang it) and, when asked, dumps the
-        variables; entries are what :meth:`list_files` would report for them."""
+        variables; entries are what `list_files` would report for them."""
         request: dict[str, Any] = {
             "max_bytes": min(max_bytes, _BUNDLE_BYTES),
             "max_file_bytes": _BUNDLE_FILE_BYTES,
@@ -725,8 +728,8 @@ def _listed_path(path: str) -> str:
 
 
 def _file_info(entry: Any) -> FileInfo | None:
-    """An envd entry as a :class:`FileInfo`, in exactly the form the kernel's change listing
-    gives it (:mod:`~langchain_sandbox.providers.guest_changes` with microsecond mtimes and
+    """An envd entry as a [`FileInfo`][langchain_sandbox.FileInfo], in exactly the form the kernel's change listing
+    gives it (`guest_changes` with microsecond mtimes and
     permission bits), so an unchanged file compares equal; ``None`` for an entry of no known
     type (FIFOs, sockets, devices: never listed)."""
     if entry.type is None:
@@ -759,7 +762,7 @@ class E2BProvider(RemoteProvider):
         lease_refresh_below: Extend the lease only when less than this many seconds are left
             (beyond what the next call needs).
         on_timeout: What E2B does when the lease runs out: ``"kill"``, or ``"pause"`` (the
-            sandbox and its memory are kept, and :meth:`attach` resumes it).
+            sandbox and its memory are kept, and `attach` resumes it).
         request_timeout: Per-request timeout of control-plane and file calls, seconds.
         retry_attempts, retry_deadline: Bounds of the retries of safe operations.
     """

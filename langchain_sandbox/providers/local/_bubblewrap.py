@@ -7,7 +7,7 @@ libraries importable), a generated ``/etc`` with a ``user`` account, a private `
 of the host is there: not its home directories, not ``/root``, not ``/etc/ssl/private``.
 
 The sandbox's uid 1000 is the host user that started bubblewrap, except when that is root: then it
-is a dedicated unprivileged host uid (:mod:`~langchain_sandbox.providers.local._host_user`),
+is a dedicated unprivileged host uid (`_host_user`),
 joined through ``--userns2`` once bubblewrap's setup is done. Only public paths are bound anyway,
 never whole trees that might hold a secret.
 """
@@ -194,7 +194,10 @@ def find_bubblewrap(path: str | None = None) -> str:
     raise IsolationUnavailableError(
         f"bubblewrap (bwrap) was not found{where}, so code cannot be isolated here. "
         "Install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), "
-        "or, only if you accept running code unisolated, pass isolation='none'.",
+        "or, only if you accept running code unisolated, pass isolation='none' to the local "
+        "provider: SandboxExecTool(provider=LocalProvider(isolation='none')), "
+        "SandboxRuntime(provider_options={'isolation': 'none'}) or "
+        "LocalProvider(isolation='none') wherever a provider is taken.",
         provider=LOCAL,
     )
 
@@ -256,7 +259,7 @@ def bubblewrap_argv(
         python: The interpreter to make available.
         workspace: Host directory bound read-write at ``/home/user``.
         files: Read-only files copied into the sandbox (``{sandbox path: data source}``, the
-            sources made by :func:`sealed_file`): the generated ``/etc`` files, the worker.
+            sources made by `sealed_file`): the generated ``/etc`` files, the worker.
         env: The complete environment inside; the host's is cleared.
         network: Share the host's network (and its resolver and CA certificates).
         read_only: Extra ``(host, sandbox)`` read-only binds (the session's environment, a
@@ -264,8 +267,7 @@ def bubblewrap_argv(
         read_write: Extra ``(host, sandbox)`` writable binds (only an environment being built).
         tmp_size_bytes: Size cap of the private ``/tmp``.
         user_namespace: A descriptor of the user namespace the sandbox joins once bubblewrap
-            (run as root) has set it up (:func:`~langchain_sandbox.providers.local._host_user.
-            sandbox_user_namespace`); ``command`` then starts as uid 1000 in it through
+            (run as root) has set it up (`sandbox_user_namespace`); ``command`` then starts as uid 1000 in it through
             ``setpriv``. ``None``: bubblewrap makes the user namespace, mapping 1000 to its caller.
     """
     if user_namespace is None:
@@ -390,7 +392,7 @@ def options_via_fd(
     """Hand bubblewrap its options through a memfd (``--args FD``) instead of its argv.
 
     bubblewrap's own process is pid 1 inside the sandbox, and ``/proc/1/cmdline`` would show
-    every host path it binds. Data files (``--ro-bind-data`` of a :func:`sealed_file`) get a
+    every host path it binds. Data files (``--ro-bind-data`` of a `sealed_file`) get a
     descriptor each. With ``seccomp`` (a BPF program), bubblewrap also gets
     ``--seccomp FD`` and installs the filter. Yields the short argv and the descriptors to pass to
     the child.

@@ -9,7 +9,7 @@ session kills them all.
 Why not rlimits alone: ``RLIMIT_NPROC`` is not enforced for a process whose host uid is root, even
 inside a user namespace (measured: a fork bomb reached 10,000 processes), while a pids cgroup stops
 the same bomb at its limit. ``RLIMIT_AS`` and ``RLIMIT_NPROC`` remain the fallback where no
-cgroup can be created, and :func:`detect_cgroups` says which mechanism is in force.
+cgroup can be created, and `detect_cgroups` says which mechanism is in force.
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ class SessionCgroup:
     def preexec(self) -> Callable[[], None] | None:
         """A ``preexec_fn`` for the limits no cgroup covers (rlimits), or ``None`` when all are.
 
-        ``RLIMIT_NPROC`` is ignored for a root caller; :func:`detect_cgroups` reports that.
+        ``RLIMIT_NPROC`` is ignored for a root caller; `detect_cgroups` reports that.
         """
         rlimits: list[tuple[int, int]] = []
         if self.memory_bytes and not self.limits_memory:

@@ -3,7 +3,7 @@
 The workspace is a real host directory that sandboxed code can fill with anything, symlinks to
 ``/etc/shadow`` or a symlinked parent directory included. So every access walks the path one
 component at a time from a descriptor of the workspace root (``openat`` with ``O_NOFOLLOW``): a
-symlink anywhere on the way is refused with :class:`~langchain_sandbox.errors.InvalidPathError`
+symlink anywhere on the way is refused with [`InvalidPathError`][langchain_sandbox.InvalidPathError]
 instead of being followed, and there is no check-then-use window to race. Files are opened
 non-blocking and must be regular files, so a FIFO planted in the workspace cannot hang the host.
 """
@@ -39,7 +39,7 @@ class HostWorkspace:
 
     Args:
         root: Host path of the workspace directory.
-        max_file_bytes: Largest file :meth:`read` returns.
+        max_file_bytes: Largest file `read` returns.
         owner: ``(uid, gid)`` every file and directory the host creates gets, so the sandbox
             (an unprivileged host user when the host is root) can change what a restore put
             back; ``None``: the host's own user, who is the sandbox's.
@@ -177,7 +177,7 @@ class HostWorkspace:
         return _Scan(fd, {}, ordered=True).walk(prefix, recursive).changed
 
     def changes(self, known: Mapping[str, FileInfo], since: object | None) -> ChangeListing:
-        """How the whole workspace differs from ``known`` (see :meth:`Session.list_changes`).
+        """How the whole workspace differs from ``known`` (see [`Session.list_changes`][langchain_sandbox.Session.list_changes]).
 
         With the cursor of the listing ``known`` was completed with, only what ``find`` reports
         as changed since (by ``ctime``, which every write, chmod, link and rename sets and no
@@ -255,7 +255,7 @@ class _Scan:
     """One walk of a workspace tree that keeps the entries not in ``known`` as they are now.
 
     The walk uses an explicit stack (sandboxed code can nest directories far deeper than
-    Python's recursion limit) and does not enter directories at :data:`MAX_PATH_DEPTH`: no path
+    Python's recursion limit) and does not enter directories at `MAX_PATH_DEPTH`: no path
     the host API accepts lies below them. Its loop body is the cost of every capture of a large
     workspace, so per entry it does only what it must: one ``lstat``, one dict lookup, and a
     ``FileInfo`` only for an entry that is new or changed.
@@ -557,7 +557,7 @@ def remove_tree(parent_fd: int, name: str) -> None:
     never through a symlink (a symlink is removed, not followed).
 
     ``shutil.rmtree`` recurses, which a deep tree turns into ``RecursionError``, and holds a
-    descriptor per level; this walks with :func:`_walk_tree`.
+    descriptor per level; this walks with `_walk_tree`.
     """
     top = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
     _walk_tree(top, _unlink_all_but_dirs, leave=lambda fd, child: os.rmdir(child, dir_fd=fd))

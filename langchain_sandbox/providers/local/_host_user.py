@@ -4,8 +4,8 @@ bubblewrap maps the sandbox's uid 1000 to the uid that started it. A host proces
 (CI, containers, most servers) would therefore run sandboxed code as host uid 0: its files in the
 workspace owned by root, root-only kernel files (``/proc/kpageflags``, ``/proc/slabinfo``...)
 readable. So a root host gives its sandboxes a dedicated unprivileged host uid and gid,
-:data:`SANDBOX_HOST_UID`, through a user namespace made here once per process, that maps the
-sandbox's 1000 to it and nothing else (:func:`sandbox_user_namespace`). bubblewrap still does its
+`SANDBOX_HOST_UID`, through a user namespace made here once per process, that maps the
+sandbox's 1000 to it and nothing else (`sandbox_user_namespace`). bubblewrap still does its
 setup (mounts, resolving the host paths it binds) as root, then joins that namespace
 (``--userns2``) and the sandbox's first command switches to uid 1000 in it (``setpriv``), with no
 capabilities left.
@@ -56,7 +56,7 @@ _HOLDER = (
 
 
 def drops_root() -> bool:
-    """Whether sandboxes of this process run as :data:`SANDBOX_HOST_UID` (the host is root)."""
+    """Whether sandboxes of this process run as `SANDBOX_HOST_UID` (the host is root)."""
     return os.geteuid() == 0
 
 

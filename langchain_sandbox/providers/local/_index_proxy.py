@@ -2,10 +2,10 @@
 
 pip runs in a sandbox with a network namespace of its own (no route anywhere, not even to the host's
 loopback; abstract unix sockets are per network namespace, so the host's are out of reach too). A
-few lines of Python in front of pip (:data:`FORWARDER`) listen on the sandbox's own loopback and
+few lines of Python in front of pip (`FORWARDER`) listen on the sandbox's own loopback and
 hand every connection pip opens to the host over a unix socket pair (``SCM_RIGHTS``); pip is told
-to use that listener as its proxy. The host side (:class:`IndexProxy`) reads the request, and opens a
-connection only to a ``host:port`` of the application's :class:`PackageIndex` (a ``CONNECT`` tunnel
+to use that listener as its proxy. The host side (`IndexProxy`) reads the request, and opens a
+connection only to a ``host:port`` of the application's [`PackageIndex`][langchain_sandbox.PackageIndex] (a ``CONNECT`` tunnel
 for HTTPS, a forwarded request for plain HTTP); anything else gets ``403``. Name resolution happens
 on the host, for the allowed names only.
 """

@@ -1,6 +1,6 @@
 """How the processes of one local session start: inside bubblewrap, or directly if asked by name.
 
-A :class:`Launcher` knows the paths as the session's processes see them (the interpreter, the
+A `Launcher` knows the paths as the session's processes see them (the interpreter, the
 worker's sources, the workspace, the package directory), the allow-listed environment, and how to
 wrap an argv so it runs in the session's sandbox. The session asks it for the worker's command and
 for pip's; nothing else builds command lines.
@@ -55,19 +55,19 @@ class Launcher:
         bwrap: The bubblewrap binary (``None`` without isolation).
         network: Whether the session's processes share the host's network.
         files: Read-only files copied into the sandbox, ``{sandbox path: data source}``
-            (:func:`sandbox_files`: the generated ``/etc`` files and the worker).
+            (`sandbox_files`: the generated ``/etc`` files and the worker).
         extra_env: The session's own variables (``SessionSpec.env``), applied last.
         tmp_size_bytes: Size cap of the private ``/tmp``.
-        worker_bytecode: Host path of the worker compiled by :func:`compile_worker` (saves
+        worker_bytecode: Host path of the worker compiled by `compile_worker` (saves
             compiling it at every start), or ``None`` to run its source.
         cgroup: The session's cgroups, joined by every process it starts.
         sandbox_environment: Host directory of the session's sandbox environment (a virtualenv made by
-            :mod:`~langchain_sandbox.providers.local.environments`), bound read-only at
-            :data:`SANDBOX_ENVIRONMENT_DIR`; its site-packages replace the interpreter's.
+            `environments`), bound read-only at
+            `SANDBOX_ENVIRONMENT_DIR`; its site-packages replace the interpreter's.
             ``None``: the interpreter's own site-packages (``python.site_packages``).
         seccomp: The seccomp filter (a BPF program) bubblewrap installs, or ``None`` for none.
         user_namespace: The user namespace the sandbox joins so that it runs as an unprivileged
-            host uid (:mod:`~langchain_sandbox.providers.local._host_user`: when the host is
+            host uid (`_host_user`: when the host is
             root), or ``None``: bubblewrap maps the sandbox to the host's own user.
     """
 
@@ -133,7 +133,7 @@ class Launcher:
     def _runtime_files(self) -> tuple[str, str, str, str]:
         """(worker to run, kernel_state source, cloudpickle source, guest module) as the
         session's processes see them; the worker and the guest module precompiled when
-        :func:`compile_worker` could."""
+        `compile_worker` could."""
         bytecode = self.worker_bytecode
         if self.isolated:
             worker, guest = ("worker.pyc", "guest.pyc") if bytecode else ("worker.py", "guest.py")
@@ -199,7 +199,7 @@ class Launcher:
         environment: Mapping[str, str] | None = None,
     ) -> list[str]:
         """``command`` as it must be started to run inside this session's sandbox, with
-        ``environment`` instead of the session's own (:meth:`environment`) if given."""
+        ``environment`` instead of the session's own (`environment`) if given."""
         if not self.isolated:
             return list(command)
         assert self.bwrap is not None
@@ -224,7 +224,7 @@ class Launcher:
 
     @contextlib.contextmanager
     def spawnable(self, argv: Sequence[str]) -> Iterator[tuple[list[str], tuple[int, ...]]]:
-        """The argv to execute and the descriptors to pass for a command from :meth:`wrap`:
+        """The argv to execute and the descriptors to pass for a command from `wrap`:
         bubblewrap's options moved to a descriptor, and the session's cgroups joined first."""
         if not self.isolated:
             yield self._joined(argv), ()
@@ -268,7 +268,7 @@ def sandbox_files(worker_bytecode: str | None) -> dict[str, str]:
 
 def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> str | None:
     """Compile the worker and the guest module once for ``python`` into ``cache_dir``; the
-    worker's bytecode path (the guest's is :func:`_guest_bytecode` of it), or ``None`` on failure.
+    worker's bytecode path (the guest's is `_guest_bytecode` of it), or ``None`` on failure.
 
     A script is compiled at every start (only imported modules get cached bytecode), which is a
     good part of a session's cold start. The bytecode is made by the session's own interpreter
@@ -317,7 +317,7 @@ def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> 
 
 
 def _guest_bytecode(worker_bytecode: str) -> str:
-    """Where :func:`compile_worker` put the guest module's bytecode, beside the worker's."""
+    """Where `compile_worker` put the guest module's bytecode, beside the worker's."""
     directory, name = os.path.split(worker_bytecode)
     return os.path.join(directory, "guest" + name.removeprefix("worker"))
 

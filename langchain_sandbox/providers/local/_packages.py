@@ -2,8 +2,8 @@
 
 The session's worker never gets network. pip runs in a separate bubblewrap invocation, installs into
 ``/home/user/.packages`` (on the worker's ``sys.path``), and exits. Requirements are validated
-before anything runs (:func:`~langchain_sandbox.requirements.validate_requirements`). What pip does
-is decided by the host's trusted :class:`PackageIndex`, never by the model or the sandbox:
+before anything runs (`validate_requirements`). What pip does
+is decided by the host's trusted [`PackageIndex`][langchain_sandbox.PackageIndex], never by the model or the sandbox:
 
 * pip reads no configuration: ``--isolated`` (no ``PIP_*`` variables, no user configuration),
   ``PIP_CONFIG_FILE=/dev/null`` (no configuration file at all), ``HOME=/tmp`` (not the workspace
@@ -12,7 +12,7 @@ is decided by the host's trusted :class:`PackageIndex`, never by the model or th
   while pip can reach the network. Source builds happen only when the application allows them
   (``PackageIndex(source_builds=True)``), and then the whole install runs without network;
 * pip's sandbox has no network of its own: it reaches the index hosts, and nothing else, through
-  the host's :class:`~langchain_sandbox.providers.local._index_proxy.IndexProxy`.
+  the host's `IndexProxy`.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def pip_install_argv(
     """argv (inside the sandbox) of ``pip install --target`` using the session's interpreter.
 
     pip is found on the interpreter's own path or in the mounted site-packages (a venv's). With
-    ``proxy_fd``, the forwarder to the host's :class:`IndexProxy` runs first.
+    ``proxy_fd``, the forwarder to the host's `IndexProxy` runs first.
     """
     bootstrap = (
         (FORWARDER if proxy_fd is not None else "")

@@ -1,6 +1,6 @@
 """What isolation the local provider can give on this machine (for ``langchain-sandbox doctor``).
 
-:func:`probe_isolation` really starts a tiny bubblewrap sandbox with the namespaces and capability
+`probe_isolation` really starts a tiny bubblewrap sandbox with the namespaces and capability
 drop the provider uses, so "usable" means usable, not merely "installed", and it reports which
 mechanism enforces each limit.
 """

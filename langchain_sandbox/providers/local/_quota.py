@@ -1,7 +1,7 @@
 """The workspace quota of a local session (``Limits.workspace_bytes``), enforced from the host.
 
 The workspace is a plain host directory, and an unprivileged host cannot give it a size-limited
-mount, so the quota is enforced by measuring it (:meth:`HostWorkspace.usage`: disk blocks, a
+mount, so the quota is enforced by measuring it (`HostWorkspace.usage`: disk blocks, a
 sparse file at its apparent size):
 
 * while code or a command runs, every second or so (less often when measuring is slow): once the
@@ -15,12 +15,12 @@ sparse file at its apparent size):
 What a call can write between two measurements (about a second of disk bandwidth) is the margin
 by which the quota can be overshot. A file unlinked while open (``O_TMPFILE`` among them) is no
 longer in the tree, so each measurement adds the files the session's processes hold open that
-have no name left on the workspace's device (:func:`unlinked_open_bytes`, through
+have no name left on the workspace's device (`unlinked_open_bytes`, through
 ``/proc/<pid>/fd`` of the session's cgroup members: without cgroups it sees none). ``/tmp`` is a
 size-capped tmpfs (``Limits.tmp_bytes``) and needs none of this.
 
 Where the host is root, the workspace is also a file system of the quota's size
-(:mod:`~langchain_sandbox.providers.local._workspace_fs`), and the kernel refuses writes past it;
+(`_workspace_fs`), and the kernel refuses writes past it;
 the measurement then only words the notices.
 """
 
@@ -106,7 +106,7 @@ class WorkspaceQuota:
     @contextlib.asynccontextmanager
     async def guard(self, stop: Callable[[str], Awaitable[None]]) -> AsyncIterator[None]:
         """Around one call: ``stop(reason)`` is awaited if the call grows the workspace past the
-        quota. Calls are measured afterwards once they add up to :data:`MEASURE_AFTER_SECONDS`
+        quota. Calls are measured afterwards once they add up to `MEASURE_AFTER_SECONDS`
         of run time, so a stream of quick calls costs one measurement per that much work."""
         if self.limit is None:
             yield

@@ -11,8 +11,8 @@ Names are those of the native 64-bit ABIs (x86_64, aarch64); a name a machine's 
 listed: the filter kills a process that makes a call of another ABI.
 
 The comparison with Docker's default profile (moby 20.10.24, ``tests/security/``) is data too:
-:data:`ALLOWED_HERE_NOT_BY_DOCKER` names every call this table allows and Docker refuses (or allows
-only with a capability), with the reason; :data:`REFUSED_HERE_ALLOWED_BY_DOCKER` every call Docker
+`ALLOWED_HERE_NOT_BY_DOCKER` names every call this table allows and Docker refuses (or allows
+only with a capability), with the reason; `REFUSED_HERE_ALLOWED_BY_DOCKER` every call Docker
 allows that is refused here. A test fails on any difference the two do not name.
 """
 

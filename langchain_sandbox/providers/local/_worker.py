@@ -17,7 +17,7 @@ prints (or closes) can break the protocol:
 * events (worker -> host): JSON lines, because the host must parse what a hostile sandbox sends:
   ``{"ev": "ready"}`` once, then per request any number of ``{"id", "ev": "out", "stream",
   "data"}`` and one ``{"id", "ev": "done", ...}``. A variables dump travels as ``out`` events of
-  the ``variables`` stream (base64 chunks of :data:`_DUMP_CHUNK` bytes), never as one line.
+  the ``variables`` stream (base64 chunks of `_DUMP_CHUNK` bytes), never as one line.
   User code runs in this process and can write these events too, so a ``done`` carries data
   and typed facts only (counts, figure numbers, an exception's class name): never a sentence
   the host would show as its own.
@@ -29,7 +29,7 @@ so printing gigabytes costs the host nothing.
 
 A persistent-shell command (a request marked ``warm``) runs in a *spare* when there is one: a
 ``bash`` the worker started while it was idle after the previous one, waiting for its script, so
-the command does not wait for a process to start (see :class:`_Spare`).
+the command does not wait for a process to start (see `_Spare`).
 
 Start-up time is part of every session's cold start, so this module imports only built-in or
 already-loaded modules up front (no ``json``, ``ast``, ``re``, ``typing``, ``subprocess``); heavier
@@ -92,8 +92,8 @@ class _Events:
 class _StreamLimiter:
     """Forwards the head of one output stream as it comes, then keeps only its tail.
 
-    The host rebuilds head + tail with :class:`~langchain_sandbox.results.OutputCapture` and adds
-    :attr:`dropped` to what it reports as omitted.
+    The host rebuilds head + tail with `OutputCapture` and adds
+    `dropped` to what it reports as omitted.
     """
 
     def __init__(self, events: _Events, request_id: int, stream: str, limit: int) -> None:
@@ -344,7 +344,7 @@ class Worker:
             self._handle(request)
 
     def _idle(self) -> bool:
-        """Whether no request arrives within :data:`_SPARE_IDLE_MS`. A request that follows
+        """Whether no request arrives within `_SPARE_IDLE_MS`. A request that follows
         its predecessor at once (the variables dump after a command) goes first: starting a
         spare would delay it."""
         poller = select.poll()
@@ -459,7 +459,7 @@ class Worker:
         return reply
 
     def _end_strays(self) -> None:
-        """:func:`_end_strays`, unless no process was made since it last ran.
+        """`_end_strays`, unless no process was made since it last ran.
 
         Walking ``/proc`` is most of a warm call's time in here. Every process needs a pid, so
         when the pid namespace's counter has not moved since the last walk (which ended the
@@ -683,7 +683,7 @@ def _base64(data: bytes | memoryview) -> str:
 
 
 def _load_guest(path: str) -> Any:
-    """:mod:`~langchain_sandbox.providers.guest` from its source or its precompiled bytecode."""
+    """`guest` from its source or its precompiled bytecode."""
     module = type(sys)("_sandbox_guest")
     module.__file__ = path
     with open(path, "rb") as handle:

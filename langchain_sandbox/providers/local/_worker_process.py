@@ -1,11 +1,11 @@
 """The host's handle on one sandboxed worker: start it, send requests, interrupt it, kill it.
 
-The worker (:mod:`._worker`) talks on three pipes created here and handed to the sandbox by
+The worker (`._worker`) talks on three pipes created here and handed to the sandbox by
 descriptor number: requests (length-prefixed ``marshal`` frames: the host is trusted), events
 (JSON lines, output chunks and replies: parsed safely whatever the sandbox sends) and control
 (interrupt lines). A background task reads events and routes them to the request in flight, so output
 streams to ``on_output`` while code runs. When the worker's event pipe closes, every waiter learns
-the worker is gone (:class:`WorkerDied`) instead of hanging.
+the worker is gone (`WorkerDied`) instead of hanging.
 
 Sandboxed code runs in the worker's process, so it can write on the event pipe too, and find the
 running request's id in the worker's frames. The host therefore holds the worker to its sequence
@@ -15,7 +15,7 @@ pipe by a *fence* (an empty request with its own random id, sent in the same wri
 ``done`` counts only once the fence's own ``done`` follows it: code that forged the ``done`` of the
 request it runs in is caught when the worker's real one arrives before the fence's. An event for
 any other request, a second ``done`` or a second ``ready`` kills the worker at once with a reason
-written here (:attr:`WorkerProcess.violation`), never with the sandbox's words.
+written here (`WorkerProcess.violation`), never with the sandbox's words.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class _Open:
 
 
 class WorkerProcess:
-    """One running worker. Create with :meth:`start`; requests are serialized by the caller."""
+    """One running worker. Create with `start`; requests are serialized by the caller."""
 
     def __init__(
         self,
@@ -124,7 +124,7 @@ class WorkerProcess:
             build_argv: Given the worker-side descriptor numbers (request, event, control),
                 returns the argv that starts the worker (through bubblewrap or not).
             prepare: Turns that argv into the one to execute plus descriptors to pass
-                (:meth:`Launcher.spawnable`).
+                (`Launcher.spawnable`).
             preexec_fn: Run in the child before exec (joins the session's cgroups).
             env: Environment of the started process (bubblewrap's own; it clears it inside).
             cwd: Working directory of the started process.
@@ -283,7 +283,7 @@ class WorkerProcess:
         """Send a request and its fence; returns the request's id and a future for its
         ``done`` reply, set once the fence's reply confirms it (see the module docstring).
 
-        The future raises :class:`WorkerDied` if the worker ends first.
+        The future raises `WorkerDied` if the worker ends first.
         """
         # Random ids: sandboxed code that writes to the event pipe cannot aim a forged reply at a
         # later request (or a fence) by guessing its number.
@@ -307,7 +307,7 @@ class WorkerProcess:
     async def kill(self, reason: str | None = None) -> None:
         """Kill the worker and its sandbox (bubblewrap's namespace dies with it). Idempotent.
 
-        ``reason``, if given, is what a request still waiting learns (:class:`WorkerDied`).
+        ``reason``, if given, is what a request still waiting learns (`WorkerDied`).
         """
         if reason is not None:
             self._fail_all(reason)

@@ -5,7 +5,7 @@ quota gets a sparse ext4 image in its directory (``workspace.img``), loop-mounte
 workspace: ``Limits.workspace_bytes`` becomes the file system's size and ``Limits.workspace_files``
 its inode count. A write past either fails inside the sandbox with ``ENOSPC``, whatever the file
 (an unlinked or ``O_TMPFILE`` file still holds its blocks), where measuring the workspace from the
-host (:mod:`~langchain_sandbox.providers.local._quota`) sees only what is linked.
+host (`_quota`) sees only what is linked.
 
 The image is made without a journal and with lazily initialised inode tables, so ``mkfs`` writes
 a few hundred kilobytes whatever the size; ``mount -o loop`` takes a free loop device itself

@@ -1,6 +1,6 @@
 """Sandbox environments of the local provider: the local twin of E2B templates and Runloop blueprints.
 
-A :class:`SandboxEnvironment` names a list of requirements. The first session that selects it
+A [`SandboxEnvironment`][langchain_sandbox.SandboxEnvironment] names a list of requirements. The first session that selects it
 (``SessionSpec(template=name)``; ``None`` selects ``"default"``) builds it once for this machine:
 a virtualenv made from the sessions' interpreter, with the requirements installed by pip. Sessions
 then bind the environment's prefix read-only at ``/opt/environment`` and import from its
@@ -95,11 +95,17 @@ class SandboxEnvironment:
             ``PackageIndex(find_links=[wheel_dir], no_index=True)`` builds offline. This is the
             application's setting; it is independent of where ``install_packages`` (the model's
             installs) may fetch from.
+        extends: An environment to build on: ``"default"`` (numpy, pandas, matplotlib) or a
+            [`SandboxEnvironment`][langchain_sandbox.SandboxEnvironment]. Its requirements come first and are resolved with these
+            in one pip run, so every environment extending one parent shares its constraints
+            (``pandas>=2.2,<3`` of the default stays true next to ``"pandas"`` here); its
+            ``package_index`` is used when this one gives none.
     """
 
     name: str
     requirements: tuple[str, ...] = ()
     package_index: PackageIndex | None = None
+    extends: SandboxEnvironment | str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -116,6 +122,19 @@ class SandboxEnvironment:
         requirements = tuple(self.requirements)
         if requirements:
             requirements = tuple(validate_requirements(requirements))
+        parent = self.extends
+        if parent == DEFAULT_ENVIRONMENT:
+            parent = DEFAULT
+        if parent is not None:
+            if not isinstance(parent, SandboxEnvironment):
+                raise InvalidInputError(
+                    f"extends must be {DEFAULT_ENVIRONMENT!r} or a SandboxEnvironment, "
+                    f"not {parent!r}."
+                )
+            requirements = (*parent.requirements, *requirements)
+            if self.package_index is None:
+                object.__setattr__(self, "package_index", parent.package_index)
+            object.__setattr__(self, "extends", parent.name)
         object.__setattr__(self, "requirements", requirements)
 
 
@@ -154,7 +173,7 @@ class EnvironmentCache:
     """The built environments of one interpreter, in one directory, shared by every process.
 
     Args:
-        root: The directory (see :func:`~langchain_sandbox.paths.environments_dir`).
+        root: The directory (see `environments_dir`).
         python: The interpreter sessions run; environments are virtualenvs of it.
         isolation: ``"bubblewrap"`` builds in a sandbox; ``"none"`` builds on the host.
         bwrap: The bubblewrap binary (with ``"bubblewrap"``).
@@ -423,7 +442,7 @@ def _size(path: Path) -> int:
 
 
 def print_progress(line: str) -> None:
-    """The default :data:`Progress`: each line on standard error, marked as the package's."""
+    """The default `Progress`: each line on standard error, marked as the package's."""
     print(f"[langchain-sandbox] {line}", file=sys.stderr, flush=True)
 
 

@@ -89,7 +89,7 @@ class LocalProvider(Provider):
     """Sandboxes on this machine, isolated with bubblewrap.
 
     Args:
-        base_dir: Where session directories live (default: :func:`default_base_dir`).
+        base_dir: Where session directories live (default: `default_base_dir`).
         isolation: ``"bubblewrap"`` (default). ``"none"`` runs code directly on the host, with
             only the limits and the scrubbed environment; it must be asked for by name and
             warns, because sandboxed code can then read and change anything this user can.
@@ -102,7 +102,7 @@ class LocalProvider(Provider):
             replaces it) and ``"host"`` (the interpreter's own site-packages: the host
             application's packages become importable, so only when asked for by name).
         environments_dir: Where built environments are cached (default:
-            :func:`~langchain_sandbox.paths.environments_dir`), shared by every process.
+            `environments_dir`), shared by every process.
         progress: Receives the lines of an environment build (default: standard error).
         syscall_filter: ``"seccomp"`` (default) installs the sandbox's seccomp filter (no nested
             namespaces, mounts, kernel keyring, ``bpf``...; see ``docs/isolation.md``); without
@@ -113,7 +113,7 @@ class LocalProvider(Provider):
         IsolationUnavailableError: with ``isolation="bubblewrap"``, bubblewrap is missing or
             cannot create namespaces here (the message says how to fix it). Checked when the
             provider is built (it runs bubblewrap once per process), so build it off any event
-            loop; :class:`~langchain_sandbox.SandboxRuntime` does.
+            loop; [`SandboxRuntime`][langchain_sandbox.SandboxRuntime] does.
     """
 
     name = LOCAL

@@ -4,12 +4,12 @@ Decisions a user can rely on:
 
 * **Timeouts.** A call that runs past its timeout is interrupted (SIGINT, so ``KeyboardInterrupt``
   is raised in the code and the variables survive) and returns ``timed_out=True``. If the code does
-  not stop within :data:`INTERRUPT_GRACE` seconds, the worker is killed; the result says so in
+  not stop within `INTERRUPT_GRACE` seconds, the worker is killed; the result says so in
   ``notices`` and the next call starts a fresh worker. Shell commands are killed with their whole
   process group.
 * **A worker that dies** (out of memory, killed by its own code) is reported in the result of the
   call it died in and restarted transparently for the next call, with the notice
-  :data:`WORKER_RESTARTED`. The session stays usable; only its variables are lost (the workspace
+  `WORKER_RESTARTED`. The session stays usable; only its variables are lost (the workspace
   files stay). ``is_alive()`` is ``False`` only once the session is closed or its workspace is gone.
 * **Calls are serialized**: one worker runs one thing at a time, like a notebook kernel.
 """
@@ -88,7 +88,7 @@ class _Outcome:
 
 
 class LocalSession(Session):
-    """A live local sandbox. Made by :meth:`LocalProvider.create`; see the module docstring."""
+    """A live local sandbox. Made by [`LocalProvider.create`][langchain_sandbox.LocalProvider.create]; see the module docstring."""
 
     provider_name = LOCAL
     capabilities = LOCAL_CAPABILITIES
@@ -170,7 +170,7 @@ class LocalSession(Session):
         """The running worker, restarting one that died since the last call.
 
         The restart is told to the model in the next code or command result
-        (:data:`WORKER_RESTARTED`), whichever request noticed it.
+        (`WORKER_RESTARTED`), whichever request noticed it.
         """
         self._check_open()
         worker = self._worker
@@ -220,7 +220,7 @@ class LocalSession(Session):
     ) -> _Outcome:
         """Send one request and wait for it: interrupt on timeout, kill if that is not enough.
 
-        ``queue_dump``: send a variables dump right behind it (see :meth:`expect_capture`).
+        ``queue_dump``: send a variables dump right behind it (see `expect_capture`).
         """
         started = time.perf_counter()
         request_id, future = worker.send(op, payload, on_event)
@@ -357,7 +357,7 @@ class LocalSession(Session):
         cwd: str | None = None,
         on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
-        """:meth:`Session.run_shell`, in a shell the worker started before the command arrived
+        """[`Session.run_shell`][langchain_sandbox.Session.run_shell], in a shell the worker started before the command arrived
         when it has one (``warm``): the persistent shell ``eval``-s the command itself, so it
         reads the same there as in a new ``bash -c`` (see ``_worker._Spare``)."""
         return await self._run_command(
@@ -588,7 +588,7 @@ class _DumpChunks:
 
 @dataclass(frozen=True)
 class _QueuedDump:
-    """A variables dump request sent to a worker (see :meth:`LocalSession.expect_capture`)."""
+    """A variables dump request sent to a worker (see `LocalSession.expect_capture`)."""
 
     worker: WorkerProcess
     request_id: int

@@ -4,7 +4,7 @@ Runloop has no kernel API, only shell commands. Stateful Python therefore needs 
 outlives one command: ``serve`` is that process, a small Python interpreter listening on a Unix
 socket, started in the background by the first ``code`` call and found again by later ones. Every
 other operation is a short-lived command that prints exactly one result line (prefixed with
-:data:`RESULT_MARKER`) so the provider can pick it out of whatever a login shell prints.
+`RESULT_MARKER`) so the provider can pick it out of whatever a login shell prints.
 
 Operations (``main(["-", OP, REQUEST])``; the provider imports this file as a module so its
 bytecode is cached; ``REQUEST`` is base64 JSON, or ``@path`` of a JSON file the worker deletes
@@ -12,15 +12,15 @@ after reading):
 
 * ``code`` / ``dump`` / ``load`` / ``save``: talk to the persistent interpreter (``save`` writes the
   variables to disk so they survive a suspend, which keeps the disk but not the memory; a ``dump``
-  larger than :data:`INLINE_DUMP_BYTES` is left in files (:data:`DUMP_NAME` ``.0``, ``.1``...)
+  larger than `INLINE_DUMP_BYTES` is left in files (`DUMP_NAME` ``.0``, ``.1``...)
   for the provider to download, not put in the answer line);
 * ``cmd``: run ``bash -c`` with a cwd, extra environment, a timeout and capped output;
 * ``ls``: list a directory without following symlinks;
 * ``changes``: how the workspace differs from the listing the host knows
-  (:func:`~langchain_sandbox.providers.guest_changes.changes`: changed entries, gone paths, the
+  (`changes`: changed entries, gone paths, the
   contents of changed regular files), and with ``variables_max_bytes`` the interpreter's ``dump``
   too, so a capture is one call. The host sends its listing as ``known``, or as ``since``: the
-  token of the listing this worker answered last, which it keeps in :data:`LISTING_NAME` (an
+  token of the listing this worker answered last, which it keeps in `LISTING_NAME` (an
   unknown token is answered ``{"stale": true}``, and the host sends the listing itself);
 * ``serve``: the interpreter itself (internal).
 
@@ -28,16 +28,16 @@ Any request may carry ``head`` (``{"name": ..., "value": ...}``): the interprete
 before the operation (for ``cmd`` and ``ls``, the short-lived client hands it over first), so the
 sandbox's head marker travels with the user's call instead of costing a call of its own.
 
-The provider sends this file together with :mod:`~langchain_sandbox.providers.kernel_state` and
-the cloudpickle it pickles with, :mod:`~langchain_sandbox.providers.guest` (how a cell runs, the
-same in every sandbox) and :class:`~langchain_sandbox.results.OutputCapture` (one implementation of
-each, see :func:`langchain_sandbox.providers.runloop.provider._worker_script`; the modules'
+The provider sends this file together with `kernel_state` and
+the cloudpickle it pickles with, `guest` (how a cell runs, the
+same in every sandbox) and `OutputCapture` (one implementation of
+each, see `langchain_sandbox.providers.runloop.provider._worker_script`; the modules'
 sources compressed); the lines between the ``package-imports`` markers below are cut out when it
 does.
 
 Why one module over 500 lines: it is shipped into the devbox as one script, so the interpreter
 server, its short-lived client, commands and listings travel together; how a cell runs is in
-:mod:`~langchain_sandbox.providers.guest`.
+`guest`.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ KILL_GRACE = 3.0
 
 
 def _shipped(name: str) -> Any:
-    """:mod:`~langchain_sandbox.providers.kernel_state` or :mod:`~langchain_sandbox.providers.guest`:
+    """`kernel_state` or `guest`:
     imported in the package; in a devbox, built from the source the provider inlined, and only by
     the interpreter, so that short-lived calls do not pay for it."""
     module = _SHIPPED.get(name)
@@ -114,7 +114,7 @@ def _unpacked(name: str) -> str:
 
 
 def _kernel_state() -> Any:
-    """:mod:`~langchain_sandbox.providers.kernel_state`, ready to pickle."""
+    """`kernel_state`, ready to pickle."""
     module = _shipped("kernel_state")
     module.prepare(_cloudpickle())
     return module
@@ -128,7 +128,7 @@ class _CodeTimeout(BaseException):
 
 
 class _Sink:
-    """Where one stream of a cell goes: its :class:`OutputCapture`, and with an ``echo`` the head
+    """Where one stream of a cell goes: its `OutputCapture`, and with an ``echo`` the head
     the capture keeps is also passed on as it arrives (for callers watching live output)."""
 
     def __init__(

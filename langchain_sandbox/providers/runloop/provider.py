@@ -2,21 +2,21 @@
 
 A session is one devbox. Runloop offers shell commands, files, suspend/resume and disk snapshots,
 but no kernel, so stateful Python runs in a small interpreter inside the devbox
-(:mod:`langchain_sandbox.providers.runloop._worker`), started in the background by the first
+(`langchain_sandbox.providers.runloop._worker`), started in the background by the first
 ``run_code`` and reached by one short command per call. Every call is one ``execute_async``
 request plus one ``wait_for_status`` long-poll while it runs (two HTTP requests for a warm call).
 
 What this module guarantees:
 
-* The SDK is imported only when a provider is built; without it, :class:`MissingDependencyError`
+* The SDK is imported only when a provider is built; without it, [`MissingDependencyError`][langchain_sandbox.MissingDependencyError]
   names the ``runloop`` extra.
 * The API key comes from ``api_key=`` or the SDK's own ``RUNLOOP_API_KEY``; it is never stored in
   a record, a result, a log line or a repr.
 * The SDK's hidden retries are off (``max_retries=0``): a 5xx on ``execute_async`` must not run
   user code twice. Operations safe to repeat (create, attach, reads, listing, uploads, snapshots,
-  suspend, shutdown) are retried by :func:`~langchain_sandbox.retries.retry_async` instead, only
+  suspend, shutdown) are retried by `retry_async` instead, only
   for retryable errors and within a deadline.
-* SDK errors become :mod:`langchain_sandbox.errors` in one place, :func:`_translate`.
+* SDK errors become `langchain_sandbox.errors` in one place, `_translate`.
 
 Why one module over 500 lines: the provider and its session share the execution plumbing (one
 ``execute_async`` per call, the long-poll, live output, telling a refusal from a gone devbox);
@@ -50,6 +50,7 @@ from langchain_sandbox.errors import (
     InvalidInputError,
     InvalidPathError,
     ProviderUnavailableError,
+    ProviderUnreachableError,
     QuotaExceededError,
     SandboxError,
     SandboxGoneError,
@@ -219,7 +220,12 @@ def _translate(exc: BaseException, *, what: str) -> SandboxError:
             f"Runloop {what} timed out", provider=PROVIDER_NAME, details=details
         )
     if isinstance(exc, sdk.APIConnectionError):
-        return ProviderUnavailableError(
+        import httpx
+
+        # No answer at all (refused, no route) is told from a connection lost mid-request.
+        never_answered = isinstance(exc.__cause__, httpx.ConnectError)
+        unreachable = ProviderUnreachableError if never_answered else ProviderUnavailableError
+        return unreachable(
             f"Runloop could not be reached ({what})", provider=PROVIDER_NAME, details=details
         )
     if (
@@ -385,6 +391,8 @@ class RunloopProvider(RemoteProvider):
                     return await self.sdk().api.devboxes.create_and_await_running(
                         **params, polling_config=polling
                     )
+            except ProviderUnreachableError:
+                raise  # the request never left: no devbox was made
             except SandboxError:
                 # The request may have reached Runloop: a devbox half made must not leak.
                 await self._shutdown_tagged(session_id)
@@ -414,10 +422,11 @@ class RunloopProvider(RemoteProvider):
             for view in first_page.devboxes:
                 if view.metadata.get(SESSION_KEY) == session_id and view.status != "shutdown":
                     await self.sdk().api.devboxes.shutdown(view.id)
-        except Exception:
-            logger.warning(
-                "could not clean up after a failed Runloop devbox creation", exc_info=True
-            )
+        except Exception as exc:
+            # One line: the creation's own error is what the caller gets; the traceback of a
+            # cleanup that could not reach Runloop either is for debugging only.
+            logger.warning("could not clean up after a failed Runloop devbox creation: %r", exc)
+            logger.debug("cleanup failure", exc_info=True)
 
     async def _live_views(self) -> list[Any]:
         """Devboxes not shut down, one status at a time: an account's history of shut-down
@@ -919,7 +928,7 @@ class RunloopSession(RemoteSession):
         """One worker call (``changes``): the worker compares the workspace with ``known`` and
         answers the changed entries, the gone paths, the changed files' contents and, when
         asked, the variables dump. ``known`` travels as the worker's token when ``since`` is
-        the cursor it returned (:func:`~langchain_sandbox.providers.remote.known_reference`);
+        the cursor it returned (`known_reference`);
         sent itself, a listing over the inline request limit costs one upload. A dump over the
         inline size costs its downloads."""
         await self._ready()
@@ -1021,7 +1030,7 @@ class RunloopSession(RemoteSession):
         """Take a Runloop disk snapshot (files, and the picklable Python variables) and return its
         id, which the record keeps as ``state["disk_snapshot_id"]``.
 
-        A devbox made from it with :meth:`RunloopProvider.create_from_snapshot` starts with these
+        A devbox made from it with [`RunloopProvider.create_from_snapshot`][langchain_sandbox.RunloopProvider.create_from_snapshot] starts with these
         files, and its interpreter starts with these variables.
         """
         await self._ready()
