@@ -4,7 +4,9 @@ launcher does (``test_layers.py``'s command line) and, for the cgroup limits, jo
 cgroup of ``_cgroups.py`` first, exactly as the launcher's ``join_command`` prefix does; without
 the limit the same command runs outside any session cgroup (and without the rlimit fallback,
 which is its own mechanism). ``README.md`` lists the limits and their tests;
-``test_every_limit_has_a_row`` holds the rows against the tests here.
+``test_every_limit_has_a_row`` holds the rows against the tests here. The output cap and the
+wall-time, limits a caller sets, are shown through a real session with the limit below and above
+what the call needs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from langchain_sandbox.providers.base import Limits, SessionSpec
+from langchain_sandbox.providers.local import LocalProvider
 from langchain_sandbox.providers.local._bubblewrap import (
     bubblewrap_argv,
     find_bubblewrap,
@@ -144,3 +148,34 @@ def test_the_pids_cgroup_alone_stops_code_that_starts_processes_past_its_limit(
         assert done.stdout.endswith(" 11\n"), done  # EAGAIN
     else:
         assert done.stdout == "started 64\n", done
+
+
+@pytest.mark.parametrize("layer_on", [True, False], ids=["output-cap", "without-output-cap"])
+async def test_the_output_cap_alone_keeps_a_flood_of_output_out_of_the_result(
+    provider: LocalProvider, layer_on: bool
+) -> None:
+    """100 kB printed under a 10 kB cap: the result keeps head and tail and says what it left
+    out; with the cap above the output (the limit turned off for this call's size), all of it."""
+    cap = 10_000 if layer_on else 1_000_000
+    spec = SessionSpec(limits=Limits(max_output_bytes=cap, timeout=60.0))
+    async with await provider.create(spec) as session:
+        result = await session.run_code("print('x' * 100_000)")
+    assert result.ok, result.render()[:500]
+    assert result.truncated is layer_on
+    assert (len(result.stdout) < 30_000) is layer_on, len(result.stdout)
+    if not layer_on:
+        assert result.stdout == "x" * 100_000 + "\n"
+
+
+@pytest.mark.parametrize("layer_on", [True, False], ids=["wall-time", "without-wall-time"])
+async def test_the_wall_time_alone_stops_a_call_that_runs_past_it(
+    provider: LocalProvider, layer_on: bool
+) -> None:
+    """A command sleeping 2 s under a 1 s timeout is killed and reported as timed out; under a
+    30 s one (the limit turned off for it) it finishes."""
+    async with await provider.create(SessionSpec()) as session:
+        result = await session.run_command(
+            "sleep 2; echo finished", timeout=1.0 if layer_on else 30.0
+        )
+    assert result.timed_out is layer_on, result.render()[:500]
+    assert result.stdout == ("" if layer_on else "finished\n"), result.render()[:500]
