@@ -65,12 +65,18 @@ _CALLS = {
 def test_the_filter_carries_every_documented_group() -> None:
     """Every refused group and checked call of the filter has a row, and every row a group and an
     existing test: a group added to the table without a row fails here."""
-    assert set(GROUPS) == {group.name for group in (*REFUSED, *CHECKED)}
+    calls = {group.name: group.calls for group in (*REFUSED, *CHECKED)}
+    assert set(GROUPS) == set(calls)
     names = {name for module in (globals(), vars(test_layers)) for name in module}
     for group, (relaxed, test) in GROUPS.items():
         assert test == "none yet" or test in names, f"{group}: no test {test!r}"
         assert set(relaxed) <= set(test_layers.LAYERS), group
-        assert _program(frozenset({group})) != seccomp_program(), group
+        if any(_known(call) for call in calls[group]):  # else refused as unknown either way
+            assert _program(frozenset({group})) != seccomp_program(), group
+
+
+def _known(call: str) -> bool:
+    return pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, call) >= 0
 
 
 def _sandbox_argv(tmp_path: Path, group: str, command: list[str]) -> list[str]:
@@ -88,10 +94,11 @@ def test_each_refused_call_group_alone_keeps_its_calls_from_the_kernel(
     """The group's call answers its refusal under the whole filter, and works (the kernel answers)
     under the filter with that group allowed."""
     call, args, refusal = _CALLS[group]
-    number = pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, call)
-    if number < 0:
+    if not _known(call):
         pytest.skip(f"{call} is not a call of this machine's ABI")
-    probe = _PROBE.format(number=number, args=args, call=call)
+    probe = _PROBE.format(
+        number=pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, call), args=args, call=call
+    )
     argv = _sandbox_argv(tmp_path, group, [PYTHON.sandbox_executable(), "-c", probe])
     program = seccomp_program() if layer_on else _program(frozenset({group}))
     done = _run(argv, program, capture_output=True, text=True, timeout=60, check=True)
