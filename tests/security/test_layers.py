@@ -63,9 +63,12 @@ def _argv(workspace: Path, command: Sequence[str]) -> list[str]:
     )
 
 
-def _run(argv: list[str], **options: Any) -> subprocess.CompletedProcess[str]:
-    """Run a whole bwrap command line as the launcher does: data files and options by descriptor."""
-    with options_via_fd(argv) as (short, fds):
+def _run(
+    argv: list[str], seccomp: bytes | None = None, **options: Any
+) -> subprocess.CompletedProcess[str]:
+    """Run a whole bwrap command line as the launcher does: data files and options by descriptor
+    (and the BPF program ``seccomp``, if given)."""
+    with options_via_fd(argv, seccomp=seccomp) as (short, fds):
         return subprocess.run(short, pass_fds=fds, **options)
 
 
@@ -109,22 +112,16 @@ _INJECT = (
 )
 
 
-@pytest.mark.parametrize("layer_on", [True, False], ids=["new-session", "without-new-session"])
-def test_new_session_alone_keeps_keystrokes_out_of_the_callers_terminal(
-    tmp_path: Path, layer_on: bool
-) -> None:
-    """Sandboxed code whose stdin is the caller's terminal pushes keystrokes into it (TIOCSTI:
-    the caller's shell would run them) unless ``--new-session`` took the terminal away. Run
-    without the seccomp filter, whose ioctl rule would refuse it too."""
+def _inject_keystrokes(argv: list[str], seccomp: bytes | None) -> tuple[str, bytes]:
+    """Run ``_INJECT`` by ``argv`` with the caller's terminal as stdin: what it printed, and what
+    reached the terminal's input."""
     if Path("/proc/sys/dev/tty/legacy_tiocsti").read_text().strip() != "1":
         pytest.skip("this kernel refuses TIOCSTI to everyone (dev.tty.legacy_tiocsti=0)")
-    argv = _argv(tmp_path, [PYTHON.sandbox_executable(), "-c", _INJECT])
-    if not layer_on:
-        argv = _without(argv, "new-session")
     controller, terminal = pty.openpty()
     try:
         done = _run(
             argv,
+            seccomp,
             stdin=terminal,
             capture_output=True,
             text=True,
@@ -140,11 +137,25 @@ def test_new_session_alone_keeps_keystrokes_out_of_the_callers_terminal(
     finally:
         os.close(controller)
         os.close(terminal)
+    return done.stdout, typed
+
+
+@pytest.mark.parametrize("layer_on", [True, False], ids=["new-session", "without-new-session"])
+def test_new_session_alone_keeps_keystrokes_out_of_the_callers_terminal(
+    tmp_path: Path, layer_on: bool
+) -> None:
+    """Sandboxed code whose stdin is the caller's terminal pushes keystrokes into it (TIOCSTI:
+    the caller's shell would run them) unless ``--new-session`` took the terminal away. Run
+    without the seccomp filter, whose ioctl rule would refuse it too."""
+    argv = _argv(tmp_path, [PYTHON.sandbox_executable(), "-c", _INJECT])
+    if not layer_on:
+        argv = _without(argv, "new-session")
+    printed, typed = _inject_keystrokes(argv, None)
     if layer_on:
-        assert done.stdout.startswith("refused"), done
+        assert printed.startswith("refused"), printed
         assert typed == b""
     else:
-        assert done.stdout == "injected\n", done
+        assert printed == "injected\n", printed
         assert typed == b"id\n"
 
 

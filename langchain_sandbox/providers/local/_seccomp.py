@@ -45,18 +45,28 @@ _UNKNOWN_SYSCALL = (
 Condition = tuple[int, int, int]
 
 
-def filter_rules() -> Iterator[tuple[str, int | None, tuple[Condition, ...]]]:
+def filter_rules(
+    allowing: frozenset[str] = frozenset(),
+) -> Iterator[tuple[str, int | None, tuple[Condition, ...]]]:
     """Every rule of the filter as ``(call, errno or None to allow, conditions)``.
 
     Calls refused with the default errno need no rule: every call (or argument value) no rule
-    matches is refused so.
+    matches is refused so. ``allowing`` names refused groups or checked calls (of
+    ``_syscall_table.py``) to allow outright instead: only the layer tests pass it, to show what
+    each one stops; the sandboxes always get the whole filter.
     """
     for group in (*ALLOWED, *REFUSED):
-        if group.errno != DEFAULT_ERRNO:
+        if group.name in allowing:
+            for call in group.calls:
+                yield call, None, ()
+        elif group.errno != DEFAULT_ERRNO:
             for call in group.calls:
                 yield call, group.errno, ()
     for check in CHECKED:
         for call in check.calls:
+            if check.name in allowing:
+                yield call, None, ()
+                continue
             for rule in check.rules:
                 if rule.errno != DEFAULT_ERRNO:
                     yield call, rule.errno, rule.conditions
@@ -93,11 +103,16 @@ def seccomp_program() -> bytes:
         IsolationUnavailableError: libseccomp or its Python binding is missing, or does not know
             a system call of the filter (too old).
     """
+    return _program(frozenset())
+
+
+def _program(allowing: frozenset[str]) -> bytes:
+    """The filter with the groups named in ``allowing`` allowed (see :func:`filter_rules`)."""
     seccomp = _load_pyseccomp()
     program = seccomp.SyscallFilter(seccomp.ERRNO(DEFAULT_ERRNO))
     program.set_attr(seccomp.Attr.ACT_BADARCH, seccomp.KILL_PROCESS)
     try:
-        for call, refusal, conditions in filter_rules():
+        for call, refusal, conditions in filter_rules(allowing):
             if seccomp.resolve_syscall(seccomp.Arch.NATIVE, call) == _UNKNOWN_SYSCALL:
                 continue  # newer than this libseccomp: refused with the default errno
             action = seccomp.ALLOW if refusal is None else seccomp.ERRNO(refusal)
