@@ -40,11 +40,16 @@ class HostWorkspace:
     Args:
         root: Host path of the workspace directory.
         max_file_bytes: Largest file :meth:`read` returns.
+        owner: ``(uid, gid)`` the files and directories written here are given, so sandboxed
+            code can change them (gVisor's sandbox user); ``None``: the host process's.
     """
 
-    def __init__(self, root: str, *, max_file_bytes: int) -> None:
+    def __init__(
+        self, root: str, *, max_file_bytes: int, owner: tuple[int, int] | None = None
+    ) -> None:
         self.root = root
         self.max_file_bytes = max_file_bytes
+        self.owner = owner
 
     @contextlib.contextmanager
     def _directory(self, parts: list[str], *, create: bool, display: str) -> Iterator[int]:
@@ -55,6 +60,8 @@ class HostWorkspace:
                 if create:
                     with contextlib.suppress(FileExistsError):
                         os.mkdir(part, 0o755, dir_fd=fd)
+                        if self.owner is not None:
+                            os.chown(part, *self.owner, dir_fd=fd, follow_symlinks=False)
                 try:
                     child = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
@@ -93,6 +100,8 @@ class HostWorkspace:
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     raise InvalidPathError(f"{path!r} exists and is not a regular file.")
+                if self.owner is not None:
+                    os.fchown(fd, *self.owner)
                 os.ftruncate(fd, 0)
                 view = memoryview(data)
                 while view:

@@ -1,4 +1,5 @@
-"""One local sandbox: a persistent Python worker in bubblewrap, its workspace and its cgroups.
+"""One local sandbox: a persistent Python worker in bubblewrap or gVisor, its workspace and its
+cgroups.
 
 Decisions a user can rely on:
 
@@ -42,6 +43,7 @@ from langchain_sandbox.providers.base import (
 )
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
 from langchain_sandbox.providers.local._files import HostWorkspace, remove_directory
+from langchain_sandbox.providers.local._gvisor import kill_containers
 from langchain_sandbox.providers.local._launcher import Launcher
 from langchain_sandbox.providers.local._packages import (
     PackageIndex,
@@ -111,7 +113,9 @@ class LocalSession(Session):
         self.created_at = created_at
         self._on_close = on_close
         self._files = HostWorkspace(
-            launcher.workspace_dir, max_file_bytes=spec.limits.max_file_bytes
+            launcher.workspace_dir,
+            max_file_bytes=spec.limits.max_file_bytes,
+            owner=launcher.workspace_owner,
         )
         self._quota = WorkspaceQuota(self._files, spec.limits.workspace_bytes)
         self._lock = asyncio.Lock()
@@ -156,9 +160,11 @@ class LocalSession(Session):
         return await WorkerProcess.start(
             self.launcher.worker_command,
             prepare=self.launcher.spawnable,
-            preexec_fn=self.cgroup.preexec(),
+            preexec_fn=self.launcher.preexec(),
             env=self.launcher.process_env(),
             cwd=self.launcher.process_cwd(),
+            control_pipe=self.launcher.control_pipe,
+            stdio=self.launcher.gvisor is not None,
         )
 
     async def _ready_worker(self) -> WorkerProcess:
@@ -194,6 +200,8 @@ class LocalSession(Session):
         if worker is not None:
             await worker.kill()
         await asyncio.to_thread(self.cgroup.remove)
+        if self.launcher.gvisor is not None:
+            await asyncio.to_thread(kill_containers, self.launcher.gvisor.directory)
         await asyncio.to_thread(remove_directory, self.directory)
         self._on_close(self)
 
@@ -497,7 +505,7 @@ class LocalSession(Session):
                 names,
                 timeout=timeout,
                 limit=self.spec.limits.max_output_bytes,
-                preexec_fn=self.cgroup.preexec(),
+                preexec_fn=self.launcher.preexec(),
                 on_output=on_output,
             )
         await self._quota.measure()
