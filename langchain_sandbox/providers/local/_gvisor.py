@@ -75,13 +75,14 @@ SECCOMP_FILE = f"{SANDBOX_RUNTIME_DIR}/seccomp.bpf"
 _CONTROL = "control"
 _SETPRIV_CANDIDATES = ("/usr/bin/setpriv", "/bin/setpriv")
 
-# gVisor's own share of a session's host cgroups: the Sentry and the gofer (Go runtimes, about
-# 45 host threads for an idle worker) and, with the ptrace platform, about five host tasks per
-# sandboxed process; measured here (see docs/isolation.md). What the code itself may use is
-# limited inside, by the Sentry.
+# gVisor's own share of a session's host cgroups, measured here (docs/isolation.md): the Sentry and
+# the gofer take about 35 MB and 70 host tasks for an idle worker; with the ptrace platform each
+# sandboxed process adds about seven host tasks, and the stubs it leaves are pooled, so the count
+# grows with the processes the sandbox has had (1,240 after 600 forks of at most 50 at a time).
+# What the code itself may use is limited inside, by the Sentry; these only bound the Sentry.
 _HOST_MEMORY_OVERHEAD = 192 * 1024 * 1024
-_HOST_TASKS_BASE = 128
-_HOST_TASKS_PER_PROCESS = 8
+_HOST_TASKS_BASE = 2048
+_HOST_TASKS_PER_PROCESS = 16
 
 BOOT = r"""
 import os, sys
@@ -321,7 +322,7 @@ class GvisorSandbox:
         bundle = os.path.join(self.directory, "bundles", uuid.uuid4().hex[:16])
         os.makedirs(bundle, mode=0o700)
         with open(os.path.join(bundle, "config.json"), "w", encoding="utf-8") as handle:
-            json.dump(self._spec(inner, env, spec_mounts), handle)
+            json.dump(self._spec(inner, env, spec_mounts, network=network), handle)
         argv = [
             self.runsc,
             "--root",
@@ -352,6 +353,8 @@ class GvisorSandbox:
         spec: list[dict[str, object]] = [
             {"destination": "/proc", "type": "proc", "source": "proc"},
             {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["mode=755"]},
+            # gVisor would add its own sysfs; bubblewrap's sandboxes have none, nor do these.
+            {"destination": "/sys", "type": "tmpfs", "source": "tmpfs", "options": ["ro"]},
             _tmpfs("/dev/shm", size),
             _tmpfs("/tmp", size),
         ]
@@ -392,7 +395,12 @@ class GvisorSandbox:
                 os.close(os.open(host, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
 
     def _spec(
-        self, command: Sequence[str], env: Mapping[str, str], mounts: list[dict[str, object]]
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        mounts: list[dict[str, object]],
+        *,
+        network: bool,
     ) -> dict[str, object]:
         rlimits = [{"type": "RLIMIT_CORE", "hard": 0, "soft": 0}]
         if self.max_processes:
@@ -401,6 +409,7 @@ class GvisorSandbox:
         if self.memory_bytes:
             limit = self.memory_bytes
             rlimits.append({"type": "RLIMIT_AS", "hard": limit, "soft": limit})
+        namespaces = ["pid", "ipc", "uts", "mount", *([] if network else ["network"])]
         no_capabilities: dict[str, list[str]] = {
             kind: [] for kind in ("bounding", "effective", "inheritable", "permitted", "ambient")
         }
@@ -418,9 +427,9 @@ class GvisorSandbox:
             "root": {"path": self.rootfs, "readonly": True},
             "hostname": SANDBOX_HOSTNAME,
             "mounts": mounts,
-            "linux": {
-                "namespaces": [{"type": kind} for kind in ("pid", "network", "ipc", "uts", "mount")]
-            },
+            # With the host's network (--network=host), a network namespace of its own would
+            # leave the Sentry's host sockets nowhere to go.
+            "linux": {"namespaces": [{"type": kind} for kind in namespaces]},
         }
 
 

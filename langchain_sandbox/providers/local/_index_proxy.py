@@ -151,6 +151,8 @@ class IndexProxy:
 
         try:
             server = await asyncio.start_unix_server(serve, path=short)
+            # Whatever uid pip runs as in its sandbox connects; only its sandbox sees the socket.
+            await asyncio.to_thread(os.chmod, short, 0o666)
         except BaseException:
             os.close(directory)
             raise
