@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from isolation_levels import require_gvisor
 from langgraph.checkpoint.memory import InMemorySaver
 from network_probe import LoopbackListener
 
@@ -40,6 +41,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def isolation(request: pytest.FixtureRequest) -> str:
+    """The local provider's isolation level for this test: bubblewrap unless a suite (or a
+    ``parametrize(..., indirect=True)``) asks for others."""
+    level = str(getattr(request, "param", "bubblewrap"))
+    if level == "gvisor":
+        require_gvisor()
+    return level
 
 
 @pytest.fixture(scope="session")

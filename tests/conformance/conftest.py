@@ -1,5 +1,5 @@
-"""One behaviour suite, every provider: local (real bubblewrap), E2B and Runloop (real SDKs against the
-emulators in ``langchain_sandbox.testing``)."""
+"""One behaviour suite, every provider: local (real bubblewrap, and real gVisor as ``local-gvisor``),
+E2B and Runloop (real SDKs against the emulators in ``langchain_sandbox.testing``)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,20 @@ async def _local(tmp_path: Path) -> AsyncIterator[Provider]:
     from langchain_sandbox.providers.local import LocalProvider
 
     provider = LocalProvider(base_dir=tmp_path / "local")
+    try:
+        yield provider
+    finally:
+        await provider.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _local_gvisor(tmp_path: Path) -> AsyncIterator[Provider]:
+    from isolation_levels import require_gvisor
+
+    from langchain_sandbox.providers.local import LocalProvider
+
+    require_gvisor()
+    provider = LocalProvider(base_dir=tmp_path / "local", isolation="gvisor")
     try:
         yield provider
     finally:
@@ -45,7 +59,7 @@ async def _runloop(tmp_path: Path) -> AsyncIterator[Provider]:
             await provider.aclose()
 
 
-_FACTORIES = {"local": _local, "e2b": _e2b, "runloop": _runloop}
+_FACTORIES = {"local": _local, "local-gvisor": _local_gvisor, "e2b": _e2b, "runloop": _runloop}
 
 
 @pytest.fixture(params=sorted(_FACTORIES))

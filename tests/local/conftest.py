@@ -1,4 +1,5 @@
-"""Fixtures of the local provider's tests: real bubblewrap sandboxes under a temporary base dir."""
+"""Fixtures of the local provider's tests: real sandboxes under a temporary base dir, at the
+isolation level of the ``isolation`` fixture (bubblewrap unless a module asks for gVisor too)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from langchain_sandbox.providers.local import LocalProvider, LocalSession
 
 
 @pytest.fixture
-async def provider(tmp_path: Path) -> AsyncIterator[LocalProvider]:
-    made = LocalProvider(base_dir=tmp_path / "sandboxes")
+async def provider(tmp_path: Path, isolation: str) -> AsyncIterator[LocalProvider]:
+    made = LocalProvider(base_dir=tmp_path / "sandboxes", isolation=isolation)
     try:
         yield made
     finally:

@@ -65,9 +65,9 @@ async def test_host_entry_points_refuse_paths_too_deep_or_too_long(
 
 
 async def test_a_tree_nested_by_code_is_listed_captured_closed_and_collected(
-    tmp_path: Path,
+    tmp_path: Path, isolation: str
 ) -> None:
-    provider = LocalProvider(base_dir=tmp_path / "sandboxes")
+    provider = LocalProvider(base_dir=tmp_path / "sandboxes", isolation=isolation)
     store = LocalDirectoryBlobStore(tmp_path / "blobs")
     snapshotter = Snapshotter(store)
     session = await provider.create(SessionSpec(limits=Limits(timeout=120.0)))
@@ -104,7 +104,7 @@ from langchain_sandbox.providers.base import Limits, SessionSpec
 from langchain_sandbox.providers.local import LocalProvider
 
 async def main():
-    provider = LocalProvider(base_dir=sys.argv[1])
+    provider = LocalProvider(base_dir=sys.argv[1], isolation=sys.argv[3])
     session = await provider.create(SessionSpec(limits=Limits(timeout=120.0)))
     made = await session.run_code(sys.argv[2])
     print(made.ok, session.directory, flush=True)
@@ -114,7 +114,9 @@ asyncio.run(main())
 """
 
 
-async def test_gc_removes_a_deep_orphan_and_still_collects_blobs(tmp_path: Path) -> None:
+async def test_gc_removes_a_deep_orphan_and_still_collects_blobs(
+    tmp_path: Path, isolation: str
+) -> None:
     base = tmp_path / "sandboxes"
     owner = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -122,6 +124,7 @@ async def test_gc_removes_a_deep_orphan_and_still_collects_blobs(tmp_path: Path)
         _CRASHING_OWNER,
         str(base),
         _NEST.replace("DEPTH", "1200"),
+        isolation,
         stdout=asyncio.subprocess.PIPE,
     )
     out, _ = await asyncio.wait_for(owner.communicate(), _HANG)
@@ -131,7 +134,7 @@ async def test_gc_removes_a_deep_orphan_and_still_collects_blobs(tmp_path: Path)
 
     store = LocalDirectoryBlobStore(tmp_path / "blobs")
     await store.put_many({digest(b"unreferenced"): b"unreferenced"})
-    provider = LocalProvider(base_dir=base)
+    provider = LocalProvider(base_dir=base, isolation=isolation)
     try:
         report = await asyncio.wait_for(
             collect_garbage(
@@ -148,4 +151,20 @@ async def test_gc_removes_a_deep_orphan_and_still_collects_blobs(tmp_path: Path)
         await provider.aclose()
     assert [box["destroyed"] for box in report["sandboxes"]] == [True]
     assert not await _exists(leftover)
+    # Nothing of the sandbox runs on either (gVisor's runsc, gofer and Sentry name their state
+    # directory, inside the session's, on their command lines).
+    assert await asyncio.to_thread(_processes_naming, leftover) == []
     assert report["blobs"]["deleted_blobs"] == 1
+
+
+def _processes_naming(path: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if path in cmdline:
+            found.append(cmdline)
+    return found

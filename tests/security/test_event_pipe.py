@@ -37,7 +37,10 @@ def _event_fds():
         if stat.S_ISFIFO(info.st_mode) and flags & os.O_ACCMODE == os.O_WRONLY:
             yield fd
 for _fd in _event_fds():
-    os.write(_fd, PAYLOAD)
+    # All of it: a pipe may take a large write in parts (gVisor's do).
+    _view = memoryview(PAYLOAD)
+    while _view:
+        _view = _view[os.write(_fd, _view):]
 """
 
 

@@ -15,9 +15,9 @@ _LIMIT = 2.0
 
 
 @pytest.fixture
-def runtime(tmp_path: Path) -> Iterator[SandboxRuntime]:
+def runtime(tmp_path: Path, isolation: str) -> Iterator[SandboxRuntime]:
     made = SandboxRuntime(
-        LocalProvider(base_dir=tmp_path / "sandboxes"),
+        LocalProvider(base_dir=tmp_path / "sandboxes", isolation=isolation),
         spec=SessionSpec(limits=Limits(timeout=_LIMIT)),
         persist="never",
     )

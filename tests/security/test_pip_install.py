@@ -106,8 +106,12 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
 
 @contextlib.asynccontextmanager
-async def _provider(tmp_path: Path, index: PackageIndex) -> AsyncIterator[LocalProvider]:
-    provider = LocalProvider(base_dir=tmp_path / "sandboxes", package_index=index)
+async def _provider(
+    tmp_path: Path, index: PackageIndex, isolation: str
+) -> AsyncIterator[LocalProvider]:
+    provider = LocalProvider(
+        base_dir=tmp_path / "sandboxes", package_index=index, isolation=isolation
+    )
     try:
         yield provider
     finally:
@@ -139,12 +143,12 @@ with open(os.path.expanduser("~/.netrc"), "w") as handle:
 
 
 async def test_pip_configuration_planted_by_sandboxed_code_is_ignored(
-    tmp_path: Path, index_url: str, tcp_listener: _Listener
+    tmp_path: Path, index_url: str, tcp_listener: _Listener, isolation: str
 ) -> None:
     attacker = f"http://127.0.0.1:{tcp_listener.server.getsockname()[1]}/"
     conf = _PIP_CONF.format(url=attacker + "simple/", links=attacker)
     async with (
-        _provider(tmp_path, PackageIndex(index_url=index_url)) as provider,
+        _provider(tmp_path, PackageIndex(index_url=index_url), isolation) as provider,
         await provider.create() as session,
     ):
         planted = await session.run_code(_PLANT_CONFIG.format(conf=conf))
@@ -220,6 +224,7 @@ async def test_a_planted_sdist_never_builds_and_an_allowed_build_has_no_network(
     index_url: str,
     tcp_listener: _Listener,
     abstract_listener: tuple[_Listener, str],
+    isolation: str,
 ) -> None:
     abstract, abstract_name = abstract_listener
     backend = _BACKEND.format(port=tcp_listener.server.getsockname()[1], abstract=abstract_name)
@@ -227,7 +232,7 @@ async def test_a_planted_sdist_never_builds_and_an_allowed_build_has_no_network(
 
     # Planted by sandboxed code, with configuration that points pip at it: never built.
     async with (
-        _provider(tmp_path, PackageIndex(index_url=index_url)) as provider,
+        _provider(tmp_path, PackageIndex(index_url=index_url), isolation) as provider,
         await provider.create() as session,
     ):
         await session.write_files({"evil/phonehome-1.0.tar.gz": sdist})
@@ -245,7 +250,7 @@ async def test_a_planted_sdist_never_builds_and_an_allowed_build_has_no_network(
     (sources / "phonehome-1.0.tar.gz").write_bytes(sdist)
     local = PackageIndex(find_links=(sources,), no_index=True, source_builds=True)
     async with (
-        _provider(tmp_path / "allowed", local) as provider,
+        _provider(tmp_path / "allowed", local, isolation) as provider,
         await provider.create() as session,
     ):
         built = await session.install_packages(["phonehome"], timeout=300)
@@ -259,7 +264,7 @@ async def test_a_planted_sdist_never_builds_and_an_allowed_build_has_no_network(
 
 
 async def test_the_networked_step_reaches_the_index_and_nothing_else(
-    tmp_path: Path, index_root: Path, index_url: str, tcp_listener: _Listener
+    tmp_path: Path, index_root: Path, index_url: str, tcp_listener: _Listener, isolation: str
 ) -> None:
     # The index page links a file on the attacker's port (another service on the host).
     attacker = f"http://127.0.0.1:{tcp_listener.server.getsockname()[1]}"
@@ -267,7 +272,7 @@ async def test_the_networked_step_reaches_the_index_and_nothing_else(
         f'<a href="{attacker}/tinypkg-0.2-py3-none-any.whl">tinypkg-0.2-py3-none-any.whl</a>\n'
     )
     async with (
-        _provider(tmp_path, PackageIndex(index_url=index_url)) as provider,
+        _provider(tmp_path, PackageIndex(index_url=index_url), isolation) as provider,
         await provider.create() as session,
     ):
         result = await session.install_packages(["tinypkg==0.2"], timeout=300)

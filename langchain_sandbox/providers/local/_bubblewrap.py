@@ -23,6 +23,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from langchain_sandbox.errors import IsolationUnavailableError
 from langchain_sandbox.providers.local._host_user import SETPRIV
@@ -322,21 +323,11 @@ def bubblewrap_argv(
     if not network:
         argv.append("--unshare-net")
     mounts_start = len(argv)
-    for directory in _SYSTEM_DIRS:
-        argv += _system_dir_args(directory)
-    for path in _ETC_FILES:
-        if os.path.exists(path):
-            argv += ["--ro-bind", os.path.realpath(path), path]
     # bubblewrap makes data files 0600, its own (host root's): readable for a sandbox that is.
     readable = ["--perms", "0644"] if user_namespace is not None else []
-    for sandbox_path, source in files.items():
-        argv += [*readable, "--ro-bind-data", source, sandbox_path]
-    if network:
-        for path in _NETWORK_ETC:
-            if os.path.exists(path):
-                argv += ["--ro-bind", os.path.realpath(path), path]
-    for host_path, sandbox_path in (*python.binds(), *read_only):
-        argv += ["--ro-bind", host_path, sandbox_path]
+    for mount in root_mounts(python, files=files, network=network, read_only=read_only):
+        perms = readable if mount.kind == "data" else []
+        argv += [*perms, _BWRAP_OPTION[mount.kind], mount.source, mount.sandbox]
     # /proc and /dev are read-only: the sandbox user maps to the host's uid, which would
     # otherwise own (and could write) host-wide sysctls such as /proc/sys/kernel/core_pattern.
     argv += ["--proc", "/proc"]
@@ -443,13 +434,52 @@ def _proc_mask_args() -> tuple[str, ...]:
     return tuple(args)
 
 
-def _system_dir_args(directory: str) -> list[str]:
-    if os.path.islink(directory):
-        # Merged-/usr systems: /bin -> usr/bin and the like.
-        return ["--symlink", os.readlink(directory), directory]
-    if os.path.isdir(directory):
-        return ["--ro-bind", directory, directory]
-    return []
+_BWRAP_OPTION = {"bind": "--ro-bind", "symlink": "--symlink", "data": "--ro-bind-data"}
+
+
+@dataclass(frozen=True)
+class RootMount:
+    """One read-only entry of the sandbox's file system, whichever backend assembles it.
+
+    Attributes:
+        kind: ``"bind"`` (a host file or directory), ``"symlink"`` (``source`` is the link's
+            target) or ``"data"`` (``source`` is a `sealed_file`).
+        source: See ``kind``.
+        sandbox: Where it appears inside.
+    """
+
+    kind: Literal["bind", "symlink", "data"]
+    source: str
+    sandbox: str
+
+
+def root_mounts(
+    python: PythonInstall,
+    *,
+    files: Mapping[str, str],
+    network: bool,
+    read_only: Sequence[tuple[str, str]] = (),
+) -> list[RootMount]:
+    """The read-only part of every sandbox's file system, in mount order: the system
+    directories, the ``/etc`` files programs need, ``files`` (the generated ``/etc`` and the
+    worker), with ``network`` the resolver and CA files, the interpreter and ``read_only``.
+
+    bubblewrap and gVisor both build their sandboxes from this list, so the two levels show
+    sandboxed code the same files. What is writable (``/tmp``, the workspace) and the kernel's
+    own trees (``/proc``, ``/dev``) each backend adds itself.
+    """
+    mounts: list[RootMount] = []
+    for directory in _SYSTEM_DIRS:
+        if os.path.islink(directory):
+            # Merged-/usr systems: /bin -> usr/bin and the like.
+            mounts.append(RootMount("symlink", os.readlink(directory), directory))
+        elif os.path.isdir(directory):
+            mounts.append(RootMount("bind", directory, directory))
+    host_files = [*_ETC_FILES, *(_NETWORK_ETC if network else ())]
+    mounts += [RootMount("bind", os.path.realpath(p), p) for p in host_files if os.path.exists(p)]
+    mounts += [RootMount("data", source, path) for path, source in files.items()]
+    mounts += [RootMount("bind", host, path) for host, path in (*python.binds(), *read_only)]
+    return mounts
 
 
 def _is_under(path: str, roots: Sequence[str]) -> bool:
@@ -465,10 +495,12 @@ __all__ = [
     "SANDBOX_SITE_ROOT",
     "SANDBOX_UID",
     "PythonInstall",
+    "RootMount",
     "bubblewrap_argv",
     "describe_python",
     "etc_files",
     "find_bubblewrap",
     "options_via_fd",
+    "root_mounts",
     "sealed_file",
 ]

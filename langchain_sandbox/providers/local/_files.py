@@ -41,8 +41,8 @@ class HostWorkspace:
         root: Host path of the workspace directory.
         max_file_bytes: Largest file `read` returns.
         owner: ``(uid, gid)`` every file and directory the host creates gets, so the sandbox
-            (an unprivileged host user when the host is root) can change what a restore put
-            back; ``None``: the host's own user, who is the sandbox's.
+            (an unprivileged host user when the host is root, gVisor's sandbox user) can change
+            what a restore put back; ``None``: the host's own user, who is the sandbox's.
     """
 
     def __init__(

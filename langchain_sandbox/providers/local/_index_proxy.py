@@ -8,6 +8,11 @@ to use that listener as its proxy. The host side (`IndexProxy`) reads the reques
 connection only to a ``host:port`` of the application's [`PackageIndex`][langchain_sandbox.PackageIndex] (a ``CONNECT`` tunnel
 for HTTPS, a forwarded request for plain HTTP); anything else gets ``403``. Name resolution happens
 on the host, for the allowed names only.
+
+A gVisor sandbox cannot pass descriptors to the host (its sockets live in gVisor's own kernel),
+so there the forwarder relays instead (`RELAY_FORWARDER`): each connection pip opens is
+copied, both ways, to a new connection to the proxy's unix socket, in a directory bound into
+pip's container (``IndexProxy(socket_path=...)``). The host's check is the same.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import AsyncIterator, Collection
 from urllib.parse import urlsplit
@@ -40,6 +46,37 @@ FORWARDER = (
 and puts ``--proxy`` right after the ``install`` subcommand (``argv[1]`` once the descriptor is
 gone)."""
 
+RELAY_FORWARDER = (
+    "import socket, sys, threading\n"
+    "target = sys.argv.pop(1)\n"
+    "listener = socket.create_server(('127.0.0.1', 0))\n"
+    "def pump(source, sink):\n"
+    "    try:\n"
+    "        while data := source.recv(65536):\n"
+    "            sink.sendall(data)\n"
+    "        sink.shutdown(socket.SHUT_WR)\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "def relay(connection):\n"
+    "    with connection, socket.socket(socket.AF_UNIX) as upstream:\n"
+    "        try:\n"
+    "            upstream.connect(target)\n"
+    "        except OSError:\n"
+    "            return\n"
+    "        back = threading.Thread(target=pump, args=(upstream, connection), daemon=True)\n"
+    "        back.start()\n"
+    "        pump(connection, upstream)\n"
+    "        back.join()\n"
+    "def forward():\n"
+    "    while True:\n"
+    "        connection, _ = listener.accept()\n"
+    "        threading.Thread(target=relay, args=(connection,), daemon=True).start()\n"
+    "threading.Thread(target=forward, daemon=True).start()\n"
+    "sys.argv[2:2] = ['--proxy', 'http://127.0.0.1:%d' % listener.getsockname()[1]]\n"
+)
+"""The forwarder of a sandbox that cannot pass descriptors (gVisor): ``argv[1]`` is the proxy's
+socket path inside; each connection is relayed to it."""
+
 
 def allowed_endpoints(urls: Collection[str]) -> frozenset[tuple[str, int]]:
     """``(host, port)`` pairs the proxy may connect to, from index and find-links URLs."""
@@ -57,14 +94,19 @@ class IndexProxy:
 
     Args:
         allowed: The ``(host, port)`` pairs that may be reached.
+        socket_path: Listen on a unix socket at this host path (for `RELAY_FORWARDER`)
+            instead of receiving pip's connections as descriptors.
 
     Attributes:
         refused: The targets pip asked for and did not get (to tell the user why it failed).
     """
 
-    def __init__(self, allowed: frozenset[tuple[str, int]]) -> None:
+    def __init__(
+        self, allowed: frozenset[tuple[str, int]], *, socket_path: str | None = None
+    ) -> None:
         self.allowed = allowed
         self.refused: list[str] = []
+        self.socket_path = socket_path
         self._host_end, self._sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._host_end.setblocking(False)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -77,6 +119,10 @@ class IndexProxy:
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[IndexProxy]:
         """Serve while pip runs; every connection is closed when the block ends."""
+        if self.socket_path is not None:
+            async with self._listening(self.socket_path):
+                yield self
+            return
         loop = asyncio.get_running_loop()
         loop.add_reader(self._host_end.fileno(), self._accept)
         try:
@@ -86,6 +132,39 @@ class IndexProxy:
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+            self._host_end.close()
+            self._sandbox_end.close()
+
+    @contextlib.asynccontextmanager
+    async def _listening(self, path: str) -> AsyncIterator[None]:
+        # Bound through the directory's descriptor: a unix socket's path is at most 107 bytes,
+        # and the session's directory may be longer.
+        directory = await asyncio.to_thread(os.open, os.path.dirname(path), os.O_PATH)
+        short = f"/proc/self/fd/{directory}/{os.path.basename(path)}"
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            if task is not None:
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            await self._serve_streams(reader, writer)
+
+        try:
+            server = await asyncio.start_unix_server(serve, path=short)
+            # Whatever uid pip runs as in its sandbox connects; only its sandbox sees the socket.
+            await asyncio.to_thread(os.chmod, short, 0o666)
+        except BaseException:
+            os.close(directory)
+            raise
+        try:
+            yield
+        finally:
+            server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await server.wait_closed()
+            os.close(directory)
             self._host_end.close()
             self._sandbox_end.close()
 
@@ -116,6 +195,11 @@ class IndexProxy:
     async def _serve(self, client: socket.socket) -> None:
         client.setblocking(False)
         reader, writer = await asyncio.open_connection(sock=client)
+        await self._serve_streams(reader, writer)
+
+    async def _serve_streams(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             if len(head) > _MAX_HEAD:
@@ -186,4 +270,4 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
                 writer.write_eof()
 
 
-__all__ = ["FORWARDER", "IndexProxy", "allowed_endpoints"]
+__all__ = ["FORWARDER", "RELAY_FORWARDER", "IndexProxy", "allowed_endpoints"]

@@ -1,4 +1,5 @@
-"""How the processes of one local session start: inside bubblewrap, or directly if asked by name.
+"""How the processes of one local session start: inside bubblewrap or gVisor, or directly if asked
+by name.
 
 A `Launcher` knows the paths as the session's processes see them (the interpreter, the
 worker's sources, the workspace, the package directory), the allow-listed environment, and how to
@@ -13,7 +14,7 @@ import hashlib
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -24,13 +25,16 @@ from langchain_sandbox.providers.local._bubblewrap import (
     bubblewrap_argv,
     etc_files,
     options_via_fd,
+    root_mounts,
     sealed_file,
 )
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
+from langchain_sandbox.providers.local._gvisor import CHANNEL_DIR, SANDBOX_OWNER, GvisorSandbox
+from langchain_sandbox.providers.local._host_user import host_owner
 from langchain_sandbox.providers.shipped_pickler import cloudpickle_path
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
-Isolation = Literal["bubblewrap", "none"]
+Isolation = Literal["bubblewrap", "gvisor", "none"]
 
 PACKAGES_DIR = ".packages"
 """Workspace-relative directory that ``install_packages`` installs into (on ``sys.path``)."""
@@ -49,7 +53,8 @@ class Launcher:
     """Starts processes of one session.
 
     Attributes:
-        isolation: ``"bubblewrap"`` or ``"none"`` (processes run directly on the host).
+        isolation: ``"bubblewrap"``, ``"gvisor"`` or ``"none"`` (processes run directly on
+            the host).
         python: The interpreter the session uses.
         workspace_dir: Host directory of the workspace.
         bwrap: The bubblewrap binary (``None`` without isolation).
@@ -69,6 +74,8 @@ class Launcher:
         user_namespace: The user namespace the sandbox joins so that it runs as an unprivileged
             host uid (`_host_user`: when the host is
             root), or ``None``: bubblewrap maps the sandbox to the host's own user.
+        gvisor: Where the session's gVisor containers live (with ``"gvisor"``); the filter is
+            then in its root, installed by each container's first process.
     """
 
     isolation: Isolation
@@ -84,10 +91,12 @@ class Launcher:
     sandbox_environment: str | None = None
     seccomp: bytes | None = None
     user_namespace: int | None = None
+    gvisor: GvisorSandbox | None = None
 
     @property
     def isolated(self) -> bool:
-        return self.isolation == "bubblewrap"
+        """Whether processes run in a sandbox (bubblewrap or gVisor), which sees sandbox paths."""
+        return self.isolation != "none"
 
     @property
     def workspace(self) -> str:
@@ -171,23 +180,45 @@ class Launcher:
         return env
 
     def worker_command(self, request_fd: int, event_fd: int, control_fd: int) -> list[str]:
-        """The argv that starts the session's persistent Python worker."""
+        """The argv that starts the session's persistent Python worker, given the descriptors
+        its three pipes have in this process (`control_pipe` made the control one)."""
         worker, kernel_state, pickler, guest = self._runtime_files()
-        inner = [
-            self.python_executable,
-            "-I",
-            "-S",
-            worker,
-            str(request_fd),
-            str(event_fd),
-            str(control_fd),
-            kernel_state,
-            pickler,
-            guest,
-            self.packages_dir,
-            *self.site_packages,
-        ]
+        after_fds = [kernel_state, pickler, guest, self.packages_dir, *self.site_packages]
+        if self.gvisor is not None:
+            # runsc passes only stdio: the requests and events are the container's stdin and
+            # stdout (WorkerProcess.start(stdio=True)); the worker opens its control FIFO by name.
+            inner = self.gvisor.boot(
+                self.python_executable, "worker", [f"{CHANNEL_DIR}/control", worker, *after_fds]
+            )
+            return self._gvisor_command(
+                inner,
+                network=self.network,
+                environment=self.environment(),
+                channel=self.gvisor.worker_channel(control_fd),
+                worker=True,
+            )
+        fds = [str(request_fd), str(event_fd), str(control_fd)]
+        inner = [self.python_executable, "-I", "-S", worker, *fds, *after_fds]
         return self.wrap(inner, network=self.network)
+
+    @property
+    def workspace_owner(self) -> tuple[int, int] | None:
+        """Who the host's own writes in the workspace must belong to (``None``: the host)."""
+        if self.gvisor is not None:
+            return SANDBOX_OWNER
+        return host_owner() if self.user_namespace is not None else None
+
+    def control_pipe(self) -> tuple[int, int]:
+        """The worker's control channel (read end for the worker, write end for the host)."""
+        return self.gvisor.control_pipe() if self.gvisor is not None else os.pipe()
+
+    def preexec(self) -> Callable[[], None] | None:
+        """What runs in a started process before it execs (the rlimits no cgroup covers).
+        gVisor's limits are inside its sandbox: an address-space limit on runsc itself would
+        only starve the Sentry."""
+        if self.cgroup is None or self.gvisor is not None:
+            return None
+        return self.cgroup.preexec()
 
     def wrap(
         self,
@@ -197,36 +228,84 @@ class Launcher:
         read_only: Sequence[tuple[str, str]] = (),
         read_write: Sequence[tuple[str, str]] = (),
         environment: Mapping[str, str] | None = None,
+        socket_channel: str | None = None,
     ) -> list[str]:
         """``command`` as it must be started to run inside this session's sandbox, with
-        ``environment`` instead of the session's own (`environment`) if given."""
+        ``environment`` instead of the session's own (`environment`) if given.
+
+        ``socket_channel`` (gVisor only): a host directory whose unix sockets the sandbox may
+        connect to, at `_gvisor.CHANNEL_DIR` (pip's index proxy).
+        """
         if not self.isolated:
             return list(command)
+        env = self.environment() if environment is None else environment
+        if self.gvisor is not None:
+            return self._gvisor_command(
+                self.gvisor.boot(self.python_executable, "exec", command),
+                network=network,
+                environment=env,
+                read_only=read_only,
+                read_write=read_write,
+                channel=socket_channel,
+            )
         assert self.bwrap is not None
-        environment_bind = (
-            [(self.sandbox_environment, SANDBOX_ENVIRONMENT_DIR)]
-            if self.sandbox_environment is not None
-            else []
-        )
         return bubblewrap_argv(
             self.bwrap,
             command,
             python=self.python,
             workspace=self.workspace_dir,
             files=self.files,
-            env=self.environment() if environment is None else environment,
+            env=env,
             network=network,
-            read_only=[*environment_bind, *read_only],
+            read_only=[*self._environment_bind(), *read_only],
             read_write=read_write,
             tmp_size_bytes=self.tmp_size_bytes,
             user_namespace=self.user_namespace,
+        )
+
+    def _environment_bind(self) -> list[tuple[str, str]]:
+        if self.sandbox_environment is None:
+            return []
+        return [(self.sandbox_environment, SANDBOX_ENVIRONMENT_DIR)]
+
+    def _gvisor_command(
+        self,
+        inner: Sequence[str],
+        *,
+        network: bool,
+        environment: Mapping[str, str],
+        read_only: Sequence[tuple[str, str]] = (),
+        read_write: Sequence[tuple[str, str]] = (),
+        channel: str | None = None,
+        worker: bool = False,
+    ) -> list[str]:
+        """A gVisor container with the file system bubblewrap would assemble (same mounts)."""
+        assert self.gvisor is not None
+        mounts = root_mounts(
+            self.python,
+            files=self.files,
+            network=network,
+            read_only=[*self._environment_bind(), *read_only],
+        )
+        return self.gvisor.command(
+            inner,
+            mounts=mounts,
+            env=environment,
+            network=network,
+            boot=None,
+            workspace=self.workspace_dir,
+            read_write=read_write,
+            tmp_size_bytes=self.tmp_size_bytes,
+            channel=channel,
+            host_fifos=worker,
+            host_sockets=not worker and channel is not None,
         )
 
     @contextlib.contextmanager
     def spawnable(self, argv: Sequence[str]) -> Iterator[tuple[list[str], tuple[int, ...]]]:
         """The argv to execute and the descriptors to pass for a command from `wrap`:
         bubblewrap's options moved to a descriptor, and the session's cgroups joined first."""
-        if not self.isolated:
+        if self.isolation != "bubblewrap":
             yield self._joined(argv), ()
             return
         joined = () if self.user_namespace is None else (self.user_namespace,)
@@ -237,7 +316,7 @@ class Launcher:
         return self.cgroup.join_command(argv) if self.cgroup is not None else list(argv)
 
     def process_env(self) -> dict[str, str]:
-        """Environment of the started process itself (bubblewrap sets the sandbox's own)."""
+        """Environment of the started process itself (the sandbox sets its own inside)."""
         return {} if self.isolated else self.environment()
 
     def process_cwd(self) -> str:

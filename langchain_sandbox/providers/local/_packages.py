@@ -12,7 +12,8 @@ is decided by the host's trusted [`PackageIndex`][langchain_sandbox.PackageIndex
   while pip can reach the network. Source builds happen only when the application allows them
   (``PackageIndex(source_builds=True)``), and then the whole install runs without network;
 * pip's sandbox has no network of its own: it reaches the index hosts, and nothing else, through
-  the host's `IndexProxy`.
+  the host's `IndexProxy` (under gVisor,
+  through its unix socket in pip's channel directory).
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ from typing import Literal
 from langchain_sandbox._event_loop import entered_off_loop
 from langchain_sandbox.errors import InvalidInputError
 from langchain_sandbox.providers.base import OutputCallback
+from langchain_sandbox.providers.local._gvisor import CHANNEL_DIR, INDEX_SOCKET
 from langchain_sandbox.providers.local._index_proxy import (
     FORWARDER,
+    RELAY_FORWARDER,
     IndexProxy,
     allowed_endpoints,
 )
@@ -145,14 +148,22 @@ def pip_install_argv(
     options: Sequence[str],
     *,
     proxy_fd: int | None = None,
+    proxy_socket: str | None = None,
 ) -> list[str]:
     """argv (inside the sandbox) of ``pip install --target`` using the session's interpreter.
 
     pip is found on the interpreter's own path or in the mounted site-packages (a venv's). With
-    ``proxy_fd``, the forwarder to the host's `IndexProxy` runs first.
+    ``proxy_fd`` (or ``proxy_socket``: its unix socket inside), the forwarder to the host's
+    `IndexProxy` runs first.
     """
+    proxy: str | None = None
+    forwarder = ""
+    if proxy_fd is not None:
+        proxy, forwarder = str(proxy_fd), FORWARDER
+    elif proxy_socket is not None:
+        proxy, forwarder = proxy_socket, RELAY_FORWARDER
     bootstrap = (
-        (FORWARDER if proxy_fd is not None else "")
+        forwarder
         + "import runpy, sys\n"
         + f"sys.path[1:1] = {json.dumps(list(site_packages))}\n"
         + "sys.argv[0] = 'pip'\n"
@@ -163,7 +174,7 @@ def pip_install_argv(
         "-I",
         "-c",
         bootstrap,
-        *([str(proxy_fd)] if proxy_fd is not None else []),
+        *([proxy] if proxy is not None else []),
         "install",
         "--isolated",
         "--target",
@@ -194,7 +205,7 @@ async def install_packages(
     its output goes to ``on_output`` as it comes."""
     argv, proxy, env = await asyncio.to_thread(_pip_command, launcher, index, requirements)
     serving = proxy.serving() if proxy is not None else contextlib.nullcontext()
-    proxy_fds = [proxy.sandbox_fd] if proxy is not None else []
+    proxy_fds = [proxy.sandbox_fd] if proxy is not None and proxy.socket_path is None else []
     async with serving, entered_off_loop(lambda: launcher.spawnable(argv)) as (command, fds):
         result = await run_captured(
             command,
@@ -221,8 +232,15 @@ def _pip_command(
     environment (touches the filesystem: run off the event loop)."""
     options, binds = index.pip_options(isolated=launcher.isolated)
     proxy: IndexProxy | None = None
+    channel: str | None = None
     if launcher.isolated and index.reaches_network:
-        proxy = IndexProxy(allowed_endpoints(index.urls()))
+        if launcher.gvisor is not None:
+            channel = launcher.gvisor.channel()
+            socket_path = os.path.join(channel, INDEX_SOCKET)
+        proxy = IndexProxy(
+            allowed_endpoints(index.urls()),
+            socket_path=socket_path if channel is not None else None,
+        )
         bundle = system_ca_bundle()
         if bundle is not None:
             options += ["--cert", bundle]
@@ -233,11 +251,18 @@ def _pip_command(
         launcher.packages_dir,
         requirements,
         options,
-        proxy_fd=proxy.sandbox_fd if proxy is not None else None,
+        proxy_fd=proxy.sandbox_fd if proxy is not None and channel is None else None,
+        proxy_socket=f"{CHANNEL_DIR}/{INDEX_SOCKET}" if channel is not None else None,
     )
     env = pip_environment(launcher.environment())
     # Unisolated, pip runs on the host as it is; isolated, it has no network but the proxy.
-    argv = launcher.wrap(inner, network=not launcher.isolated, read_only=binds, environment=env)
+    argv = launcher.wrap(
+        inner,
+        network=not launcher.isolated,
+        read_only=binds,
+        environment=env,
+        socket_channel=channel,
+    )
     return argv, proxy, env
 
 

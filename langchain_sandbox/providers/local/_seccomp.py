@@ -107,7 +107,7 @@ def seccomp_program() -> bytes:
 
 
 def _program(allowing: frozenset[str]) -> bytes:
-    """The filter with the groups named in ``allowing`` allowed (see :func:`filter_rules`)."""
+    """The filter with the groups named in ``allowing`` allowed (see `filter_rules`)."""
     seccomp = _load_pyseccomp()
     program = seccomp.SyscallFilter(seccomp.ERRNO(DEFAULT_ERRNO))
     program.set_attr(seccomp.Attr.ACT_BADARCH, seccomp.KILL_PROCESS)

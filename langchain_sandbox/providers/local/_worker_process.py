@@ -117,6 +117,8 @@ class WorkerProcess:
         env: dict[str, str] | None = None,
         cwd: str | None = None,
         startup_timeout: float = _STARTUP_TIMEOUT,
+        control_pipe: Callable[[], tuple[int, int]] = os.pipe,
+        stdio: bool = False,
     ) -> WorkerProcess:
         """Start a worker and wait until it is ready.
 
@@ -129,14 +131,24 @@ class WorkerProcess:
             env: Environment of the started process (bubblewrap's own; it clears it inside).
             cwd: Working directory of the started process.
             startup_timeout: Seconds to wait for the worker's ``ready``.
+            control_pipe: Makes the control channel, ``(worker's end, host's end)``: a pipe, or
+                the FIFO a gVisor container opens by name (`control_pipe`).
+            stdio: The requests and events are also the process's stdin and stdout (what
+                ``runsc`` hands on to a container).
 
         Raises:
             IsolationUnavailableError: bubblewrap could not set the sandbox up.
             SandboxError: the worker did not start for another reason.
         """
+        try:
+            # Off the loop: gVisor's control channel is a FIFO made in the file system.
+            control_r, control_w = await asyncio.to_thread(control_pipe)
+        except OSError as exc:
+            raise IsolationUnavailableError(
+                f"Could not start the sandbox: {exc}", provider=LOCAL
+            ) from exc
         request_r, request_w = os.pipe()
         event_r, event_w = os.pipe()
-        control_r, control_w = os.pipe()
         stderr_r, stderr_w = os.pipe()
         child_fds = (request_r, event_w, control_r)
         loop = asyncio.get_running_loop()
@@ -147,8 +159,8 @@ class WorkerProcess:
             ):
                 process = await asyncio.create_subprocess_exec(
                     *argv,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.DEVNULL,
+                    stdin=request_r if stdio else asyncio.subprocess.DEVNULL,
+                    stdout=event_w if stdio else asyncio.subprocess.DEVNULL,
                     stderr=stderr_w,
                     pass_fds=(*child_fds, *extra_fds),
                     preexec_fn=preexec_fn,

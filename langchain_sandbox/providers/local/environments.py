@@ -17,9 +17,10 @@ build while the others wait, and the finished environment appears with one atomi
 
 Threat model of the build: pip runs the *application's* requirements (trusted by whoever
 configured them), not model code; still, installing runs code from the index (build backends,
-``setup.py``), so with bubblewrap the build runs in a sandbox of its own like ``install_packages``:
-scrubbed environment, no host home or secrets, only the environment being built writable, network
-only when the index is remote.
+``setup.py``), so with bubblewrap (or gVisor) the build runs in a sandbox of its own like
+``install_packages``: scrubbed environment, no host home or secrets, only the environment being
+built writable, network only when the index is remote. An environment built at either level
+serves both: its files are the same, and sessions only read them.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from typing import Any
 
 from langchain_sandbox.errors import EnvironmentBuildError, InvalidInputError
 from langchain_sandbox.providers.local._bubblewrap import PythonInstall, etc_files
+from langchain_sandbox.providers.local._gvisor import GvisorSandbox, make_owned, prepare_rootfs
 from langchain_sandbox.providers.local._launcher import (
     SANDBOX_ENVIRONMENT_DIR,
     Isolation,
@@ -175,8 +177,9 @@ class EnvironmentCache:
     Args:
         root: The directory (see `environments_dir`).
         python: The interpreter sessions run; environments are virtualenvs of it.
-        isolation: ``"bubblewrap"`` builds in a sandbox; ``"none"`` builds on the host.
+        isolation: ``"bubblewrap"`` or ``"gvisor"`` builds in a sandbox; ``"none"`` on the host.
         bwrap: The bubblewrap binary (with ``"bubblewrap"``).
+        runsc: gVisor's ``runsc`` (with ``"gvisor"``).
         seccomp: The seccomp filter the build sandbox runs under, as sessions do.
     """
 
@@ -187,12 +190,14 @@ class EnvironmentCache:
         python: PythonInstall,
         isolation: Isolation,
         bwrap: str | None,
+        runsc: str | None = None,
         seccomp: bytes | None = None,
     ) -> None:
         self.root = root
         self.python = dataclasses.replace(python, site_packages=())
         self.isolation: Isolation = isolation
         self.bwrap = bwrap
+        self.runsc = runsc
         self.seccomp = seccomp
 
     @staticmethod
@@ -208,7 +213,8 @@ class EnvironmentCache:
             "python": self.python.executable,
             "python_build": self.python.build,
             "index": options,
-            "isolation": self.isolation,
+            # Sandboxed builds at either level make the same files (paths as sessions see them).
+            "isolation": "none" if self.isolation == "none" else "bubblewrap",
         }
 
     def key(self, environment: SandboxEnvironment) -> str:
@@ -257,7 +263,7 @@ class EnvironmentCache:
 
     def _build(self, environment: SandboxEnvironment, target: Path, progress: Progress) -> None:
         index = self._index(environment)
-        isolated = self.isolation == "bubblewrap"
+        isolated = self.isolation != "none"
         options, binds = index.pip_options(isolated=isolated)
         remote = not index.no_index or any("://" in os.fspath(f) for f in index.find_links)
         work = Path(tempfile.mkdtemp(prefix=f".build-{target.name}-", dir=self.root))
@@ -272,6 +278,7 @@ class EnvironmentCache:
                 bwrap=self.bwrap,
                 files=etc_files() if isolated else {},
                 seccomp=self.seccomp,
+                gvisor=self._gvisor(work, staging),
             )
             # Inside the build sandbox the environment already sits where sessions will see it,
             # so the paths pip writes into it (scripts' shebangs) hold after the rename.
@@ -313,11 +320,30 @@ class EnvironmentCache:
             for step in steps:
                 argv = launcher.wrap(step, network=remote, read_only=binds, read_write=writable)
                 _run_step(launcher, argv, environment, progress)
+            if self.isolation == "gvisor":
+                # Built by the sandbox user; every session only reads it, and nobody but this
+                # host user may change what they all import.
+                _chown_tree(staging, os.getuid(), os.getgid())
             record = {"name": environment.name, "built_at": time.time(), **self.inputs(environment)}
             _write_atomically(target.with_suffix(".json"), json.dumps(_shown(record)))
             os.rename(staging, target)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    def _gvisor(self, work: Path, staging: Path) -> GvisorSandbox | None:
+        """The build's gVisor containers (with ``"gvisor"``): their state and root in ``work``,
+        and what pip writes owned by the sandbox user."""
+        if self.isolation != "gvisor":
+            return None
+        assert self.runsc is not None
+        for directory in (staging, work / "home"):
+            make_owned(str(directory))
+        return GvisorSandbox(
+            runsc=self.runsc,
+            rootfs=prepare_rootfs(str(work), etc_files(), self.seccomp),
+            directory=str(work / "gvisor"),
+            seccomp=self.seccomp is not None,
+        )
 
     def built(self) -> list[EnvironmentStatus]:
         """Every environment built in this cache (by any interpreter or process)."""
@@ -430,6 +456,13 @@ def _shown(inputs: dict[str, Any]) -> dict[str, Any]:
         key: [_CREDENTIALS.sub("://***@", str(v)) for v in value] if key == "index" else value
         for key, value in inputs.items()
     }
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    os.chown(root, uid, gid)
+    for directory, names, files in os.walk(root):
+        for name in (*names, *files):
+            os.chown(os.path.join(directory, name), uid, gid, follow_symlinks=False)
 
 
 def _size(path: Path) -> int:

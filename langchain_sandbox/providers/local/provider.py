@@ -1,4 +1,5 @@
-"""The local provider: isolated sandboxes on this machine with bubblewrap, no account, no daemon.
+"""The local provider: isolated sandboxes on this machine with bubblewrap (or gVisor), no account,
+no daemon.
 
 Each session lives in ``<base_dir>/sessions/<session_id>/`` (mode 0700): its workspace (bound at
 ``/home/user``) and a ``session.json`` record used to find sessions left behind by a process that
@@ -43,6 +44,14 @@ from langchain_sandbox.providers.local._cgroups import (
     SessionCgroup,
     detect_cgroups,
 )
+from langchain_sandbox.providers.local._gvisor import (
+    GvisorSandbox,
+    host_limits,
+    kill_containers,
+    make_owned,
+    prepare_rootfs,
+    usable_runsc,
+)
 from langchain_sandbox.providers.local._host_user import host_owner, sandbox_user_namespace
 from langchain_sandbox.providers.local._launcher import (
     PACKAGES_DIR,
@@ -86,17 +95,22 @@ default_base_dir = state_dir
 
 
 class LocalProvider(Provider):
-    """Sandboxes on this machine, isolated with bubblewrap.
+    """Sandboxes on this machine, isolated with bubblewrap (or gVisor).
 
     Args:
         base_dir: Where session directories live (default: `default_base_dir`).
-        isolation: ``"bubblewrap"`` (default). ``"none"`` runs code directly on the host, with
+        isolation: ``"bubblewrap"`` (default: namespaces and a seccomp filter; the fastest
+            start). ``"gvisor"`` runs the same sandbox under gVisor's ``runsc``, whose user-space
+            kernel serves the code's system calls, so the host kernel is not its attack surface
+            (slower to start, slower system calls; needs ``runsc`` and a root host process; see
+            ``docs/isolation.md``). ``"none"`` runs code directly on the host, with
             only the limits and the scrubbed environment; it must be asked for by name and
             warns, because sandboxed code can then read and change anything this user can.
         python: Interpreter the sessions run (default: the one running this process).
         package_index: Where ``install_packages`` may fetch from (trusted, host-side); sandbox
             environments name their own (``SandboxEnvironment.package_index``).
         bwrap: Path of the bubblewrap binary (default: ``bwrap`` on ``PATH``).
+        runsc: Path of gVisor's ``runsc`` (with ``isolation="gvisor"``; default: on ``PATH``).
         environments: Sandbox environments sessions may select with ``SessionSpec(template=...)``,
             besides ``"default"`` (numpy, pandas, matplotlib; an environment named ``"default"``
             replaces it) and ``"host"`` (the interpreter's own site-packages: the host
@@ -111,9 +125,10 @@ class LocalProvider(Provider):
 
     Raises:
         IsolationUnavailableError: with ``isolation="bubblewrap"``, bubblewrap is missing or
-            cannot create namespaces here (the message says how to fix it). Checked when the
-            provider is built (it runs bubblewrap once per process), so build it off any event
-            loop; [`SandboxRuntime`][langchain_sandbox.SandboxRuntime] does.
+            cannot create namespaces here; with ``"gvisor"``, runsc is missing or cannot start a
+            sandbox (the message says how to fix it). Checked when the provider is built (it
+            starts one sandbox per process), so build it off any event loop;
+            [`SandboxRuntime`][langchain_sandbox.SandboxRuntime] does.
     """
 
     name = LOCAL
@@ -127,13 +142,16 @@ class LocalProvider(Provider):
         python: str | None = None,
         package_index: PackageIndex | None = None,
         bwrap: str | None = None,
+        runsc: str | None = None,
         environments: Sequence[SandboxEnvironment] = (),
         environments_dir: str | os.PathLike[str] | None = None,
         progress: Progress | None = None,
         syscall_filter: SyscallFilter = "seccomp",
     ) -> None:
-        if isolation not in ("bubblewrap", "none"):
-            raise InvalidInputError(f"isolation must be 'bubblewrap' or 'none', not {isolation!r}.")
+        if isolation not in ("bubblewrap", "gvisor", "none"):
+            raise InvalidInputError(
+                f"isolation must be 'bubblewrap', 'gvisor' or 'none', not {isolation!r}."
+            )
         if syscall_filter not in ("seccomp", "none"):
             raise InvalidInputError(
                 f"syscall_filter must be 'seccomp' or 'none', not {syscall_filter!r}."
@@ -157,6 +175,8 @@ class LocalProvider(Provider):
         self.syscall_filter: SyscallFilter = syscall_filter
         # Checked now, so a machine that cannot isolate fails when the provider is built.
         self._bwrap_path = usable_bubblewrap(bwrap) if isolation == "bubblewrap" else None
+        self._runsc_path = usable_runsc(runsc) if isolation == "gvisor" else None
+        self._gvisor_roots: dict[bytes | None, str] = {}
         self._python_install: PythonInstall | None = None
         self._worker_bytecode: str | None = None
         self._sandbox_files: dict[str, str] = {}
@@ -182,9 +202,9 @@ class LocalProvider(Provider):
             if self._python_install is None:
                 python = describe_python(self.python)
                 self._worker_bytecode = compile_worker(
-                    python, str(self.base_dir / "runtime"), isolated=self.isolation == "bubblewrap"
+                    python, str(self.base_dir / "runtime"), isolated=self.isolation != "none"
                 )
-                if self.isolation == "bubblewrap":
+                if self.isolation != "none":
                     self._sandbox_files = sandbox_files(self._worker_bytecode)
                 self._python_install = python
             if self._cgroups is None:
@@ -197,7 +217,7 @@ class LocalProvider(Provider):
         bwrap = self._bwrap_path
         seccomp: bytes | None = None
         user_namespace: int | None = None
-        if bwrap is not None:
+        if self.isolation != "none":
             if self.syscall_filter == "seccomp":
                 seccomp = await asyncio.to_thread(seccomp_program)
             if host_owner() is not None:
@@ -218,6 +238,7 @@ class LocalProvider(Provider):
         directory = self.sessions_dir / session_id
         created_at = time.time()
         memory_mb = spec.limits.memory_mb
+        memory_bytes = memory_mb * 1024 * 1024 if memory_mb else None
         cgroup = SessionCgroup()
         try:
             try:
@@ -226,13 +247,26 @@ class LocalProvider(Provider):
                 )
             except OSError as exc:
                 raise _directory_error(exc) from None
+            host_memory, host_processes = memory_bytes, spec.limits.max_processes
+            if self.isolation == "gvisor":
+                host_memory, host_processes = host_limits(memory_bytes, host_processes)
             cgroup = await asyncio.to_thread(
                 SessionCgroup.create,
                 support,
                 session_id,
-                memory_bytes=memory_mb * 1024 * 1024 if memory_mb else None,
-                max_processes=spec.limits.max_processes,
+                memory_bytes=host_memory,
+                max_processes=host_processes,
             )
+            gvisor = None
+            if self._runsc_path is not None:
+                gvisor = GvisorSandbox(
+                    runsc=self._runsc_path,
+                    rootfs=await asyncio.to_thread(self._gvisor_root, seccomp),
+                    directory=str(directory / "gvisor"),
+                    seccomp=seccomp is not None,
+                    max_processes=spec.limits.max_processes,
+                    memory_bytes=None if cgroup.limits_memory else memory_bytes,
+                )
             launcher = Launcher(
                 isolation=self.isolation,
                 python=python,
@@ -241,13 +275,13 @@ class LocalProvider(Provider):
                 network=spec.network,
                 files=self._sandbox_files,
                 extra_env=env,
-                tmp_size_bytes=spec.limits.tmp_bytes
-                or (memory_mb * 1024 * 1024 if memory_mb else None),
+                tmp_size_bytes=spec.limits.tmp_bytes or memory_bytes,
                 worker_bytecode=self._worker_bytecode,
                 cgroup=cgroup,
                 sandbox_environment=environment,
                 seccomp=seccomp,
                 user_namespace=user_namespace,
+                gvisor=gvisor,
             )
             session = LocalSession(
                 session_id=session_id,
@@ -271,6 +305,15 @@ class LocalProvider(Provider):
         await install_spec_packages(session)
         return session
 
+    def _gvisor_root(self, seccomp: bytes | None) -> str:
+        """The read-only root of this provider's gVisor containers (one per filter)."""
+        with self._environment_lock:
+            if seccomp not in self._gvisor_roots:
+                self._gvisor_roots[seccomp] = prepare_rootfs(
+                    str(self.base_dir / "runtime"), self._sandbox_files, seccomp
+                )
+            return self._gvisor_roots[seccomp]
+
     def _selected(self, template: str | None) -> SandboxEnvironment | None:
         """The environment ``template`` names (``None`` for ``"host"``), or raise."""
         name = DEFAULT_ENVIRONMENT if template is None else template
@@ -293,6 +336,7 @@ class LocalProvider(Provider):
             python=python,
             isolation=self.isolation,
             bwrap=bwrap,
+            runsc=self._runsc_path,
             seccomp=seccomp,
         )
 
@@ -323,7 +367,7 @@ class LocalProvider(Provider):
             raise InvalidInputError(f"{HOST_ENVIRONMENT!r} is the host's own; it is not built.")
         bwrap = self._bwrap_path
         seccomp: bytes | None = None
-        if bwrap is not None and self.syscall_filter == "seccomp":
+        if self.isolation != "none" and self.syscall_filter == "seccomp":
             seccomp = await asyncio.to_thread(seccomp_program)
         python, _ = await self._environment()
         return await asyncio.to_thread(
@@ -343,9 +387,8 @@ class LocalProvider(Provider):
 
         return await asyncio.to_thread(collect)
 
-    @staticmethod
     def _make_directory(
-        directory: Path, session_id: str, spec: SessionSpec, created_at: float
+        self, directory: Path, session_id: str, spec: SessionSpec, created_at: float
     ) -> None:
         directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         directory.mkdir(mode=0o700)
@@ -371,6 +414,8 @@ class LocalProvider(Provider):
             # The sandbox runs as an unprivileged host user: its workspace is that user's.
             for path in (workspace, workspace / PACKAGES_DIR):
                 os.chown(path, *owner)
+        if self.isolation == "gvisor":
+            make_owned(str(workspace))
         record: dict[str, Any] = {
             "provider": LOCAL,
             "session_id": session_id,
@@ -441,6 +486,8 @@ class LocalProvider(Provider):
         await asyncio.to_thread(leftover.remove)
         if not directory.is_dir():
             return False
+        # A gVisor session's containers, if any outlived their process: stopped, state removed.
+        await asyncio.to_thread(kill_containers, str(directory / "gvisor"))
         await asyncio.to_thread(release_directory, directory)
         return True
 

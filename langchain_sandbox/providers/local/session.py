@@ -1,4 +1,5 @@
-"""One local sandbox: a persistent Python worker in bubblewrap, its workspace and its cgroups.
+"""One local sandbox: a persistent Python worker in bubblewrap or gVisor, its workspace and its
+cgroups.
 
 Decisions a user can rely on:
 
@@ -43,7 +44,7 @@ from langchain_sandbox.providers.base import (
 from langchain_sandbox.providers.guest_facts import failure_text, figure_notices
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
 from langchain_sandbox.providers.local._files import HostWorkspace
-from langchain_sandbox.providers.local._host_user import host_owner
+from langchain_sandbox.providers.local._gvisor import kill_containers
 from langchain_sandbox.providers.local._launcher import Launcher
 from langchain_sandbox.providers.local._packages import (
     PackageIndex,
@@ -116,7 +117,7 @@ class LocalSession(Session):
         self._files = HostWorkspace(
             launcher.workspace_dir,
             max_file_bytes=spec.limits.max_file_bytes,
-            owner=host_owner() if launcher.user_namespace is not None else None,
+            owner=launcher.workspace_owner,
         )
         self._quota = WorkspaceQuota(self._files, spec.limits.workspace_bytes, held=cgroup.pids)
         self._lock = asyncio.Lock()
@@ -161,9 +162,11 @@ class LocalSession(Session):
         return await WorkerProcess.start(
             self.launcher.worker_command,
             prepare=self.launcher.spawnable,
-            preexec_fn=self.cgroup.preexec(),
+            preexec_fn=self.launcher.preexec(),
             env=self.launcher.process_env(),
             cwd=self.launcher.process_cwd(),
+            control_pipe=self.launcher.control_pipe,
+            stdio=self.launcher.gvisor is not None,
         )
 
     async def _ready_worker(self) -> WorkerProcess:
@@ -203,6 +206,8 @@ class LocalSession(Session):
         if worker is not None:
             await worker.kill()
         await asyncio.to_thread(self.cgroup.remove)
+        if self.launcher.gvisor is not None:
+            await asyncio.to_thread(kill_containers, self.launcher.gvisor.directory)
         await asyncio.to_thread(release_directory, self.directory)
         self._on_close(self)
 
@@ -509,7 +514,7 @@ class LocalSession(Session):
                 names,
                 timeout=timeout,
                 limit=self.spec.limits.max_output_bytes,
-                preexec_fn=self.cgroup.preexec(),
+                preexec_fn=self.launcher.preexec(),
                 on_output=on_output,
             )
         await self._quota.measure()
