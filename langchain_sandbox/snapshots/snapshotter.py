@@ -22,7 +22,9 @@ API (stable; the runtime calls these):
 ``restore(session, ref) -> RestoreReport``
     Validate the snapshot (manifest and every blob it needs) *before* touching the session, then
     make the workspace equal to it (write what differs, remove what is not in it, restore modes)
-    and load the variables. ``RestoreReport.notices`` are messages for the model.
+    and load the variables. ``RestoreReport.notices`` are messages for the model. Into a session
+    this snapshotter knows (a rewind), the workspace is compared through the session's change
+    listing since the last one, and only blobs not confirmed for that session are looked up.
 ``collect_garbage(live_refs, *, dry_run=False, grace_seconds=3600) -> GcReport``
     Delete every blob no live snapshot needs (manifests, file contents, variables), except blobs
     younger than the grace period, which a capture running right now may still be referencing.
