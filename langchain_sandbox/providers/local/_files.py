@@ -20,7 +20,7 @@ import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -79,17 +79,21 @@ class HostWorkspace:
         with self._directory([*parents, name] if name else [], create=False, display=path):
             return
 
-    def write_many(self, files: Mapping[str, bytes]) -> None:
-        """Create or replace several regular files, in the order given, creating parent
-        directories. Each directory is walked to once for all the files in it, so a restore of
-        thousands of small files costs about what extracting an archive of them does."""
+    def _by_parent(self, paths: Iterable[str]) -> dict[tuple[str, ...], list[tuple[str, str]]]:
+        """Directory (its path components) -> (name, path) of each of ``paths`` in it."""
         by_parent: dict[tuple[str, ...], list[tuple[str, str]]] = {}
-        for path in files:
+        for path in paths:
             parents, name = self._split(path)
             if not name:
                 raise InvalidPathError(f"{path!r} is the workspace directory, not a file.")
             by_parent.setdefault(tuple(parents), []).append((name, path))
-        for directory, names in by_parent.items():
+        return by_parent
+
+    def write_many(self, files: Mapping[str, bytes]) -> None:
+        """Create or replace several regular files (directory by directory), creating parent
+        directories. Each directory is walked to once for all the files in it, so a restore of
+        thousands of small files costs about what extracting an archive of them does."""
+        for directory, names in self._by_parent(files).items():
             with self._directory(list(directory), create=True, display=names[0][1]) as parent:
                 for name, path in names:
                     _write_in(parent, name, path, files[path])
@@ -97,14 +101,8 @@ class HostWorkspace:
     def read_many(self, paths: Sequence[str]) -> dict[str, bytes]:
         """The bytes of several regular files, keyed as given. Each directory is walked to once
         for all the files in it (a snapshot reads thousands of small files)."""
-        by_parent: dict[tuple[str, ...], list[tuple[str, str]]] = {}
-        for path in paths:
-            parents, name = self._split(path)
-            if not name:
-                raise InvalidPathError(f"{path!r} is the workspace directory, not a file.")
-            by_parent.setdefault(tuple(parents), []).append((name, path))
         contents: dict[str, bytes] = {}
-        for directory, names in by_parent.items():
+        for directory, names in self._by_parent(paths).items():
             with self._directory(list(directory), create=False, display=names[0][1]) as parent:
                 for name, path in names:
                     contents[path] = self._read_in(parent, name, path)
