@@ -84,6 +84,28 @@ class LocalDirectoryBlobStore(BlobStore):
         except OSError as exc:
             raise _store_error("read", exc) from exc
 
+    async def get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
+        # One thread hop for the batch: a restore of 10,000 small files must not pay 10,000.
+        root = os.fspath(self.root)
+        unique = {key: os.path.join(root, key[:2], key[2:]) for key in map(check_key, keys)}
+        try:
+            return await asyncio.to_thread(self._read_many, unique)
+        except OSError as exc:
+            raise _store_error("read", exc) from exc
+
+    @staticmethod
+    def _read_many(paths: Mapping[str, str]) -> dict[str, bytes]:
+        blobs: dict[str, bytes] = {}
+        for key, path in paths.items():
+            try:
+                with open(path, "rb") as handle:
+                    blobs[key] = handle.read()
+            except FileNotFoundError:
+                raise SnapshotNotFoundError(
+                    f"Snapshot blob {key} is missing from the local snapshot store."
+                ) from None
+        return blobs
+
     async def put(self, key: str, data: bytes) -> None:
         await self._store(key, data, replace=False)
 

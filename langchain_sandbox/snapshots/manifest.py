@@ -307,7 +307,10 @@ class ManifestRoot:
     parts: tuple[ManifestPart, ...] = ()
 
     def assemble(
-        self, part_data: Mapping[str, bytes], limits: SnapshotLimits | None = None
+        self,
+        part_data: Mapping[str, bytes],
+        limits: SnapshotLimits | None = None,
+        parsed: Mapping[str, Sequence[tuple[str, FileEntry]]] | None = None,
     ) -> Manifest:
         """The whole manifest, from the bytes of every part (the caller has checked each against
         its key). Each part is validated like a format 1 file list, and across parts: paths in
@@ -315,16 +318,35 @@ class ManifestRoot:
         ``limits``, no path below a file. A part missing from ``part_data`` (its blob is gone or
         corrupt) is left out, with the files it lists.
 
+        ``parsed`` holds, by key, the entries of parts already validated (a rewind reuses those
+        its session holds): such a part is not decoded again, only checked across parts.
+
         Raises:
             UnsafeArchiveError: a part is malformed or does not match the root.
         """
         if not self.parts:
             return self.manifest
         limits = limits or SnapshotLimits()
+        parsed = parsed or {}
         files: dict[str, FileEntry] = {}
         total = 0
         previous = ""
         for part in self.parts:
+            chunk = parsed.get(part.sha256)
+            if chunk is not None:
+                if len(chunk) != part.files or chunk[0][0] <= previous:
+                    raise UnsafeArchiveError(
+                        f"Snapshot manifest part {part.sha256} does not fit where its root puts it."
+                    )
+                files.update(chunk)
+                total += sum(entry.size for _, entry in chunk)
+                previous = chunk[-1][0]
+                if len(files) > limits.max_files or total > limits.max_total_bytes:
+                    raise UnsafeArchiveError(
+                        f"Snapshot holds more than {limits.max_files} files or "
+                        f"{limits.max_total_bytes} bytes (SnapshotLimits)."
+                    )
+                continue
             data = part_data.get(part.sha256)
             if data is None:
                 continue

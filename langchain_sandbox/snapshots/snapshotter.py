@@ -22,7 +22,9 @@ API (stable; the runtime calls these):
 ``restore(session, ref) -> RestoreReport``
     Validate the snapshot (manifest and every blob it needs) *before* touching the session, then
     make the workspace equal to it (write what differs, remove what is not in it, restore modes)
-    and load the variables. ``RestoreReport.notices`` are messages for the model.
+    and load the variables. ``RestoreReport.notices`` are messages for the model. Into a session
+    this snapshotter knows (a rewind), the workspace is compared through the session's change
+    listing since the last one, and only blobs not confirmed for that session are looked up.
 ``collect_garbage(live_refs, *, dry_run=False, grace_seconds=3600) -> GcReport``
     Delete every blob no live snapshot needs (manifests, file contents, variables), except blobs
     younger than the grace period, which a capture running right now may still be referencing.
@@ -60,7 +62,7 @@ from langchain_sandbox.errors import (
     SnapshotNotFoundError,
     UnsafeArchiveError,
 )
-from langchain_sandbox.providers.base import FileInfo, Session, VariablesDump, changes_between
+from langchain_sandbox.providers.base import FileInfo, Session, VariablesDump
 from langchain_sandbox.providers.guest_facts import variable_names, variable_reasons
 from langchain_sandbox.snapshots._listing import EMPTY as EMPTY_LISTING
 from langchain_sandbox.snapshots._listing import Listing, portable
@@ -98,6 +100,8 @@ _FETCH_CHUNK_BYTES = 4 * 1024 * 1024
 _READ_BATCH_FILES = 1000
 _MAX_COMMAND_CHARS = 64 * 1024
 _MAX_NAMES_IN_NOTICE = 10
+# Entries of decoded manifest parts a snapshotter keeps (about 100 bytes each).
+_PARSED_PART_ENTRIES = 200_000
 
 T = TypeVar("T")
 
@@ -381,6 +385,10 @@ class Snapshotter:
         self._known: weakref.WeakKeyDictionary[Session, _Known] = weakref.WeakKeyDictionary()
         # Blobs found corrupt: never reused; the next capture that has their content rewrites them.
         self._corrupt: set[str] = set()
+        # Per live session, validated manifest parts by key, oldest first (see _remember_parts).
+        self._parsed: weakref.WeakKeyDictionary[
+            Session, dict[str, tuple[tuple[str, FileEntry], ...]]
+        ] = weakref.WeakKeyDictionary()
 
     async def load_manifest(self, ref: str) -> Manifest:
         """Fetch, verify and parse the manifest of ``ref`` (its parts too, for format 2).
@@ -394,10 +402,14 @@ class Snapshotter:
         await self._raise_for(bad_parts)
         return manifest
 
-    async def _load_readable(self, ref: str) -> tuple[Manifest, dict[str, int]]:
+    async def _load_readable(
+        self, ref: str, session: Session | None = None
+    ) -> tuple[Manifest, dict[str, int]]:
         """The manifest of ``ref`` with the files of every part that could be read, and the
         parts that could not (missing or corrupt), each with how many files it lists. What a
         restore restores and gc keeps: one bad part costs its own files, not the snapshot.
+        Parts of snapshots ``session`` captured or restored lately are taken as they were
+        validated then (see :meth:`_remember_parts`), not fetched and decoded again.
 
         Raises:
             InvalidInputError, SnapshotNotFoundError, UnsafeArchiveError: as
@@ -410,9 +422,32 @@ class Snapshotter:
         root = parse_root(data, self.limits)
         if not root.parts:
             return root.manifest, {}
-        parts, bad = await self._fetch_checked({part.sha256: part.size for part in root.parts})
+        held = self._parsed.get(session, {}) if session is not None else {}
+        parsed = {key: held[key] for key in held.keys() - self._corrupt}
+        parts, bad = await self._fetch_checked(
+            {part.sha256: part.size for part in root.parts if part.sha256 not in parsed}
+        )
         unread = {part.sha256: part.files for part in root.parts if part.sha256 in bad}
-        return root.assemble(parts, self.limits), unread
+        manifest = root.assemble(parts, self.limits, parsed)
+        if session is not None and not unread:
+            self._remember_parts(session, _part_index(manifest).values())
+        return manifest, unread
+
+    def _remember_parts(
+        self,
+        session: Session,
+        parts: Iterable[tuple[tuple[tuple[str, FileEntry], ...], ManifestPart]],
+    ) -> None:
+        """Keep, for ``session``, the entries of the validated manifest parts of a snapshot it
+        captured or restored, so a rewind to another snapshot sharing them decodes only the parts
+        that differ; the oldest go past a budget."""
+        held = self._parsed.setdefault(session, {})
+        for chunk, part in parts:
+            held.pop(part.sha256, None)
+            held[part.sha256] = chunk
+        entries = sum(len(chunk) for chunk in held.values())
+        while entries > _PARSED_PART_ENTRIES:
+            entries -= len(held.pop(next(iter(held))))
 
     async def referenced_blobs(self, ref: str) -> set[str]:
         """Every blob snapshot ``ref`` needs: its manifest (root and parts), the file contents
@@ -624,6 +659,7 @@ class Snapshotter:
             raise
         bytes_written = sum(count for count, _ in written)
         blobs_written = sum(blobs for _, blobs in written)
+        self._remember_parts(session, parts)
         self._known[session] = _Known(
             ref=ref,
             seen=_Seen.observe(
@@ -807,10 +843,16 @@ class Snapshotter:
                 of a restore larger than the memory budget (possible only if the store changes
                 during the restore).
         """
-        manifest, unread = await self._load_readable(ref)
-        listing = await session.list_files(".", recursive=True)
+        known = self._known.get(session)
+        manifest, unread = await self._load_readable(ref, session)
+        max_file = min(self.limits.max_file_bytes, session.spec.limits.max_file_bytes)
+        # The workspace as this session's last capture or restore left it, completed with what
+        # changed since: a rewind lists (and plans for) what changed, not the whole workspace.
+        before = known.listing if known is not None else EMPTY_LISTING
+        current = await _relisted(session, before, max_file)
+        listing = current.entries
         views = [_Seen.of_manifest(manifest)]
-        if (known := self._known.get(session)) is not None:
+        if known is not None:
             views.insert(0, known.seen)
 
         def unchanged(info: FileInfo, entry: FileEntry) -> bool:
@@ -825,9 +867,14 @@ class Snapshotter:
         if manifest.variables is not None:
             needed[manifest.variables.sha256] = manifest.variables.size
         # Every blob is looked up, not only those to write: a capture after this restore reuses
-        # the others without asking the store (see _Known).
+        # the others without asking the store (see _Known). Those the store was last seen to
+        # hold for this session, recently enough to trust (a rewind's unchanged files), are not
+        # asked about again; the knowledge then dates from that check.
         checked_ns = time.time_ns()
-        gone = await self.store.missing(manifest.blob_keys())
+        confirmed = _confirmed_blobs(known) - self._corrupt
+        gone = await self.store.missing(manifest.blob_keys() - confirmed)
+        if confirmed and known is not None:
+            checked_ns = known.confirmed_ns
         # A blob that is missing or does not match its hash costs its own file (or the
         # variables), never the rest of the workspace: everything else is restored, and the
         # files that could not be are named.
@@ -845,7 +892,7 @@ class Snapshotter:
         writes = [path for path in writes if path not in lost_files]
         # What the session holds at a lost path is not the snapshot's content: it goes too.
         doomed = set(removals)
-        existing = {info.path for info in listing if info.kind == "file"}
+        existing = {path for path, info in listing.items() if info.kind == "file"}
         removals += sorted(
             path for path in lost_files if path in existing and not _has_ancestor_in(path, doomed)
         )
@@ -881,11 +928,9 @@ class Snapshotter:
             # Let the files just written leave the racy window, so they count as known below.
             await asyncio.sleep(RACY_WINDOW_NS / 1e9)
         horizon_ns = time.time_ns()
-        after = {info.path: info for info in await session.list_files(".", recursive=True)}
-        notices += await _restore_modes(session, manifest, after)
+        now = await _relisted(session, current, max_file)
+        notices += await _restore_modes(session, manifest, now.entries)
         notices += _changed_modes(manifest)
-        max_file = min(self.limits.max_file_bytes, session.spec.limits.max_file_bytes)
-        now, _ = EMPTY_LISTING.apply(changes_between({}, after.values()), max_file)
         seen = _Seen.observe(
             {
                 path: (info.size, info.mtime_ns, entry.sha256)
@@ -1358,9 +1403,28 @@ async def _digest_all(contents: Mapping[str, bytes]) -> dict[str, str]:
     return {name: value for result in results for name, value in result.items()}
 
 
+async def _relisted(session: Session, before: Listing, max_file: int) -> Listing:
+    """``before`` completed with what changed in ``session``'s workspace since it was listed
+    (the whole listing when ``before`` is empty)."""
+    changes = await session.list_changes(before.entries, max_bytes=0, since=before.cursor)
+    return before.apply(changes, max_file)[0]
+
+
+def _confirmed_blobs(known: _Known | None) -> set[str]:
+    """The blobs the store was last seen to hold for a session, while that is still trusted
+    (see :meth:`_Known.trusted`): its snapshot, the manifest parts and file contents known."""
+    if known is None or not known.trusted(None):
+        return set()
+    blobs = {known.ref, *(entry.sha256 for entry in known.entries.values())}
+    blobs.update(part.sha256 for _, part in known.parts.values())
+    if known.captured is not None and known.captured.variables is not None:
+        blobs.add(known.captured.variables.sha256)
+    return blobs
+
+
 def _plan_restore(
     manifest: Manifest,
-    listing: Sequence[FileInfo],
+    listing: Mapping[str, FileInfo],
     unchanged: Callable[[FileInfo, FileEntry], bool],
 ) -> tuple[list[str], list[str], list[str]]:
     """What to remove, which files to write and which empty directories to create.
@@ -1375,7 +1439,7 @@ def _plan_restore(
         while parent and parent not in wanted_dirs:
             wanted_dirs.add(parent)
             parent = parent.rpartition("/")[0]
-    current = {info.path: info for info in listing}
+    current = listing
     doomed: set[str] = set()
     for path, info in current.items():
         keep = (info.kind == "dir" and path in wanted_dirs) or (

@@ -1,6 +1,6 @@
-"""A capture costs what changed: unchanged files cost no read, no hash and no store lookup, and one
-change rewrites one manifest part; old one-blob manifests still load. Costs are counted (store
-calls, blobs written), never timed."""
+"""A capture (and a rewind) costs what changed: unchanged files cost no read, no hash and no
+store lookup, one change rewrites one manifest part, a rewind writes only what differs; old
+one-blob manifests still load. Costs are counted (store calls, blobs written), never timed."""
 
 from __future__ import annotations
 
@@ -369,3 +369,96 @@ async def test_a_capture_whose_session_knowledge_does_not_add_up_captures_everyt
     fresh = await new_session()
     await snapshotter_.restore(fresh, second.ref)
     assert await workspace_state(fresh) == await workspace_state(session)
+
+
+# ----------------------------------------------------------------- rewind
+# A rewind of a live session costs what differs: it writes only the files whose content differs
+# from the target, fetches only their blobs and asks the store only about blobs not already
+# confirmed for that session; what a restore guarantees still holds.
+async def _mtimes(session: Session) -> dict[str, int]:
+    return {
+        info.path: info.mtime_ns
+        for info in await session.list_files(".", recursive=True)
+        if info.kind == "file"
+    }
+
+
+async def test_a_rewind_writes_only_the_changed_file_and_removes_extra_ones(
+    new_session: SessionFactory, counting_store: CountingBlobStore
+) -> None:
+    snapshotter = Snapshotter(counting_store)
+    session = await new_session()
+    files = {f"d{i % 7}/f{i:04d}.txt": os.urandom(100) for i in range(FILES)}
+    await session.write_files(files)
+    first = await snapshotter.capture(session, revision=1)
+    await session.write_files({"d3/f0003.txt": os.urandom(100), "d9/extra.txt": b"extra"})
+    await snapshotter.capture(session, base=first.ref, revision=2)
+    before = await _mtimes(session)
+
+    counting_store.reset()
+    report = await snapshotter.restore(session, first.ref)
+
+    assert report.complete
+    assert (report.files_written, report.paths_removed) == (1, 1)
+    assert await workspace_state(session) == files
+    after = await _mtimes(session)
+    # Unchanged files were not touched: their mtimes are as before the rewind.
+    assert {p: m for p, m in after.items() if p != "d3/f0003.txt"} == {
+        p: m for p, m in before.items() if p in files and p != "d3/f0003.txt"
+    }
+    unchanged = {digest(data) for path, data in files.items() if path != "d3/f0003.txt"}
+    # Only the written file's blob is fetched, and the blobs this session already confirmed are
+    # not looked up again.
+    assert not unchanged & set(counting_store.fetched)
+    assert not unchanged & set(counting_store.looked_up)
+    assert digest(files["d3/f0003.txt"]) in counting_store.fetched
+
+
+async def test_a_rewind_undoes_changes_the_snapshotter_never_saw(
+    new_session: SessionFactory, snapshotter: Snapshotter
+) -> None:
+    session = await new_session()
+    files = {f"d{i % 5}/f{i:03d}.txt": os.urandom(50) for i in range(200)}
+    await session.write_files(files)
+    first = await snapshotter.capture(session, revision=1)
+    # Changed by the sandbox itself after the capture: edited, removed, added, a dir replaced.
+    result = await session.run_command(
+        "echo edited > d1/f001.txt && rm d2/f002.txt && mkdir -p new && echo x > new/y "
+        "&& rm -r d4 && echo file > d4"
+    )
+    assert result.exit_code == 0
+
+    report = await snapshotter.restore(session, first.ref)
+
+    assert report.complete
+    assert await workspace_state(session) == files
+    # And the session's knowledge is right afterwards: the next capture reads nothing and holds
+    # the snapshot's contents.
+    again = await snapshotter.capture(session, base=first.ref, revision=2)
+    assert again.bytes_read == 0
+    captured = await Snapshotter(snapshotter.store).load_manifest(again.ref)
+    assert {path: entry.sha256 for path, entry in captured.files.items()} == {
+        path: digest(data) for path, data in files.items()
+    }
+
+
+async def test_a_rewind_still_names_a_damaged_blob(
+    new_session: SessionFactory, store: LocalDirectoryBlobStore, snapshotter: Snapshotter
+) -> None:
+    session = await new_session()
+    files = {f"d{i % 3}/f{i:03d}.txt": os.urandom(80) for i in range(100)}
+    await session.write_files(files)
+    first = await snapshotter.capture(session, revision=1)
+    await session.write_files({"d1/f001.txt": os.urandom(80)})
+    await snapshotter.capture(session, base=first.ref, revision=2)
+    key = digest(files["d1/f001.txt"])
+    (store.root / key[:2] / key[2:]).write_bytes(b"damaged")
+
+    report = await snapshotter.restore(session, first.ref)
+
+    assert report.files_lost == ("d1/f001.txt",)
+    assert any("d1/f001.txt" in notice for notice in report.notices)
+    assert not report.complete
+    state = await workspace_state(session)
+    assert "d1/f001.txt" not in state
+    assert state == {path: data for path, data in files.items() if path != "d1/f001.txt"}

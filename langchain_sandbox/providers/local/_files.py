@@ -20,7 +20,7 @@ import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -87,40 +87,30 @@ class HostWorkspace:
         with self._directory([*parents, name] if name else [], create=False, display=path):
             return
 
-    def write(self, path: str, data: bytes) -> None:
-        """Create or replace a regular file, creating parent directories."""
-        parents, name = self._split(path)
-        if not name:
-            raise InvalidPathError(f"{path!r} is the workspace directory, not a file.")
-        with self._directory(parents, create=True, display=path) as parent:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            try:
-                fd = os.open(name, flags, 0o644, dir_fd=parent)
-            except OSError as exc:
-                raise _path_error(exc, path) from None
-            try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise InvalidPathError(f"{path!r} exists and is not a regular file.")
-                if self.owner is not None:
-                    os.fchown(fd, *self.owner)
-                os.ftruncate(fd, 0)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
-
-    def read_many(self, paths: Sequence[str]) -> dict[str, bytes]:
-        """The bytes of several regular files, keyed as given. Each directory is walked to once
-        for all the files in it (a snapshot reads thousands of small files)."""
+    def _by_parent(self, paths: Iterable[str]) -> dict[tuple[str, ...], list[tuple[str, str]]]:
+        """Directory (its path components) -> (name, path) of each of ``paths`` in it."""
         by_parent: dict[tuple[str, ...], list[tuple[str, str]]] = {}
         for path in paths:
             parents, name = self._split(path)
             if not name:
                 raise InvalidPathError(f"{path!r} is the workspace directory, not a file.")
             by_parent.setdefault(tuple(parents), []).append((name, path))
+        return by_parent
+
+    def write_many(self, files: Mapping[str, bytes]) -> None:
+        """Create or replace several regular files (directory by directory), creating parent
+        directories. Each directory is walked to once for all the files in it, so a restore of
+        thousands of small files costs about what extracting an archive of them does."""
+        for directory, names in self._by_parent(files).items():
+            with self._directory(list(directory), create=True, display=names[0][1]) as parent:
+                for name, path in names:
+                    _write_in(parent, name, path, files[path], self.owner)
+
+    def read_many(self, paths: Sequence[str]) -> dict[str, bytes]:
+        """The bytes of several regular files, keyed as given. Each directory is walked to once
+        for all the files in it (a snapshot reads thousands of small files)."""
         contents: dict[str, bytes] = {}
-        for directory, names in by_parent.items():
+        for directory, names in self._by_parent(paths).items():
             with self._directory(list(directory), create=False, display=names[0][1]) as parent:
                 for name, path in names:
                     contents[path] = self._read_in(parent, name, path)
@@ -670,3 +660,26 @@ def _path_error(exc: OSError, path: str) -> InvalidPathError:
 
 
 __all__ = ["HostWorkspace", "remove_directory", "remove_tree"]
+
+
+def _write_in(
+    parent: int, name: str, path: str, data: bytes, owner: tuple[int, int] | None
+) -> None:
+    """Create or replace the regular file ``name`` of the directory ``parent``, owned by
+    ``owner`` (``None``: the host's own user)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, 0o644, dir_fd=parent)
+    except OSError as exc:
+        raise _path_error(exc, path) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidPathError(f"{path!r} exists and is not a regular file.")
+        if owner is not None:
+            os.fchown(fd, *owner)
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)

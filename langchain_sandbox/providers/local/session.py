@@ -461,11 +461,9 @@ class LocalSession(Session):
                 raise InvalidInputError(f"Content of {path!r} must be bytes.")
             resolve_path(path)
         await self._quota.check_write(sum(len(data) for data in files.values()))
-        await asyncio.to_thread(self._write_all, dict(files))
-
-    def _write_all(self, files: Mapping[str, bytes]) -> None:
-        for path, data in files.items():
-            self._files.write(path, bytes(data))
+        await asyncio.to_thread(
+            self._files.write_many, {path: bytes(data) for path, data in files.items()}
+        )
 
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
         self._check_open()
