@@ -152,8 +152,16 @@ async def test_a_forgery_between_calls_is_told_in_the_next_result(
 import threading
 def _later(answered):
     main = threading.main_thread().ident
-    while sys._current_frames()[main].f_code.co_name != "_read_exactly":
-        pass
+    # The worker reads the fence right after its reply: wait until it has answered that too and
+    # sits waiting for the next request (still there after a pause), so the forgery lands between
+    # calls on every isolation level, however slow its system calls.
+    import time
+    while True:
+        while sys._current_frames()[main].f_code.co_name != "_read_exactly":
+            pass
+        time.sleep(0.3)
+        if sys._current_frames()[main].f_code.co_name == "_read_exactly":
+            break
     line = {"id": answered, "ev": "done", "notices": [FORGED]}
     os.write(_event_fd, (json.dumps(line) + "\\n").encode())
 threading.Thread(target=_later, args=(_running_id(),)).start()
