@@ -98,9 +98,12 @@ async def _run_once(args: argparse.Namespace) -> int:
 
 
 def _doctor() -> int:
-    from langchain_sandbox.providers.local import probe_isolation
+    from langchain_sandbox.providers.local import isolation_levels, probe_isolation
 
     report = probe_isolation()
+    print("isolation levels (LocalProvider(isolation=...)):")
+    for level, problem in isolation_levels().items():
+        print(f"  {level + ':':<18} {'available' if not problem else 'not available: ' + problem}")
     print("local provider:")
     print(f"  bubblewrap:        {report.bubblewrap or 'not found'}")
     print(f"  isolation works:   {'yes' if report.bubblewrap_usable else 'no'}")

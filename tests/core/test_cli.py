@@ -64,6 +64,9 @@ def test_doctor_reports_isolation_and_providers() -> None:
     done = _run("doctor")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "isolation works:   yes" in done.stdout
+    # This machine has bubblewrap and runsc (and runs as root), so both levels really start.
+    assert "  bubblewrap:        available\n" in done.stdout
+    assert "  gvisor:            available\n" in done.stdout
     assert "network isolation: yes" in done.stdout
     for name in ("local", "e2b", "runloop"):
         assert f"  {name}" in done.stdout

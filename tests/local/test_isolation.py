@@ -12,7 +12,12 @@ from network_probe import LoopbackListener
 
 from langchain_sandbox.errors import InvalidInputError, IsolationUnavailableError
 from langchain_sandbox.providers.base import SessionSpec
-from langchain_sandbox.providers.local import LocalProvider, LocalSession, probe_isolation
+from langchain_sandbox.providers.local import (
+    LocalProvider,
+    LocalSession,
+    isolation_levels,
+    probe_isolation,
+)
 
 _CONNECT = """
 import socket
@@ -190,6 +195,15 @@ def test_probe_reports_what_is_enforced_here() -> None:
     missing = probe_isolation("/nonexistent/bwrap")
     assert not missing.bubblewrap_usable
     assert any("bubblewrap" in problem for problem in missing.problems)
+
+
+def test_isolation_levels_say_which_level_starts_here_and_why_not() -> None:
+    assert isolation_levels() == {"bubblewrap": "", "gvisor": ""}
+    missing = isolation_levels("/nonexistent/bwrap", "/nonexistent/runsc")
+    assert missing.keys() == {"bubblewrap", "gvisor"}
+    assert "bubblewrap" in missing["bubblewrap"]
+    assert "runsc was not found at '/nonexistent/runsc'" in missing["gvisor"]
+    assert "isolation='bubblewrap'" in missing["gvisor"]  # says what to use instead
 
 
 def test_bubblewrap_without_user_namespaces_refuses_with_a_fix(tmp_path: Path) -> None:

@@ -6,7 +6,11 @@ See ``docs/local-provider.md`` for the settings and ``docs/isolation.md`` for wh
 from __future__ import annotations
 
 from langchain_sandbox.providers.local._packages import PackageIndex
-from langchain_sandbox.providers.local._probe import IsolationReport, probe_isolation
+from langchain_sandbox.providers.local._probe import (
+    IsolationReport,
+    isolation_levels,
+    probe_isolation,
+)
 from langchain_sandbox.providers.local.environments import (
     DEFAULT_ENVIRONMENT,
     HOST_ENVIRONMENT,
@@ -35,5 +39,6 @@ __all__ = [
     "PackageIndex",
     "SandboxEnvironment",
     "default_base_dir",
+    "isolation_levels",
     "probe_isolation",
 ]

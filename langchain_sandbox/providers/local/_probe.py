@@ -10,12 +10,14 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from langchain_sandbox.errors import IsolationUnavailableError
 from langchain_sandbox.providers.local import _workspace_fs as workspace_fs
 from langchain_sandbox.providers.local._bubblewrap import find_bubblewrap
 from langchain_sandbox.providers.local._cgroups import detect_cgroups
+from langchain_sandbox.providers.local._gvisor import usable_runsc
 from langchain_sandbox.providers.local._host_user import (
     SANDBOX_HOST_UID,
     drops_root,
@@ -137,6 +139,25 @@ def usable_bubblewrap(bwrap: str | None = None) -> str:
     return path
 
 
+def isolation_levels(bwrap: str | None = None, runsc: str | None = None) -> dict[str, str]:
+    """For each isolation level a session can ask for (``LocalProvider(isolation=...)``), why it
+    is not available here, or ``""`` when it is. The same checks ``LocalProvider`` makes before
+    it takes the level, so "available" means a sandbox of that level really started (gVisor's
+    check starts a container: a fraction of a second, once per process)."""
+    checks: dict[str, Callable[[str | None], str]] = {
+        "bubblewrap": usable_bubblewrap,
+        "gvisor": usable_runsc,
+    }
+    levels: dict[str, str] = {}
+    for name, binary in (("bubblewrap", bwrap), ("gvisor", runsc)):
+        try:
+            checks[name](binary)
+            levels[name] = ""
+        except IsolationUnavailableError as exc:
+            levels[name] = str(exc)
+    return levels
+
+
 @functools.lru_cache(maxsize=16)
 def _try_bubblewrap(bwrap: str) -> tuple[bool, str]:
     argv = [
@@ -180,4 +201,4 @@ def _try_bubblewrap(bwrap: str) -> tuple[bool, str]:
     return True, ""
 
 
-__all__ = ["IsolationReport", "probe_isolation", "usable_bubblewrap"]
+__all__ = ["IsolationReport", "isolation_levels", "probe_isolation", "usable_bubblewrap"]
