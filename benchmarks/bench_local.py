@@ -10,6 +10,9 @@ table of medians, measured in this run, and the ratios the design cares about:
   the filtered ones, so the filter's cost shows in the same run;
 * the same work as one ``python -c`` subprocess per call (what a stateless tool pays);
 * the same work as ``exec()`` in this process (the floor: no isolation, no IPC);
+* the two isolation levels side by side (``isolation="bubblewrap"`` and ``"gvisor"``), interleaved
+  with a fresh ``python -c`` per call: cold start as an agent pays it (``create()`` and the first
+  ``run_code``) and the warm round trip;
 * a recursive ``list_files`` of a workspace of 100 files / 100 MB (what an incremental snapshot
   pays to find changes).
 
@@ -46,6 +49,50 @@ def _time_sync(operation: Callable[[], object], repeat: int) -> list[float]:
         operation()
         samples.append((time.perf_counter() - started) * 1000)
     return samples
+
+
+async def _levels_side_by_side(base_dir: str, scale: float) -> dict[str, list[float]]:
+    """Cold start (create + first call) and warm round trip under each isolation level, and a
+    fresh ``python -c`` per call, measured interleaved so the ratios compare the same moments."""
+    levels = {
+        level: LocalProvider(base_dir=f"{base_dir}/{level}", isolation=level)
+        for level in ("bubblewrap", "gvisor")
+    }
+    for made in levels.values():
+        await (await made.create()).close()  # interpreter facts are cached per provider
+
+    def python_c() -> None:
+        subprocess.run([sys.executable, "-c", "x = 0; x += 1"], check=True)
+
+    cold: dict[str, list[float]] = {level: [] for level in levels}
+    per_call: list[float] = []
+    for _ in range(int(20 * scale) or 3):
+        for level, made in levels.items():
+            started = time.perf_counter()
+            fresh = await made.create()
+            await fresh.run_code("x = 0")
+            cold[level].append((time.perf_counter() - started) * 1000)
+            await fresh.close()  # not timed: the measurement is create to first answer
+        per_call.extend(_time_sync(python_c, 1))
+    sessions = {level: await made.create() for level, made in levels.items()}
+    warm: dict[str, list[float]] = {level: [] for level in levels}
+    for each in sessions.values():
+        await each.run_code("x = 0")
+        for _ in range(200):
+            await each.run_code("x += 1")
+    for _ in range(int(2000 * scale)):
+        for level, each in sessions.items():
+            started = time.perf_counter()
+            await each.run_code("x += 1")
+            warm[level].append((time.perf_counter() - started) * 1000)
+    for each in sessions.values():
+        await each.close()
+    rows = {}
+    for level in levels:
+        rows[f"{level}: cold start, create() + first run_code"] = cold[level]
+        rows[f"{level}: warm round trip run_code('x += 1')"] = warm[level]
+    rows["python -c 'x = 0; x += 1', interleaved with the cold starts"] = per_call
+    return rows
 
 
 async def main(quick: bool) -> None:
@@ -93,6 +140,8 @@ async def main(quick: bool) -> None:
         rows["warm round trip: run_code('x += 1')"] = warm[session]
         rows["warm round trip, no seccomp filter"] = warm[plain]
 
+        rows.update(await _levels_side_by_side(base_dir, scale))
+
         files = {f"data/{i // 10}/file-{i}.bin": b"\0" * 1_000_000 for i in range(100)}
         await session.write_files(files)
         rows["list_files(recursive) of 100 files, 100 MB"] = await _time_async(
@@ -130,6 +179,19 @@ async def main(quick: bool) -> None:
         f"seccomp filter's cost:                {100 * (warm / unfiltered_warm - 1):+8.1f} % warm, "
         f"{100 * (cold_ms / unfiltered_cold - 1):+.1f} % cold"
     )
+    print()
+    fresh_call = medians["python -c 'x = 0; x += 1', interleaved with the cold starts"]
+    print(f"{'isolation level':<16}{'cold ms':>10}{'warm ms':>10}{'python -c / warm':>18}")
+    for level in ("bubblewrap", "gvisor"):
+        level_cold = medians[f"{level}: cold start, create() + first run_code"]
+        level_warm = medians[f"{level}: warm round trip run_code('x += 1')"]
+        print(f"{level:<16}{level_cold:>10.2f}{level_warm:>10.4f}{fresh_call / level_warm:>17.1f}x")
+    for label, kind in (
+        ("cold start", "cold start, create() + first run_code"),
+        ("warm round trip", "warm round trip run_code('x += 1')"),
+    ):
+        ratio = medians[f"gvisor: {kind}"] / medians[f"bubblewrap: {kind}"]
+        print(f"gvisor / bubblewrap, {label}: {ratio:.1f}x")
 
 
 if __name__ == "__main__":
