@@ -51,6 +51,23 @@ def _time_sync(operation: Callable[[], object], repeat: int) -> list[float]:
     return samples
 
 
+async def _warm_round_trips(
+    sessions: dict[str, LocalSession], rounds: int
+) -> dict[str, list[float]]:
+    """``run_code("x += 1")`` in each session, interleaved round by round, after a warm-up."""
+    warm: dict[str, list[float]] = {name: [] for name in sessions}
+    for each in sessions.values():
+        await each.run_code("x = 0")
+        for _ in range(200):
+            await each.run_code("x += 1")
+    for _ in range(rounds):
+        for name, each in sessions.items():
+            started = time.perf_counter()
+            await each.run_code("x += 1")
+            warm[name].append((time.perf_counter() - started) * 1000)
+    return warm
+
+
 async def _levels_side_by_side(base_dir: str, scale: float) -> dict[str, list[float]]:
     """Cold start (create + first call) and warm round trip under each isolation level, and a
     fresh ``python -c`` per call, measured interleaved so the ratios compare the same moments."""
@@ -75,16 +92,7 @@ async def _levels_side_by_side(base_dir: str, scale: float) -> dict[str, list[fl
             await fresh.close()  # not timed: the measurement is create to first answer
         per_call.extend(_time_sync(python_c, 1))
     sessions = {level: await made.create() for level, made in levels.items()}
-    warm: dict[str, list[float]] = {level: [] for level in levels}
-    for each in sessions.values():
-        await each.run_code("x = 0")
-        for _ in range(200):
-            await each.run_code("x += 1")
-    for _ in range(int(2000 * scale)):
-        for level, each in sessions.items():
-            started = time.perf_counter()
-            await each.run_code("x += 1")
-            warm[level].append((time.perf_counter() - started) * 1000)
+    warm = await _warm_round_trips(sessions, int(2000 * scale))
     for each in sessions.values():
         await each.close()
     rows = {}
@@ -126,19 +134,12 @@ async def main(quick: bool) -> None:
             bare_sandbox, int(30 * scale) or 3
         )
         plain = await unfiltered.create()
-        warm: dict[LocalSession, list[float]] = {session: [], plain: []}
-        for each in warm:
-            await each.run_code("x = 0")
-            for _ in range(200):
-                await each.run_code("x += 1")
-        for _ in range(int(3000 * scale)):
-            for each, samples in warm.items():
-                started = time.perf_counter()
-                await each.run_code("x += 1")
-                samples.append((time.perf_counter() - started) * 1000)
+        round_trips = await _warm_round_trips(
+            {"filtered": session, "plain": plain}, int(3000 * scale)
+        )
         await plain.close()
-        rows["warm round trip: run_code('x += 1')"] = warm[session]
-        rows["warm round trip, no seccomp filter"] = warm[plain]
+        rows["warm round trip: run_code('x += 1')"] = round_trips["filtered"]
+        rows["warm round trip, no seccomp filter"] = round_trips["plain"]
 
         rows.update(await _levels_side_by_side(base_dir, scale))
 
