@@ -186,20 +186,27 @@ def describe_python(executable: str) -> PythonInstall:
     )
 
 
-def find_bubblewrap(path: str | None = None) -> str:
-    """The bubblewrap binary to use, or raise saying how to install it."""
-    found = path if path is not None else shutil.which("bwrap")
+def find_binary(name: str, path: str | None, missing: str) -> str:
+    """The executable ``path`` (else ``name`` on ``PATH``), or raise ``missing`` (a sentence
+    completed by where it was looked for) as an ``IsolationUnavailableError``."""
+    found = path if path is not None else shutil.which(name)
     if found and os.path.isfile(found) and os.access(found, os.X_OK):
         return found
     where = f" at {path!r}" if path else " on PATH"
-    raise IsolationUnavailableError(
-        f"bubblewrap (bwrap) was not found{where}, so code cannot be isolated here. "
+    raise IsolationUnavailableError(missing.format(where=where), provider=LOCAL)
+
+
+def find_bubblewrap(path: str | None = None) -> str:
+    """The bubblewrap binary to use, or raise saying how to install it."""
+    return find_binary(
+        "bwrap",
+        path,
+        "bubblewrap (bwrap) was not found{where}, so code cannot be isolated here. "
         "Install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), "
         "or, only if you accept running code unisolated, pass isolation='none' to the local "
         "provider: SandboxExecTool(provider=LocalProvider(isolation='none')), "
-        "SandboxRuntime(provider_options={'isolation': 'none'}) or "
+        "SandboxRuntime(provider_options={{'isolation': 'none'}}) or "
         "LocalProvider(isolation='none') wherever a provider is taken.",
-        provider=LOCAL,
     )
 
 

@@ -55,6 +55,7 @@ from langchain_sandbox.providers.local._bubblewrap import (
     SANDBOX_UID,
     PythonInstall,
     RootMount,
+    find_binary,
     root_mounts,
 )
 from langchain_sandbox.providers.names import LOCAL
@@ -130,15 +131,12 @@ the descriptors) or ``exec`` ARGS."""
 
 def find_runsc(path: str | None = None) -> str:
     """The ``runsc`` binary to use, or raise saying how to install it."""
-    found = path if path is not None else shutil.which("runsc")
-    if found and os.path.isfile(found) and os.access(found, os.X_OK):
-        return found
-    where = f" at {path!r}" if path else " on PATH"
-    raise IsolationUnavailableError(
-        f"gVisor's runsc was not found{where}, so isolation='gvisor' is not available here. "
+    return find_binary(
+        "runsc",
+        path,
+        "gVisor's runsc was not found{where}, so isolation='gvisor' is not available here. "
         "Install it (Debian 12 and later: apt-get install runsc; elsewhere see "
         "gvisor.dev/docs/user_guide/install), or use isolation='bubblewrap'.",
-        provider=LOCAL,
     )
 
 
