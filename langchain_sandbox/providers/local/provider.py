@@ -5,6 +5,9 @@ Each session lives in ``<base_dir>/sessions/<session_id>/`` (mode 0700): its wor
 ``/home/user``) and a ``session.json`` record used to find sessions left behind by a process that
 died (``list_sessions`` / ``destroy``, for ``gc``). A local sandbox
 lives and dies with the process that made it, so ``attach`` finds only sessions of this process.
+
+Just past 500 lines: the provider owns creation for both isolation levels, the workspace's own
+file system and the leftover cleanup; each has its module, and this one only wires them.
 """
 
 from __future__ import annotations
