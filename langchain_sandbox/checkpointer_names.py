@@ -34,6 +34,7 @@ from urllib.parse import quote
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 
 if TYPE_CHECKING:
     from langchain_sandbox.runtime import SandboxRuntime
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_CHECKPOINTER_KEY = "__pregel_checkpointer"
 """Where LangGraph puts the run's checkpoint saver in ``configurable`` (``CONFIG_KEY_CHECKPOINTER``):
 the parent's for a subgraph, absent (or ``None``) in a graph compiled without one and outside any
 graph."""
@@ -124,7 +124,7 @@ def checkpointer_name(saver: Any) -> str | None:
 def run_checkpointer(config: RunnableConfig | None) -> Any:
     """The checkpoint saver of the run around ``config``; ``None`` outside a graph or in one
     compiled without a checkpointer."""
-    return ((config or {}).get("configurable") or {}).get(_CHECKPOINTER_KEY)
+    return ((config or {}).get("configurable") or {}).get(CONFIG_KEY_CHECKPOINTER)
 
 
 def _run_store(runtime: SandboxRuntime, config: RunnableConfig | None) -> tuple[Any, Any] | None:

@@ -38,11 +38,12 @@ an id of its own, so a tool message names one branch; a time-travel re-run of a 
 a fork checkpoint with an id of its own).
 
 What this reads from LangGraph: the task config's ``checkpoint_ns``, ``checkpoint_map`` and
-``thread_id``, and three private keys, ``__pregel_read`` (the channel reader Deep Agents'
-``StateBackend`` uses too), ``__pregel_checkpointer`` (through
-`run_checkpointer`) and ``__pregel_task_id``. The checks and
-reads only happen in a graph run with a checkpointer: without one nothing outlives the process.
-``tests/graph/test_tool_node_hooks.py`` pins them on the installed LangGraph.
+``thread_id``, the public ``CONFIG_KEY_CHECKPOINTER`` (through `run_checkpointer`) and ``TASKS``
+channel, and three private keys LangGraph offers no public API for: ``__pregel_read`` (the
+channel reader Deep Agents' ``StateBackend`` uses too), ``__pregel_task_id`` and
+``__pregel_durability``. The checks and reads only happen in a graph run with a checkpointer:
+without one nothing outlives the process. ``tests/graph/test_tool_node_hooks.py`` pins their
+behaviour and ``tests/graph/test_langgraph_private_keys.py`` their names on the installed LangGraph.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from typing import Any, TypeVar, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.constants import TASKS
 from langgraph.errors import EmptyChannelError
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from tenacity import (
@@ -78,7 +80,6 @@ CHANNEL = "sandbox"
 _READ_KEY = "__pregel_read"
 _TASK_ID_KEY = "__pregel_task_id"
 _DURABILITY_KEY = "__pregel_durability"
-_TASKS_CHANNEL = "__pregel_tasks"
 """Channel holding the ``Send`` packets a step runs (``create_agent``: one per tool call)."""
 _RETURN_CHANNEL = "__return__"
 """Channel under which LangGraph saves a ``@task``'s result among the pending writes."""
@@ -525,7 +526,7 @@ def _sent_calls(checkpoint: Any) -> tuple[Mapping[str, Any], ...]:
     """The tool calls among the ``Send`` packets of a saved step (``None``: not saved)."""
     values = checkpoint.checkpoint.get("channel_values", {}) if checkpoint else {}
     found: list[Mapping[str, Any]] = []
-    for packet in values.get(_TASKS_CHANNEL) or ():
+    for packet in values.get(TASKS) or ():
         arg = getattr(packet, "arg", None)
         if isinstance(arg, Mapping) and isinstance(arg.get("tool_call"), Mapping):
             arg = [arg["tool_call"]]  # ToolCallWithContext
