@@ -1559,9 +1559,8 @@ async def _restore_mtimes(
     return []
 
 
-# A quoted heredoc keeps the shell out of the data; JSON lists of [str, int] are Python literals;
-# -I -S: no site or user paths to import, so each batch starts in a few milliseconds.
-_MTIME_PROGRAM = """python3 -I -S - <<'__SANDBOX_MTIMES__'
+# A quoted heredoc keeps the shell out of the data; JSON lists of [str, int] are Python literals.
+_MTIME_PROGRAM = """python3 - <<'__SANDBOX_MTIMES__'
 import os
 failed = 0
 for path, ns in [{stamps}]:
