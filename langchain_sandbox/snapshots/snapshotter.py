@@ -47,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-import json
 import logging
 import os
 import shlex
@@ -1535,41 +1534,27 @@ async def _restore_mtimes(
     session: Session, manifest: Manifest, written: Sequence[str]
 ) -> list[str]:
     """Give the files a restore wrote the mtimes they were captured with (a write stamps them
-    with the restore's time, which tools like make read as "changed"). One Python process per
-    batch sets them inside the sandbox with the sandbox's rights, never following a symlink;
-    directories keep the restore's time."""
+    with the restore's time, which tools like make read as "changed"). Run inside the sandbox
+    with the sandbox's rights; directories keep the restore's time."""
     if not written:
         return []
     if not session.capabilities.shell:
         return [
             f"Modification times of {len(written)} file(s) were not restored: this provider has no shell."
         ]
-    stamps = [json.dumps([path, manifest.files[path].mtime_ns]) for path in written]
+    commands = [
+        f"touch -m -d @{manifest.files[p].mtime_ns // 10**9}.{manifest.files[p].mtime_ns % 10**9:09d} "
+        f"-- {shlex.quote(p)}"
+        for p in written
+    ]
     failed = 0
-    for batch in _batches(stamps, lambda stamp: len(stamp) + 1, _MAX_COMMAND_CHARS):
-        result = await session.run_command(
-            _MTIME_PROGRAM.format(stamps=",".join(batch)), timeout=60.0
-        )
-        if result.exit_code == 0 and result.stdout.strip().isdigit():
-            failed += int(result.stdout.strip())
-        else:
-            failed += len(batch)
+    for chunk in _batches(commands, lambda command: len(command) + 4, _MAX_COMMAND_CHARS):
+        result = await session.run_command(" && ".join(chunk), timeout=60.0)
+        if result.exit_code != 0:
+            failed += len(chunk)
     if failed:
         return [f"Modification times of {failed} file(s) could not be restored."]
     return []
-
-
-# A quoted heredoc keeps the shell out of the data; JSON lists of [str, int] are Python literals.
-_MTIME_PROGRAM = """python3 - <<'__SANDBOX_MTIMES__'
-import os
-failed = 0
-for path, ns in [{stamps}]:
-    try:
-        os.utime(path, ns=(ns, ns), follow_symlinks=False)
-    except OSError:
-        failed += 1
-print(failed)
-__SANDBOX_MTIMES__"""
 
 
 def _command_chunks(paths: list[str]) -> Iterator[list[str]]:
