@@ -927,8 +927,6 @@ class Snapshotter:
         if writes or make_dirs:
             # Let the files just written leave the racy window, so they count as known below.
             await asyncio.sleep(RACY_WINDOW_NS / 1e9)
-        # Before the relisting, so the files are known by the mtimes they were captured with.
-        notices += await _restore_mtimes(session, manifest, writes)
         horizon_ns = time.time_ns()
         now = await _relisted(session, current, max_file)
         notices += await _restore_modes(session, manifest, now.entries)
@@ -1527,33 +1525,6 @@ async def _restore_modes(
                 failed += len(chunk)
     if failed:
         return [f"File modes of {failed} file(s) could not be restored."]
-    return []
-
-
-async def _restore_mtimes(
-    session: Session, manifest: Manifest, written: Sequence[str]
-) -> list[str]:
-    """Give the files a restore wrote the mtimes they were captured with (a write stamps them
-    with the restore's time, which tools like make read as "changed"). Run inside the sandbox
-    with the sandbox's rights; directories keep the restore's time."""
-    if not written:
-        return []
-    if not session.capabilities.shell:
-        return [
-            f"Modification times of {len(written)} file(s) were not restored: this provider has no shell."
-        ]
-    commands = [
-        f"touch -m -d @{manifest.files[p].mtime_ns // 10**9}.{manifest.files[p].mtime_ns % 10**9:09d} "
-        f"-- {shlex.quote(p)}"
-        for p in written
-    ]
-    failed = 0
-    for chunk in _batches(commands, lambda command: len(command) + 4, _MAX_COMMAND_CHARS):
-        result = await session.run_command(" && ".join(chunk), timeout=60.0)
-        if result.exit_code != 0:
-            failed += len(chunk)
-    if failed:
-        return [f"Modification times of {failed} file(s) could not be restored."]
     return []
 
 
