@@ -42,10 +42,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-"""Where LangGraph puts the run's checkpoint saver in ``configurable`` (``CONFIG_KEY_CHECKPOINTER``):
-the parent's for a subgraph, absent (or ``None``) in a graph compiled without one and outside any
-graph."""
-
 _noted: weakref.WeakKeyDictionary[BlobStore, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()
 """Per store, the savers already noted in it: a tool call in a graph then costs no I/O."""
 _noted_lock = threading.Lock()
@@ -122,8 +118,9 @@ def checkpointer_name(saver: Any) -> str | None:
 
 
 def run_checkpointer(config: RunnableConfig | None) -> Any:
-    """The checkpoint saver of the run around ``config``; ``None`` outside a graph or in one
-    compiled without a checkpointer."""
+    """The checkpoint saver of the run around ``config`` (LangGraph's ``CONFIG_KEY_CHECKPOINTER``:
+    the parent's for a subgraph); ``None`` outside a graph or in one compiled without a
+    checkpointer."""
     return ((config or {}).get("configurable") or {}).get(CONFIG_KEY_CHECKPOINTER)
 
 

@@ -80,7 +80,6 @@ CHANNEL = "sandbox"
 _READ_KEY = "__pregel_read"
 _TASK_ID_KEY = "__pregel_task_id"
 _DURABILITY_KEY = "__pregel_durability"
-"""Channel holding the ``Send`` packets a step runs (``create_agent``: one per tool call)."""
 _RETURN_CHANNEL = "__return__"
 """Channel under which LangGraph saves a ``@task``'s result among the pending writes."""
 
@@ -526,6 +525,7 @@ def _sent_calls(checkpoint: Any) -> tuple[Mapping[str, Any], ...]:
     """The tool calls among the ``Send`` packets of a saved step (``None``: not saved)."""
     values = checkpoint.checkpoint.get("channel_values", {}) if checkpoint else {}
     found: list[Mapping[str, Any]] = []
+    # TASKS holds the ``Send`` packets a step runs (``create_agent``: one per tool call).
     for packet in values.get(TASKS) or ():
         arg = getattr(packet, "arg", None)
         if isinstance(arg, Mapping) and isinstance(arg.get("tool_call"), Mapping):
