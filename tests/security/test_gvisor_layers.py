@@ -289,8 +289,10 @@ def test_no_host_sockets_alone_keeps_the_hosts_unix_sockets_out_of_reach(
 
 _IPC_KEY = 0x1C5B0027
 _MASKED = {
-    # A set-user-ID root program: the Sentry of this release ignores the bit on exec.
-    "no-new-privileges": "import subprocess\nprint(subprocess.run(['/home/user/id', '-u'], "
+    # A set-user-ID root program (its owner and bit as the sandbox sees them, then the uid it
+    # runs as): the Sentry of this release ignores the bit on exec.
+    "no-new-privileges": "import os, subprocess\nfound = os.stat('/home/user/id')\n"
+    "print(found.st_uid, bool(found.st_mode & 0o4000), subprocess.run(['/home/user/id', '-u'], "
     "capture_output=True, text=True, check=True).stdout.strip())\n",
     # The processes /proc lists: the sandbox's first process only, never the host's.
     "pid-namespace": "import os\nprint([e for e in os.listdir('/proc') if e.isdigit()])\n",
@@ -325,21 +327,23 @@ def test_the_sentry_masks_these_layers(
     """Layers whose attack gVisor's own kernel stops with or without them: the same attack has
     the same (failed) outcome both ways, which is why they have no pair of their own (the table
     says what each still guards: the Sentry's own host process, should it be compromised)."""
-    setuid = sandbox.workspace / "id"
-    shutil.copy(shutil.which("id") or "/usr/bin/id", setuid)
-    os.chown(setuid, 0, 0)
-    setuid.chmod(0o4755)
     argv = sandbox.argv(_MASKED[layer])
     if layer == "no-new-privileges":
+        setuid = sandbox.workspace / "id"
+        shutil.copy(shutil.which("id") or "/usr/bin/id", setuid)
+        os.chown(setuid, 0, 0)
+        setuid.chmod(0o4755)
         argv = without(argv, "seccomp")  # BOOT sets no_new_privs itself before the filter
     spec = json.loads(bundle_spec(argv).read_text())
     if not layer_on:
         argv = without(argv, layer)
     printed = run(argv).strip()
-    # The spec's mount points, and gVisor's own devpts in its /dev.
+    # The spec's mount points, and gVisor's own devpts in its /dev; the host has others.
     destinations = {"/", "/dev/pts", *(mount["destination"] for mount in spec["mounts"])}
+    with open("/proc/self/mountinfo") as host:
+        assert {line.split()[4] for line in host} - destinations
     expected = {
-        "no-new-privileges": lambda: printed == "1000",
+        "no-new-privileges": lambda: printed == "0 True 1000",
         "pid-namespace": lambda: printed == "['1']",
         "ipc-namespace": lambda: printed == "-1 2",  # ENOENT
         "uts-namespace": lambda: printed == "sandbox" != socket.gethostname(),
