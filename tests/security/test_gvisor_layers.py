@@ -14,11 +14,14 @@ ways.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import re
 import shutil
 import socket
+import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,10 +29,13 @@ import pytest
 from isolation_levels import require_gvisor
 from network_probe import LoopbackListener
 
+from langchain_sandbox.providers.local._cgroups import SessionCgroup, detect_cgroups
+from langchain_sandbox.providers.local._gvisor import host_limits
 from langchain_sandbox.providers.local._launcher import SANDBOX_ENVIRONMENT_DIR
 from security.gvisor_containers import (
     LAYERS,
     MAX_PROCESSES,
+    README,
     REMOVALS,
     GvisorContainers,
     bundle_spec,
@@ -70,6 +76,20 @@ def test_the_spec_and_argv_carry_every_documented_layer(sandbox: GvisorContainer
             spec = json.loads(path.read_text())
             assert not all(holds(s, removed, spec) for s in settings), f"{layer}: not removed"
             path.write_text(original)
+
+
+_HOST_ROW = re.compile(r"^\| gvisor host `(?P<limit>[a-z-]+)` \| [^|]+ \| (?P<test>[^|]+) \|$")
+
+
+def test_every_gvisor_host_limit_has_a_row() -> None:
+    rows = {
+        match["limit"]: match["test"].strip()
+        for line in README.read_text().splitlines()
+        if (match := _HOST_ROW.match(line.strip()))
+    }
+    assert set(rows) == {"memory-cgroup", "pids-cgroup"}
+    for limit, test in rows.items():
+        assert test == "none yet" or test in globals(), f"{limit}: no test {test!r} here"
 
 
 @pytest.mark.parametrize(
@@ -216,6 +236,51 @@ def test_rlimit_as_alone_stops_code_that_allocates_past_its_limit(
     if not layer_on:
         argv = without(argv, "rlimit-as")
     assert run(argv) == ("refused\n" if layer_on else "allocated\n")
+
+
+@pytest.fixture
+def memory_cgroup() -> Iterator[SessionCgroup]:
+    """A session's memory cgroup as the provider makes it at the gVisor level (`host_limits`:
+    64 MiB for the code, plus gVisor's own share), removed afterwards."""
+    memory, _ = host_limits(64 * 1024 * 1024, None)
+    support = detect_cgroups()
+    group = SessionCgroup.create(
+        support, f"gvisor-layer-{uuid.uuid4().hex[:8]}", memory_bytes=memory, max_processes=None
+    )
+    if not group.limits_memory:
+        group.remove()
+        pytest.skip(f"no memory cgroup can be made here: {support.reason}")
+    try:
+        yield group
+    finally:
+        group.remove()
+
+
+@pytest.mark.parametrize("layer_on", [True, False], ids=["memory-cgroup", "without-memory-cgroup"])
+def test_the_host_memory_cgroup_alone_stops_code_that_allocates_past_its_limit(
+    sandbox: GvisorContainers, memory_cgroup: SessionCgroup, layer_on: bool
+) -> None:
+    """Where the session has a memory cgroup, it holds ``runsc``, the Sentry and the gofer, and
+    is the memory limit (the provider then sets no ``RLIMIT_AS``, removed here too): 512 MiB
+    allocated by the code gets the Sentry killed by the host kernel (an OOM kill counted in the
+    session's cgroup); started outside it, as the launcher would without the cgroup, the same
+    container allocates it all."""
+    script = (
+        "chunks = [bytearray(16 * 1024 * 1024) for _ in range(32)]\n"  # every page touched
+        "print('allocated', sum(map(len, chunks)) >> 20)\n"
+    )
+    launcher = dataclasses.replace(sandbox.launcher, cgroup=memory_cgroup if layer_on else None)
+    argv = without(
+        launcher.wrap([launcher.python_executable, "-c", script], network=False), "rlimit-as"
+    )
+    with launcher.spawnable(argv) as (command, _):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, env={}, cwd="/")
+    if layer_on:
+        assert done.returncode != 0, done
+        assert done.stdout == "", done
+        assert memory_cgroup.oom_kills() >= 1
+    else:
+        assert done.stdout == "allocated 512\n", done
 
 
 _FILTERED_CALLS = """
