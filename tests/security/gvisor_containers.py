@@ -97,6 +97,8 @@ def _container_capabilities(spec: Spec) -> None:
 
 
 def _writable_binds(spec: Spec) -> None:
+    # The system directories become writable too, but stay root's on the host: out of reach of
+    # the sandbox uid the read-only-binds test runs as (it writes only a directory of its own).
     for mount in spec["mounts"]:
         if mount["type"] == "bind":
             mount["options"] = ["rw" if option == "ro" else option for option in mount["options"]]
