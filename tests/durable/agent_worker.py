@@ -9,7 +9,7 @@ the snapshot store connect them. It prints one JSON object per line on stdout:
 * ``{"event": "done", ...}``: the run ended (or stopped at an interrupt), with the tool outputs,
   the sandbox record and the checkpoint ids the test needs;
 * with ``--serve``: one reply per command line read on stdin (alternating workers; a turn may
-  name a ``checkpoint_id`` to fork from).
+  name a ``checkpoint_id`` to fork from; ``flush`` waits for the snapshots written behind).
 
 Stories (``--story``):
 
@@ -319,12 +319,18 @@ def emit_done(
 
 def serve(graph: Any, args: argparse.Namespace, runtime: SandboxRuntime) -> None:
     """Answer one command per stdin line: a turn (``{"message": ...}``, with ``"checkpoint_id"``
-    to continue from that checkpoint) or ``{"live": true}``."""
+    to continue from that checkpoint), ``{"live": true}`` or ``{"flush": true}`` (wait until
+    the snapshots written behind are complete, or failed)."""
     emit("ready")
+    thread = {"configurable": {"thread_id": args.thread}}
     for line in sys.stdin:
         command = json.loads(line)
         if command.get("live"):
             emit("live", live=runtime.live_sessions())
+            continue
+        if command.get("flush"):
+            runtime.flush()
+            emit("flushed")
             continue
         configurable = {"thread_id": args.thread}
         if command.get("checkpoint_id"):  # a fork from that checkpoint, in this live process
@@ -335,7 +341,13 @@ def serve(graph: Any, args: argparse.Namespace, runtime: SandboxRuntime) -> None
             durability="sync",
         )
         tools = [m.text for m in result["messages"] if isinstance(m, ToolMessage)]
-        emit("turn", tools=tools, sandbox=result.get("sandbox"), live=runtime.live_sessions())
+        emit(
+            "turn",
+            tools=tools,
+            sandbox=result.get("sandbox"),
+            live=runtime.live_sessions(),
+            history=[history_row(s) for s in graph.get_state_history(thread)],
+        )
 
 
 async def run_async(args: argparse.Namespace) -> None:
@@ -390,7 +402,9 @@ def main() -> None:
     parser.add_argument("--blobs", required=True, help="blob directory, or a Postgres DSN")
     parser.add_argument("--thread", required=True)
     parser.add_argument(
-        "--provider", default="local", help="local, or e2b (its SDK's env settings)"
+        "--provider",
+        default="local",
+        help="local, e2b or runloop (a remote one from its SDK's env settings)",
     )
     parser.add_argument("--message")
     parser.add_argument("--resume", help="JSON value for Command(resume=...)")

@@ -1,4 +1,5 @@
-"""Fixtures of the durable-session tests: a real PostgreSQL server for the whole run."""
+"""Fixtures of the durable-session tests: a real PostgreSQL server for the whole run, and the
+providers a story runs on."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from postgres_server import INSTALL_HINT, PostgresServer, find_bindir
+from story_providers import PROVIDERS, StoryProvider, running_provider
 
 
 @pytest.fixture(scope="session")
@@ -40,3 +42,10 @@ def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str,
         yield "sqlite", str(tmp_path / "checkpoints.sqlite")
     else:
         yield "postgres", request.getfixturevalue("postgres_dsn")
+
+
+@pytest.fixture(params=PROVIDERS)
+def story_provider(request: pytest.FixtureRequest) -> Iterator[StoryProvider]:
+    """The story's provider: local, then E2B and Runloop on their emulators."""
+    with running_provider(request.param) as provider:
+        yield provider
