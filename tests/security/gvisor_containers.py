@@ -5,26 +5,34 @@ A container is made as a session's is (`Launcher.wrap` -> `GvisorSandbox.command
 ``config.json`` and the ``runsc`` argv). ``without`` then edits what was generated: it takes the
 layers it is given, by the names of the gVisor table of ``README.md`` in this directory, out of the
 bundle's spec or the argv. No option of the provider can turn a layer off. ``holds`` reads that
-table's settings (``LAYERS``) against a generated container.
+table's settings (``LAYERS``) against a generated container. ``small_host_pids_cgroup`` is the
+switch of the host pids cgroup's test: the session's cgroup sized by `host_limits` with gVisor's
+share of host tasks taken out, so that the test reaches the limit in a few dozen forks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
+from langchain_sandbox.providers.local import _gvisor
 from langchain_sandbox.providers.local._bubblewrap import describe_python, etc_files
+from langchain_sandbox.providers.local._cgroups import SessionCgroup, detect_cgroups
 from langchain_sandbox.providers.local._gvisor import (
     SECCOMP_FILE,
     GvisorSandbox,
     find_runsc,
+    host_limits,
     make_owned,
     prepare_rootfs,
 )
@@ -242,6 +250,25 @@ class GvisorContainers:
         python = self.launcher.python_executable
         return self.launcher.wrap([python, "-c", script], network=False)
 
+    def run_in(
+        self, cgroup: SessionCgroup | None, script: str, *layers: str
+    ) -> subprocess.CompletedProcess[str]:
+        """Run Python ``script`` in a container with ``layers`` taken out, started as the
+        launcher starts it: in the session's ``cgroup`` (joined first), or, as the launcher
+        would without it, in none."""
+        launcher = replace(self.launcher, cgroup=cgroup)
+        argv = launcher.wrap([launcher.python_executable, "-c", script], network=False)
+        with launcher.spawnable(without(argv, *layers)) as (command, _):
+            return subprocess.run(
+                command, capture_output=True, text=True, timeout=120, env={}, cwd="/", check=False
+            )
+
+    @property
+    def state_dir(self) -> str:
+        """The ``runsc`` state directory of these containers (every process of theirs names it)."""
+        assert self.launcher.gvisor is not None
+        return self.launcher.gvisor.state_dir
+
 
 def make_containers(tmp_path: Path) -> GvisorContainers:
     """A gVisor launcher as a session's (the filter, the limits above), in ``tmp_path``."""
@@ -291,3 +318,41 @@ def worker_argv(sandbox: GvisorContainers) -> Iterator[list[str]]:
     finally:
         os.close(reader)
         os.close(writer)
+
+
+@contextlib.contextmanager
+def small_host_pids_cgroup() -> Iterator[SessionCgroup]:
+    """A session's host cgroups as the provider makes them at the gVisor level for
+    ``MAX_PROCESSES`` (`host_limits`, `SessionCgroup.create`), but with gVisor's base share
+    (2,048 tasks) taken out: 16 host tasks per allowed process, 256. An idle container takes
+    about 70; each sandboxed process adds about seven (the ptrace platform's stubs). Removed
+    afterwards, with anything still in it."""
+    with mock.patch.object(_gvisor, "_HOST_TASKS_BASE", 0):
+        _, tasks = host_limits(None, MAX_PROCESSES)
+    name = f"gvisor-layer-{uuid.uuid4().hex[:8]}"
+    group = SessionCgroup.create(detect_cgroups(), name, memory_bytes=None, max_processes=tasks)
+    try:
+        yield group
+    finally:
+        group.remove()
+
+
+def pids_max_hits(group: SessionCgroup) -> int:
+    """How many times a task was refused for the pids limit of ``group`` (``pids.events``)."""
+    events = Path(group.directories["pids"], "pids.events").read_text().split()
+    return int(dict(zip(events[::2], events[1::2], strict=True))["max"])
+
+
+def processes_naming(path: str) -> list[str]:
+    """The command lines of the host's processes that name ``path`` (``runsc``, its gofer and its
+    Sentry name their state directory on theirs)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if path in cmdline:
+            found.append(cmdline)
+    return found

@@ -21,6 +21,7 @@ from langchain_sandbox.providers.local import LocalProvider
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 from langchain_sandbox.snapshots.store import digest
 from langchain_sandbox.workspace import MAX_PATH_DEPTH
+from security.gvisor_containers import processes_naming
 
 _HANG = 300.0
 
@@ -153,18 +154,5 @@ async def test_gc_removes_a_deep_orphan_and_still_collects_blobs(
     assert not await _exists(leftover)
     # Nothing of the sandbox runs on either (gVisor's runsc, gofer and Sentry name their state
     # directory, inside the session's, on their command lines).
-    assert await asyncio.to_thread(_processes_naming, leftover) == []
+    assert await asyncio.to_thread(processes_naming, leftover) == []
     assert report["blobs"]["deleted_blobs"] == 1
-
-
-def _processes_naming(path: str) -> list[str]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if path in cmdline:
-            found.append(cmdline)
-    return found

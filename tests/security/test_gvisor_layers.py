@@ -14,13 +14,11 @@ ways.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import json
 import os
 import re
 import shutil
 import socket
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +39,10 @@ from security.gvisor_containers import (
     bundle_spec,
     holds,
     make_containers,
+    pids_max_hits,
+    processes_naming,
     run,
+    small_host_pids_cgroup,
     without,
     worker_argv,
 )
@@ -89,7 +90,7 @@ def test_every_gvisor_host_limit_has_a_row() -> None:
     }
     assert set(rows) == {"memory-cgroup", "pids-cgroup"}
     for limit, test in rows.items():
-        assert test == "none yet" or test in globals(), f"{limit}: no test {test!r} here"
+        assert test in globals(), f"{limit}: no test {test!r} here"
 
 
 @pytest.mark.parametrize(
@@ -269,18 +270,62 @@ def test_the_host_memory_cgroup_alone_stops_code_that_allocates_past_its_limit(
         "chunks = [bytearray(16 * 1024 * 1024) for _ in range(32)]\n"  # every page touched
         "print('allocated', sum(map(len, chunks)) >> 20)\n"
     )
-    launcher = dataclasses.replace(sandbox.launcher, cgroup=memory_cgroup if layer_on else None)
-    argv = without(
-        launcher.wrap([launcher.python_executable, "-c", script], network=False), "rlimit-as"
-    )
-    with launcher.spawnable(argv) as (command, _):
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120, env={}, cwd="/")
+    done = sandbox.run_in(memory_cgroup if layer_on else None, script, "rlimit-as")
     if layer_on:
         assert done.returncode != 0, done
         assert done.stdout == "", done
         assert memory_cgroup.oom_kills() >= 1
     else:
         assert done.stdout == "allocated 512\n", done
+
+
+@pytest.fixture
+def pids_cgroup() -> Iterator[SessionCgroup]:
+    """The session's host pids cgroup, made small by the test-only switch (256 tasks)."""
+    with small_host_pids_cgroup() as group:
+        if not group.limits_processes:
+            pytest.skip(f"no pids cgroup can be made here: {detect_cgroups().reason}")
+        yield group
+
+
+_FORKS = (
+    "import os, signal, time\n"
+    "children = []\n"
+    "try:\n"
+    "    for _ in range(64):\n"
+    "        child = os.fork()\n"
+    "        if child == 0:\n"
+    "            time.sleep(30)\n"
+    "            os._exit(0)\n"
+    "        children.append(child)\n"
+    "    print('started', len(children))\n"
+    "except OSError as exc:\n"
+    "    print('refused after', len(children), exc.errno)\n"
+    "for child in children:\n"
+    "    os.kill(child, signal.SIGKILL)\n"
+    "    os.waitpid(child, 0)\n"
+)
+
+
+@pytest.mark.parametrize("layer_on", [True, False], ids=["pids-cgroup", "without-pids-cgroup"])
+def test_the_host_pids_cgroup_alone_stops_code_that_starts_processes_past_its_limit(
+    sandbox: GvisorContainers, pids_cgroup: SessionCgroup, layer_on: bool
+) -> None:
+    """Where the session has a pids cgroup, it holds ``runsc``, the Sentry, the gofer and the
+    ptrace platform's stub processes (about seven host tasks per sandboxed process), and bounds
+    them. With ``RLIMIT_NPROC`` removed (the Sentry would refuse the code first), 64 processes
+    forked under 256 host tasks: the host refuses the Sentry a task past the limit (counted in
+    ``pids.events``) and the container stops (or the fork fails inside). Started outside the
+    cgroup, as the launcher would without it, the same container starts all 64."""
+    done = sandbox.run_in(pids_cgroup if layer_on else None, _FORKS, "rlimit-nproc")
+    if layer_on:
+        assert done.stdout == "" or done.stdout.startswith("refused after"), done
+        assert pids_max_hits(pids_cgroup) >= 1
+        pids_cgroup.kill_all()  # what the session's close does with what the failure left
+    else:
+        assert done.stdout == "started 64\n", done
+        assert pids_max_hits(pids_cgroup) == 0
+    assert processes_naming(sandbox.state_dir) == []
 
 
 _FILTERED_CALLS = """
