@@ -66,6 +66,16 @@ from langchain_sandbox.providers.base import FileInfo, Session, VariablesDump
 from langchain_sandbox.providers.guest_facts import variable_names, variable_reasons
 from langchain_sandbox.snapshots._listing import EMPTY as EMPTY_LISTING
 from langchain_sandbox.snapshots._listing import Listing, portable
+from langchain_sandbox.snapshots._rewind_plan import (
+    RewindHead,
+    RewindScope,
+    head_of,
+    relist,
+    rewound_entries,
+    rewound_parts,
+    scope_of,
+    unconfirmed,
+)
 from langchain_sandbox.snapshots.local_store import LocalDirectoryBlobStore
 from langchain_sandbox.snapshots.manifest import (
     FileEntry,
@@ -300,6 +310,8 @@ class _Known:
         captured: For a snapshot this snapshotter captured (not restored): its revision and
             what it holds besides the files (empty dirs, omitted paths, variables), so a
             capture that finds all of it unchanged can return ``ref`` instead of writing a copy.
+        head: After a rewind: the snapshot the workspace was made equal to, with its parts,
+            for the next rewind to compare with (see ``_rewind_plan.py``).
     """
 
     ref: str
@@ -309,6 +321,7 @@ class _Known:
     parts: _PartIndex
     confirmed_ns: int
     captured: _Captured | None = None
+    head: RewindHead | None = None
 
     def trusted(self, base: str | None) -> bool:
         """Whether a capture against ``base`` may reuse these blobs without asking the store."""
@@ -849,16 +862,21 @@ class Snapshotter:
         # The workspace as this session's last capture or restore left it, completed with what
         # changed since: a rewind lists (and plans for) what changed, not the whole workspace.
         before = known.listing if known is not None else EMPTY_LISTING
-        current = await _relisted(session, before, max_file)
+        current, touched = await relist(session, before, max_file)
+        # A rewind from a head the session knows plans for the paths that can differ only.
+        scope = self._rewind_scope(known, manifest, unread, current, touched)
+        plan = manifest if scope is None else scope.manifest
         listing = current.entries
-        views = [_Seen.of_manifest(manifest)]
+        if scope is not None:
+            listing = {path: listing[path] for path in scope.paths if path in listing}
+        views = [_Seen.of_manifest(plan)]
         if known is not None:
             views.insert(0, known.seen)
 
         def unchanged(info: FileInfo, entry: FileEntry) -> bool:
             return any(view.hash_of(info) == entry.sha256 for view in views)
 
-        removals, writes, make_dirs = _plan_restore(manifest, listing, unchanged)
+        removals, writes, make_dirs = _plan_restore(plan, listing, unchanged)
         # A name the sandbox allows but the session API refuses (a backslash, say) cannot be
         # removed through it; it is left in place and reported rather than failing the restore.
         stuck = {path: "could not be removed" for path in removals if not portable(path)}
@@ -871,10 +889,14 @@ class Snapshotter:
         # hold for this session, recently enough to trust (a rewind's unchanged files), are not
         # asked about again; the knowledge then dates from that check.
         checked_ns = time.time_ns()
-        confirmed = _confirmed_blobs(known) - self._corrupt
-        gone = await self.store.missing(manifest.blob_keys() - confirmed)
-        if confirmed and known is not None:
+        if scope is not None and known is not None:
+            gone = await self.store.missing(unconfirmed(scope, known.entries))
             checked_ns = known.confirmed_ns
+        else:
+            confirmed = _confirmed_blobs(known) - self._corrupt
+            gone = await self.store.missing(manifest.blob_keys() - confirmed)
+            if confirmed and known is not None:
+                checked_ns = known.confirmed_ns
         # A blob that is missing or does not match its hash costs its own file (or the
         # variables), never the rest of the workspace: everything else is restored, and the
         # files that could not be are named.
@@ -929,30 +951,45 @@ class Snapshotter:
             await asyncio.sleep(RACY_WINDOW_NS / 1e9)
         horizon_ns = time.time_ns()
         now = await _relisted(session, current, max_file)
-        notices += await _restore_modes(session, manifest, now.entries)
-        notices += _changed_modes(manifest)
+        mode_notices = await _restore_modes(session, plan, now.entries)
+        notices += mode_notices
+        notices += _changed_modes(plan)
+        observed = {
+            path: (info.size, info.mtime_ns, entry.sha256)
+            for path, entry in plan.files.items()
+            if (info := now.files.get(path)) is not None
+            and info.size == entry.size
+            and entry.sha256 not in gone
+            and entry.sha256 not in bad
+        }
         seen = _Seen.observe(
-            {
-                path: (info.size, info.mtime_ns, entry.sha256)
-                for path, entry in manifest.files.items()
-                if (info := now.files.get(path)) is not None
-                and info.size == entry.size
-                and entry.sha256 not in gone
-                and entry.sha256 not in bad
-            },
+            observed,
             horizon_ns,
+            since=None if scope is None or known is None else known.seen,
+            forget=() if scope is None else scope.paths,
         )
         # The entries of the files as they are now (a restore gives written files new mtimes);
         # the others are read by the next capture (see _Known).
         entries = {
-            path: FileEntry(sha, size, now.files[path].mode & 0o7777, mtime)
-            for path, (size, mtime, sha) in seen.files.items()
+            path: FileEntry(trusted[2], trusted[0], now.files[path].mode & 0o7777, trusted[1])
+            for path in observed
+            if (trusted := seen.files.get(path)) is not None
         }
-        entries = {path: entries[path] for path in sorted(entries)}
-        # A manifest missing an unreadable part's files cannot be indexed by part.
-        parts = {} if unread else _part_index(manifest)
-        if any(entries.get(path) != entry for chunk, _ in parts.values() for path, entry in chunk):
-            parts = {}
+        head = None
+        if scope is not None and known is not None:
+            entries = rewound_entries(known.entries, scope, entries)
+            parts = rewound_parts(entries, bool(known.parts), scope)
+            if not mode_notices:
+                untrusted = frozenset(path for path in plan.files if path not in entries)
+                head = RewindHead(ref, scope.chunks, untrusted)
+        else:
+            entries = {path: entries[path] for path in sorted(entries)}
+            # A manifest missing an unreadable part's files cannot be indexed by part.
+            parts = {} if unread else _part_index(manifest)
+            if any(
+                entries.get(path) != entry for chunk, _ in parts.values() for path, entry in chunk
+            ):
+                parts = {}
         self._known[session] = _Known(
             ref=ref,
             seen=seen,
@@ -960,6 +997,7 @@ class Snapshotter:
             entries=entries,
             parts=parts,
             confirmed_ns=checked_ns,
+            head=head,
         )
         if lost_files:
             notices.append(
@@ -999,6 +1037,23 @@ class Snapshotter:
             notices=tuple(notices),
             complete=complete,
         )
+
+    def _rewind_scope(
+        self,
+        known: _Known | None,
+        manifest: Manifest,
+        unread: Mapping[str, int],
+        current: Listing,
+        touched: AbstractSet[str],
+    ) -> RewindScope | None:
+        """The paths a restore into ``session`` must plan for, when its knowledge can be
+        trusted to describe the rest (see ``_rewind_plan.py``); ``None`` for a full restore."""
+        if known is None or unread or self._corrupt or not known.trusted(None):
+            return None
+        head = head_of(known.ref, known.parts, known.head)
+        if head is None:
+            return None
+        return scope_of(head, known.entries, known.seen.files.keys(), manifest, current, touched)
 
     async def _fetch_verified(self, sizes: Mapping[str, int]) -> dict[str, bytes]:
         """Fetch blobs and check each against its size and hash; raise on a bad one.

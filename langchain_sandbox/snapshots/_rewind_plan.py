@@ -1,0 +1,202 @@
+"""What a rewind of a live session has to look at: the paths where the target snapshot can
+differ from the workspace, found from what the session already knows, not from every entry.
+
+A session's *head* is the snapshot its workspace was last made equal to (captured, or rewound
+to), with that snapshot's manifest parts. A rewind to another snapshot compares the two
+manifests part by part by hash: a part both hold lists the same entries, so its files are
+skipped without visiting them. The paths left to plan for (the *scope*) are those of the parts
+that differ, those the session's change listing reports since the head, the head's files whose
+content is not trusted (racy, lost, never written), and every workspace path the head does not
+hold as a file (directories, symlinks, omitted files). The restore then plans, fetches, writes and
+restores modes over the scope only, and updates the session's knowledge for the scope only.
+
+A file the target shares, unchanged, with the head is left exactly as it is, its mode included
+(see docs/snapshots.md). Whenever the knowledge cannot be trusted (no head, a store not
+confirmed recently, a blob found corrupt, an unreadable part, a one-blob manifest) there is no
+scope and the restore takes its full path.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, replace
+
+from langchain_sandbox.providers.base import Session
+from langchain_sandbox.snapshots._listing import Listing
+from langchain_sandbox.snapshots.manifest import FileEntry, Manifest, ManifestPart
+
+Chunk = tuple[tuple[str, FileEntry], ...]
+"""The entries of one manifest part, in path order."""
+
+
+@dataclass(frozen=True)
+class RewindHead:
+    """The snapshot a session's workspace was last made equal to, when that is not simply the
+    snapshot its knowledge's parts describe (after a rewind, written files have new mtimes).
+
+    Attributes:
+        ref: That snapshot.
+        chunks: Its manifest parts' entries, by part key.
+        untrusted: Its files the session's knowledge holds no entry for (not written, lost).
+    """
+
+    ref: str
+    chunks: Mapping[str, Chunk]
+    untrusted: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class RewindScope:
+    """The part of a rewind that can differ from the workspace.
+
+    Attributes:
+        paths: The paths to plan for (see the module docs).
+        manifest: The target restricted to ``paths`` (its files there, all its empty
+            directories, and the workspace directories in ``paths`` the target still needs),
+            what the restore plans, writes and restores modes from.
+        index: The target's parts with their entries, by first path.
+        chunks: The same by part key.
+        new_parts: The keys of the target's parts the head does not hold.
+    """
+
+    paths: frozenset[str]
+    manifest: Manifest
+    index: Mapping[str, tuple[Chunk, ManifestPart]]
+    chunks: Mapping[str, Chunk]
+    new_parts: frozenset[str]
+
+
+def unconfirmed(scope: RewindScope, entries: Mapping[str, FileEntry]) -> set[str]:
+    """The blobs of the scope the store must be asked about: every blob outside it, and in it
+    the content of a file the session already holds an entry for with that same content, was
+    confirmed with the session's head."""
+    keys = {
+        entry.sha256
+        for path, entry in scope.manifest.files.items()
+        if (held := entries.get(path)) is None or held.sha256 != entry.sha256
+    }
+    if scope.manifest.variables is not None:
+        keys.add(scope.manifest.variables.sha256)
+    return keys | scope.new_parts
+
+
+def head_of(
+    ref: str,
+    parts: Mapping[str, tuple[Chunk, ManifestPart]],
+    head: RewindHead | None,
+) -> RewindHead | None:
+    """The session's head: the one a rewind recorded, or else the snapshot whose parts its
+    knowledge holds (a capture's, or a full restore's whose entries equal them)."""
+    if head is not None and head.ref == ref:
+        return head
+    if not parts:
+        return None
+    return RewindHead(ref, {part.sha256: chunk for chunk, part in parts.values()})
+
+
+def scope_of(
+    head: RewindHead,
+    entries: Mapping[str, FileEntry],
+    trusted: Set[str],
+    target: Manifest,
+    current: Listing,
+    touched: Set[str],
+) -> RewindScope | None:
+    """The scope of a rewind from ``head`` to ``target`` (a format 2 manifest read whole), given
+    the session's file ``entries`` and ``trusted`` paths, the workspace listing ``current`` and
+    the paths changed since the head (``touched``); ``None`` for a manifest without parts."""
+    if not target.parts:
+        return None
+    items = list(target.files.items())
+    index: dict[str, tuple[Chunk, ManifestPart]] = {}
+    chunks: dict[str, Chunk] = {}
+    paths: set[str] = set(touched)
+    start = 0
+    for part in target.parts:
+        chunk = head.chunks.get(part.sha256)
+        if chunk is None:
+            chunk = tuple(items[start : start + part.files])
+            paths.update(path for path, _ in chunk)
+        start += part.files
+        index[chunk[0][0]] = (chunk, part)
+        chunks[part.sha256] = chunk
+    for key, chunk in head.chunks.items():
+        if key not in chunks:
+            paths.update(path for path, _ in chunk)
+    paths |= head.untrusted
+    paths |= entries.keys() - trusted
+    paths |= current.entries.keys() - entries.keys()
+    paths.update(target.dirs)
+    # A workspace directory in the scope stays if the target holds anything below it (the
+    # target's paths are sorted, so those below it follow its name and a slash).
+    names = [path for path, _ in items]
+    needed_dirs = tuple(
+        path
+        for path in paths
+        if (info := current.entries.get(path)) is not None
+        and info.kind == "dir"
+        and path not in target.dirs
+        and _holds_below(names, target.dirs, path)
+    )
+    files = {path: target.files[path] for path in sorted(paths) if path in target.files}
+    manifest = replace(target, files=files, dirs=(*target.dirs, *needed_dirs), parts=())
+    new_parts = frozenset(chunks.keys() - head.chunks.keys())
+    return RewindScope(frozenset(paths), manifest, index, chunks, new_parts)
+
+
+def _holds_below(names: list[str], dirs: tuple[str, ...], path: str) -> bool:
+    prefix = path + "/"
+    at = bisect.bisect_left(names, prefix)
+    if at < len(names) and names[at].startswith(prefix):
+        return True
+    return any(d == path or d.startswith(prefix) for d in dirs)
+
+
+def rewound_entries(
+    entries: Mapping[str, FileEntry], scope: RewindScope, now: Mapping[str, FileEntry]
+) -> dict[str, FileEntry]:
+    """The session's file entries after a rewind: ``entries`` outside the scope as they were,
+    and inside it the files now trusted (``now``), in path order."""
+    result = dict(entries)
+    for path in scope.paths - now.keys():
+        result.pop(path, None)
+    # Replacing an entry keeps its place; only a path new to the entries breaks the order.
+    added = any(path not in result for path in now)
+    result.update(now)
+    return dict(sorted(result.items())) if added else result
+
+
+def rewound_parts(
+    entries: Mapping[str, FileEntry], had_parts: bool, scope: RewindScope
+) -> Mapping[str, tuple[Chunk, ManifestPart]]:
+    """The target's parts as the session's knowledge may keep them: all of them when the
+    knowledge held its head's parts and every entry of the scope equals the target's (nothing
+    was written with a new mtime), else none (a capture then encodes every part again)."""
+    if not had_parts:
+        return {}
+    target = scope.manifest.files
+    for path in scope.paths:
+        if entries.get(path) != target.get(path):
+            return {}
+    return scope.index
+
+
+async def relist(session: Session, before: Listing, max_file: int) -> tuple[Listing, set[str]]:
+    """``before`` completed with what changed in ``session``'s workspace since it was listed
+    (the whole listing when ``before`` is empty), and the paths that changed."""
+    changes = await session.list_changes(before.entries, max_bytes=0, since=before.cursor)
+    touched = {info.path for info in changes.changed}.union(changes.gone)
+    return before.apply(changes, max_file)[0], touched
+
+
+__all__ = [
+    "RewindHead",
+    "RewindScope",
+    "head_of",
+    "relist",
+    "rewound_entries",
+    "rewound_parts",
+    "scope_of",
+    "unconfirmed",
+]
