@@ -19,6 +19,7 @@ scope and the restore takes its full path.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, replace
 
@@ -67,6 +68,25 @@ class RewindScope:
     new_parts: frozenset[str]
 
 
+def part_index(
+    manifest: Manifest, held: Mapping[str, Chunk]
+) -> dict[str, tuple[Chunk, ManifestPart]]:
+    """The parts of a loaded format 2 manifest with the entries each holds, by first path (files
+    are in part order: `ManifestRoot.assemble` reads them so). A part in ``held`` (by key) is
+    taken from there; only the others' entries are gathered again."""
+    items = iter(manifest.files.items())
+    index: dict[str, tuple[Chunk, ManifestPart]] = {}
+    for part in manifest.parts:
+        chunk = held.get(part.sha256)
+        if chunk is None:
+            chunk = tuple(itertools.islice(items, part.files))
+        else:
+            # Skipped in C, without building an item per file.
+            next(itertools.islice(items, part.files, part.files), None)
+        index[chunk[0][0]] = (chunk, part)
+    return index
+
+
 def unconfirmed(scope: RewindScope, entries: Mapping[str, FileEntry]) -> set[str]:
     """The blobs of the scope the store must be asked about: every blob outside it, and in it
     the content of a file the session already holds an entry for with that same content, was
@@ -108,19 +128,12 @@ def scope_of(
     the paths changed since the head (``touched``); ``None`` for a manifest without parts."""
     if not target.parts:
         return None
-    items = list(target.files.items())
-    index: dict[str, tuple[Chunk, ManifestPart]] = {}
-    chunks: dict[str, Chunk] = {}
+    index = part_index(target, head.chunks)
+    chunks = {part.sha256: chunk for chunk, part in index.values()}
     paths: set[str] = set(touched)
-    start = 0
-    for part in target.parts:
-        chunk = head.chunks.get(part.sha256)
-        if chunk is None:
-            chunk = tuple(items[start : start + part.files])
+    for key, chunk in chunks.items():
+        if key not in head.chunks:
             paths.update(path for path, _ in chunk)
-        start += part.files
-        index[chunk[0][0]] = (chunk, part)
-        chunks[part.sha256] = chunk
     for key, chunk in head.chunks.items():
         if key not in chunks:
             paths.update(path for path, _ in chunk)
@@ -130,7 +143,7 @@ def scope_of(
     paths.update(target.dirs)
     # A workspace directory in the scope stays if the target holds anything below it (the
     # target's paths are sorted, so those below it follow its name and a slash).
-    names = [path for path, _ in items]
+    names = list(target.files)
     needed_dirs = tuple(
         path
         for path in paths
@@ -194,6 +207,7 @@ __all__ = [
     "RewindHead",
     "RewindScope",
     "head_of",
+    "part_index",
     "relist",
     "rewound_entries",
     "rewound_parts",

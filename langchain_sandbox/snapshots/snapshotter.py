@@ -70,6 +70,7 @@ from langchain_sandbox.snapshots._rewind_plan import (
     RewindHead,
     RewindScope,
     head_of,
+    part_index,
     relist,
     rewound_entries,
     rewound_parts,
@@ -350,21 +351,6 @@ def _unchanged_since(
     return before if same else None
 
 
-def _part_index(
-    manifest: Manifest,
-) -> dict[str, tuple[tuple[tuple[str, FileEntry], ...], ManifestPart]]:
-    """The parts of a loaded format 2 manifest with the entries each holds (files are in part
-    order: `ManifestRoot.assemble` reads them so)."""
-    items = list(manifest.files.items())
-    index: dict[str, tuple[tuple[tuple[str, FileEntry], ...], ManifestPart]] = {}
-    start = 0
-    for part in manifest.parts:
-        chunk = tuple(items[start : start + part.files])
-        index[chunk[0][0]] = (chunk, part)
-        start += part.files
-    return index
-
-
 def _racy_window(mtimes: Iterable[int]) -> int:
     """`RACY_WINDOW_NS`, widened to the timestamp resolution the mtimes reveal (a provider
     that reports whole seconds gets a one-second window)."""
@@ -443,7 +429,7 @@ class Snapshotter:
         unread = {part.sha256: part.files for part in root.parts if part.sha256 in bad}
         manifest = root.assemble(parts, self.limits, parsed)
         if session is not None and not unread:
-            self._remember_parts(session, _part_index(manifest).values())
+            self._remember_parts(session, part_index(manifest, parsed).values())
         return manifest, unread
 
     def _remember_parts(
@@ -985,7 +971,7 @@ class Snapshotter:
         else:
             entries = {path: entries[path] for path in sorted(entries)}
             # A manifest missing an unreadable part's files cannot be indexed by part.
-            parts = {} if unread else _part_index(manifest)
+            parts = {} if unread else part_index(manifest, self._parsed.get(session, {}))
             if any(
                 entries.get(path) != entry for chunk, _ in parts.values() for path, entry in chunk
             ):
