@@ -33,6 +33,8 @@ class Listing:
             file limit.
         omitted_as: path -> its key in ``omitted``.
         file_bytes: The sum of ``files``' sizes.
+        unsafe_modes: The ``files`` whose mode a restore would not give back (see
+            `safe_mode`): a rewind must look at them even where nothing else changed.
         cursor: The provider's `cursor`
             of the listing this one was completed with.
     """
@@ -44,6 +46,7 @@ class Listing:
     omitted_as: Mapping[str, str] = field(default_factory=dict)
     file_bytes: int = 0
     cursor: object | None = None
+    unsafe_modes: frozenset[str] = frozenset()
 
     def apply(self, changes: ChangeListing, max_file: int) -> tuple[Listing, bool]:
         """This listing with ``changes`` applied, and whether any path appeared, went or changed
@@ -56,6 +59,7 @@ class Listing:
         omitted = dict(self.omitted)
         omitted_as = dict(self.omitted_as)
         file_bytes = self.file_bytes
+        unsafe_modes = set(self.unsafe_modes)
         reshaped = bool(changes.gone)
 
         def drop(path: str) -> FileInfo | None:
@@ -64,6 +68,7 @@ class Listing:
             if (captured := files.pop(path, None)) is not None:
                 file_bytes -= captured.size
             dirs.discard(path)
+            unsafe_modes.discard(path)
             if (key := omitted_as.pop(path, None)) is not None:
                 omitted.pop(key, None)
             return old
@@ -89,8 +94,17 @@ class Listing:
             else:
                 files[path] = info
                 file_bytes += info.size
+                if info.mode & 0o7777 != safe_mode(info.mode):
+                    unsafe_modes.add(path)
         listing = Listing(
-            entries, files, frozenset(dirs), omitted, omitted_as, file_bytes, changes.cursor
+            entries,
+            files,
+            frozenset(dirs),
+            omitted,
+            omitted_as,
+            file_bytes,
+            changes.cursor,
+            frozenset(unsafe_modes),
         )
         return listing, reshaped
 
@@ -115,6 +129,15 @@ def _left_out(info: FileInfo, max_file: int) -> str | None:
     if info.size > max_file:
         return f"{info.size} bytes, over the {max_file}-byte file limit"
     return None
+
+
+def safe_mode(mode: int) -> int:
+    """The mode a restored file gets: no setuid/setgid/sticky, no group or other write, exec
+    bits only if the owner had exec, and always readable and writable by the owner."""
+    mode &= 0o755
+    if not mode & 0o100:
+        mode &= ~0o111
+    return mode | 0o600
 
 
 def portable(path: str) -> bool:

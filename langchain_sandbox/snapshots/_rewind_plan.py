@@ -40,11 +40,14 @@ class RewindHead:
         ref: That snapshot.
         chunks: Its manifest parts' entries, by part key.
         untrusted: Its files the session's knowledge holds no entry for (not written, lost).
+        unsafe_modes: Its files whose recorded mode is not the one a restore gives (see
+            `safe_mode`), so a rewind names them as a full restore does.
     """
 
     ref: str
     chunks: Mapping[str, Chunk]
     untrusted: frozenset[str] = frozenset()
+    unsafe_modes: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,9 @@ def scope_of(
         if key not in chunks:
             paths.update(path for path, _ in chunk)
     paths |= head.untrusted
+    # Files a restore gives another mode than they have (or were recorded with) are looked at
+    # as a full restore would: chmod-ed back and named.
+    paths |= head.unsafe_modes | current.unsafe_modes
     paths |= entries.keys() - trusted
     paths |= current.entries.keys() - entries.keys()
     paths.update(target.dirs)

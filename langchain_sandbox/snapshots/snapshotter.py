@@ -65,7 +65,7 @@ from langchain_sandbox.errors import (
 from langchain_sandbox.providers.base import FileInfo, Session, VariablesDump
 from langchain_sandbox.providers.guest_facts import variable_names, variable_reasons
 from langchain_sandbox.snapshots._listing import EMPTY as EMPTY_LISTING
-from langchain_sandbox.snapshots._listing import Listing, portable
+from langchain_sandbox.snapshots._listing import Listing, portable, safe_mode
 from langchain_sandbox.snapshots._rewind_plan import (
     RewindHead,
     RewindScope,
@@ -967,7 +967,10 @@ class Snapshotter:
             parts = rewound_parts(entries, bool(known.parts), scope)
             if not mode_notices:
                 untrusted = frozenset(path for path in plan.files if path not in entries)
-                head = RewindHead(ref, scope.chunks, untrusted)
+                unsafe = frozenset(
+                    path for path, e in plan.files.items() if e.mode & 0o7777 != safe_mode(e.mode)
+                )
+                head = RewindHead(ref, scope.chunks, untrusted, unsafe)
         else:
             entries = {path: entries[path] for path in sorted(entries)}
             # A manifest missing an unreadable part's files cannot be indexed by part.
@@ -1512,15 +1515,6 @@ def _has_ancestor_in(path: str, paths: set[str]) -> bool:
             return True
         parent = parent.rpartition("/")[0]
     return False
-
-
-def safe_mode(mode: int) -> int:
-    """The mode a restored file gets: no setuid/setgid/sticky, no group or other write, exec
-    bits only if the owner had exec, and always readable and writable by the owner."""
-    mode &= 0o755
-    if not mode & 0o100:
-        mode &= ~0o111
-    return mode | 0o600
 
 
 def _changed_modes(manifest: Manifest) -> list[str]:

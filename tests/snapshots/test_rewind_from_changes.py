@@ -1,0 +1,301 @@
+"""A rewind of a live session works from what changed: it compares the target's manifest with the
+snapshot the session was last made equal to, part by part, adds what the session's change listing
+reports, and writes only the difference; it still restores exactly the target (files, extras
+removed, modes, directories, variables), on every provider, and falls back to the full restore
+when the session's knowledge is not to be trusted. Calls are counted, never timed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+import pytest
+
+from langchain_sandbox.providers.base import ChangeListing, FileInfo, Provider, Session
+from langchain_sandbox.snapshots import BlobInfo, BlobStore, LocalDirectoryBlobStore, Snapshotter
+from langchain_sandbox.snapshots import snapshotter as snapshotter_module
+
+State = tuple[dict[str, tuple[bytes, int]], set[str], str]
+
+
+@pytest.fixture(params=["local", "e2b", "runloop"])
+async def any_provider(
+    request: pytest.FixtureRequest, provider: Provider
+) -> AsyncIterator[Provider]:
+    if request.param == "local":
+        yield provider
+        return
+    emulated: Any
+    if request.param == "e2b":
+        from langchain_sandbox.testing.e2b_emulator import emulated_e2b_provider as emulated
+    else:
+        from langchain_sandbox.testing.runloop_emulator import (
+            emulated_runloop_provider as emulated,
+        )
+    async with emulated() as remote:
+        yield remote
+
+
+async def _state(session: Session) -> State:
+    """Files (bytes and permission bits), directories and the variable ``counter``."""
+    listing = await session.list_files(".", recursive=True)
+    files = [info for info in listing if info.kind == "file"]
+    contents = await session.read_files([info.path for info in files])
+    dirs = {info.path for info in listing if info.kind == "dir"}
+    counter = (await session.run_code("counter")).value or ""
+    return {info.path: (contents[info.path], info.mode & 0o777) for info in files}, dirs, counter
+
+
+async def _shell(session: Session, command: str) -> None:
+    result = await session.run_command(command)
+    assert result.exit_code == 0, result.stderr
+
+
+async def test_a_rewind_after_many_steps_restores_exactly_the_target(
+    any_provider: Provider, snapshotter: Snapshotter
+) -> None:
+    session = await any_provider.create()
+    try:
+        await session.write_files({f"d{i % 9}/f{i:04d}.txt": os.urandom(60) for i in range(300)})
+        await session.write_files({"run.sh": b"#!/bin/sh\necho ok\n"})
+        await _shell(session, "chmod 755 run.sh && mkdir -p empty/dir")
+        await session.run_code("counter = 1")
+        refs = [(await snapshotter.capture(session, revision=1)).ref]
+        expected = [await _state(session)]
+        steps = [
+            "echo one > d1/f0001.txt && rm d2/f0002.txt && mkdir -p new && echo x > new/y",
+            "chmod 644 run.sh && rm -r empty && echo added > d4/added.txt",
+            "rm -r d5 && echo was-a-dir > d5",
+            "chmod 600 d6/f0006.txt && echo two >> d7/f0007.txt && rm -r new",
+        ]
+        for revision, command in enumerate(steps, start=2):
+            await _shell(session, command)
+            await session.run_code(f"counter = {revision}")
+            info = await snapshotter.capture(session, base=refs[-1], revision=revision)
+            refs.append(info.ref)
+            expected.append(await _state(session))
+        # Changes no capture saw, made by the sandbox after the last one.
+        await _shell(session, "echo stray > d3/stray.txt && rm d8/f0008.txt && mkdir stray")
+        await session.run_code("counter = 99")
+
+        # Back, forward, back again: each rewind starts from what the one before left.
+        for index in (0, 2, 0, 4, 1, 3):
+            report = await snapshotter.restore(session, refs[index])
+            assert report.complete, report.notices
+            assert await _state(session) == expected[index], f"rewind to revision {index + 1}"
+        # The knowledge a rewind leaves is right: a capture now reads nothing and is the target.
+        again = await snapshotter.capture(session, base=refs[3], revision=9)
+        assert again.bytes_read == 0
+        manifest = await Snapshotter(snapshotter.store).load_manifest(again.ref)
+        target = await Snapshotter(snapshotter.store).load_manifest(refs[3])
+        assert {p: e.sha256 for p, e in manifest.files.items()} == {
+            p: e.sha256 for p, e in target.files.items()
+        }
+    finally:
+        await session.close()
+
+
+class _CountedSession:
+    """Records every call a snapshotter makes on a real session, with the paths it names."""
+
+    def __init__(self, session: Session) -> None:
+        self.calls: list[str] = []
+        self.written: list[str] = []
+        self.commands: list[str] = []
+        self.since: list[object | None] = []
+        listed, changes, read, write, command = (
+            session.list_files,
+            session.list_changes,
+            session.read_files,
+            session.write_files,
+            session.run_command,
+        )
+
+        async def list_files(path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
+            self.calls.append("list_files")
+            return await listed(path, recursive=recursive)
+
+        async def list_changes(
+            known: Mapping[str, FileInfo], *args: Any, **kwargs: Any
+        ) -> ChangeListing:
+            self.calls.append("list_changes")
+            self.since.append(kwargs.get("since"))
+            return await changes(known, *args, **kwargs)
+
+        async def read_files(paths: Iterable[str]) -> dict[str, bytes]:
+            self.calls.append("read_files")
+            return await read(paths)
+
+        async def write_files(files: Mapping[str, bytes]) -> None:
+            self.calls.append("write_files")
+            self.written.extend(files)
+            await write(files)
+
+        async def run_command(text: str, **kwargs: Any) -> Any:
+            self.calls.append("run_command")
+            self.commands.append(text)
+            return await command(text, **kwargs)
+
+        session.list_files = list_files  # type: ignore[method-assign]
+        session.list_changes = list_changes  # type: ignore[method-assign]
+        session.read_files = read_files  # type: ignore[method-assign]
+        session.write_files = write_files  # type: ignore[method-assign]
+        session.run_command = run_command  # type: ignore[method-assign]
+
+    def reset(self) -> None:
+        self.calls.clear()
+        self.written.clear()
+        self.commands.clear()
+        self.since.clear()
+
+
+class _LookupStore(BlobStore):
+    """A real local store that records every key it is asked about or asked for."""
+
+    def __init__(self, inner: BlobStore) -> None:
+        self.inner = inner
+        self.looked_up: list[str] = []
+        self.fetched: list[str] = []
+
+    async def get(self, key: str) -> bytes:
+        self.fetched.append(key)
+        return await self.inner.get(key)
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self.inner.put(key, data)
+
+    async def missing(self, keys: Iterable[str]) -> set[str]:
+        keys = list(keys)
+        self.looked_up.extend(keys)
+        return await self.inner.missing(keys)
+
+    async def delete(self, keys: Iterable[str]) -> None:
+        await self.inner.delete(keys)
+
+    def iter_blobs(self) -> AsyncIterator[BlobInfo]:
+        return self.inner.iter_blobs()
+
+
+FILES = 3000
+
+
+async def _many_files(session: Session) -> list[str]:
+    paths = [f"d{i // 100:02d}/f{i:05d}.txt" for i in range(FILES)]
+    await session.write_files({path: os.urandom(100) for path in paths})
+    await session.run_code("counter = 1")
+    return paths
+
+
+async def test_a_one_file_rewind_writes_one_file_and_lists_only_what_changed(
+    provider: Provider, store: LocalDirectoryBlobStore
+) -> None:
+    lookups = _LookupStore(store)
+    snapshotter = Snapshotter(lookups)
+    session = await provider.create()
+    try:
+        counted = _CountedSession(session)
+        paths = await _many_files(session)
+        first = await snapshotter.capture(session, revision=1)
+        await session.write_files({paths[1234]: b"changed"})
+        await snapshotter.capture(session, base=first.ref, revision=2)
+        counted.reset()
+        lookups.looked_up.clear()
+
+        report = await snapshotter.restore(session, first.ref)
+
+        assert report.complete
+        assert (report.files_written, report.paths_removed) == (1, 0)
+        assert counted.written == [paths[1234]]
+        # The workspace is compared through the change listing since the last one, twice
+        # (before writing and after), and never listed, read or chmod-ed file by file.
+        assert counted.calls.count("list_changes") == 2
+        assert all(since is not None for since in counted.since)
+        assert not {"list_files", "read_files", "run_command"} & set(counted.calls)
+        # The store is asked about the written file's blob and the variables, not about the
+        # blobs of the files the target shares with the session's snapshot.
+        assert len(lookups.looked_up) <= 3
+        assert len((await session.read_files([paths[1234]]))[paths[1234]]) == 100
+
+        # A mode the sandbox changed since is restored by one chmod of that file alone.
+        await _shell(session, f"chmod 700 {paths[7]}")
+        counted.reset()
+        report = await snapshotter.restore(session, first.ref)
+        assert report.complete
+        assert counted.written == []
+        assert len(counted.commands) == 1
+        assert paths[7] in counted.commands[0]
+        assert paths[8] not in counted.commands[0]
+        modes = {i.path: i.mode & 0o777 for i in await session.list_files("d00")}
+        assert modes[paths[7]] == 0o644
+    finally:
+        await session.close()
+
+
+@pytest.mark.parametrize("drop", ["new snapshotter", "store not confirmed", "after gc"])
+async def test_a_rewind_without_trusted_knowledge_takes_the_full_path(
+    provider: Provider,
+    store: LocalDirectoryBlobStore,
+    monkeypatch: pytest.MonkeyPatch,
+    drop: str,
+) -> None:
+    lookups = _LookupStore(store)
+    snapshotter = Snapshotter(lookups)
+    session = await provider.create()
+    try:
+        paths = await _many_files(session)
+        first = await snapshotter.capture(session, revision=1)
+        expected = await _state(session)
+        await session.write_files({paths[10]: b"changed", "extra/new.txt": b"extra"})
+        await session.run_code("counter = 2")
+        await snapshotter.capture(session, base=first.ref, revision=2)
+        await _shell(session, f"rm {paths[20]} && mkdir -p stray/dir")
+        if drop == "new snapshotter":
+            snapshotter = Snapshotter(lookups)
+        elif drop == "store not confirmed":
+            monkeypatch.setattr(snapshotter_module, "STORE_RECHECK_SECONDS", 0.0)
+        else:
+            await snapshotter.collect_garbage([first.ref], grace_seconds=0)
+        lookups.looked_up.clear()
+
+        report = await snapshotter.restore(session, first.ref)
+
+        assert report.complete, report.notices
+        assert (report.files_written, report.paths_removed) == (2, 2)
+        assert await _state(session) == expected
+        # The full path: every blob of the snapshot is looked up in the store again.
+        assert len(set(lookups.looked_up)) >= FILES
+    finally:
+        await session.close()
+
+
+async def test_a_rewind_gives_modes_back_as_a_restore_into_a_new_sandbox(
+    provider: Provider, snapshotter: Snapshotter
+) -> None:
+    """A group-writable file far from the one that changed (in a manifest part the target shares
+    with the session's snapshot) still comes back with the safe mode, and is named, as in a
+    restore into a new sandbox."""
+    session = await provider.create()
+    fresh = await provider.create()
+    try:
+        paths = await _many_files(session)
+        await _shell(session, f"chmod 664 {paths[5]} && chmod 755 {paths[6]}")
+        first = await snapshotter.capture(session, revision=1)
+        await session.write_files({paths[2900]: b"after"})
+        await snapshotter.capture(session, base=first.ref, revision=2)
+
+        rewind = await snapshotter.restore(session, first.ref)
+        restore = await snapshotter.restore(fresh, first.ref)
+
+        rewound, _, _ = await _state(session)
+        restored, _, _ = await _state(fresh)
+        assert rewound == restored
+        assert rewound[paths[5]][1] == 0o644
+        assert rewound[paths[6]][1] == 0o755
+        assert rewind.notices == restore.notices
+        assert any(paths[5] in notice for notice in rewind.notices)
+    finally:
+        with contextlib.suppress(Exception):
+            await fresh.close()
+        await session.close()
