@@ -10,8 +10,10 @@ content is not trusted (racy, lost, never written), and every workspace path the
 hold as a file (directories, symlinks, omitted files). The restore then plans, fetches, writes and
 restores modes over the scope only, and updates the session's knowledge for the scope only.
 
-A file the target shares, unchanged, with the head is left exactly as it is, its mode included
-(see docs/snapshots.md). Whenever the knowledge cannot be trusted (no head, a store not
+After writing, a rewind that wrote and removed files in a few directories that were already there
+lists only those directories, not the whole workspace again (`listed_after`).
+
+Whenever the knowledge cannot be trusted (no head, a store not
 confirmed recently, a blob found corrupt, an unreadable part, a one-blob manifest) there is no
 scope and the restore takes its full path.
 """
@@ -23,7 +25,7 @@ import itertools
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, replace
 
-from langchain_sandbox.providers.base import Session
+from langchain_sandbox.providers.base import ChangeListing, FileInfo, Session
 from langchain_sandbox.snapshots._listing import Listing
 from langchain_sandbox.snapshots.manifest import FileEntry, Manifest, ManifestPart
 
@@ -209,10 +211,54 @@ async def relist(session: Session, before: Listing, max_file: int) -> tuple[List
     return before.apply(changes, max_file)[0], touched
 
 
+_MAX_LISTED_DIRS = 16
+"""Most directories a rewind lists one by one after writing; past it, it relists the workspace."""
+
+
+async def listed_after(
+    session: Session,
+    current: Listing,
+    scope: RewindScope | None,
+    changed: list[str],
+    max_file: int,
+) -> Listing:
+    """The workspace listing after a restore wrote or removed the ``changed`` paths, from
+    ``current`` (the listing it planned from). A rewind that touched files only, in at most
+    `_MAX_LISTED_DIRS` directories that were there already, lists those directories; anything
+    else relists the workspace through its change listing. The cursor stays ``current``'s, from
+    before the writes, so the next change listing still looks at every path written since."""
+    parents = {path.rpartition("/")[0] for path in changed}
+    entries = current.entries
+    targeted = (
+        scope is not None
+        and len(parents) <= _MAX_LISTED_DIRS
+        and all((info := entries.get(path)) is None or info.kind != "dir" for path in changed)
+        and all(not parent or _is_dir(entries, parent) for parent in parents)
+    )
+    if not targeted:
+        return (await relist(session, current, max_file))[0]
+    listed: dict[str, FileInfo] = {}
+    for parent in sorted(parents):
+        for info in await session.list_files(parent or "."):
+            listed[info.path] = info
+    changes = ChangeListing(
+        changed=tuple(info for info in listed.values() if entries.get(info.path) != info),
+        gone=tuple(path for path in changed if path in entries and path not in listed),
+        cursor=current.cursor,
+    )
+    return current.apply(changes, max_file)[0]
+
+
+def _is_dir(entries: Mapping[str, FileInfo], path: str) -> bool:
+    info = entries.get(path)
+    return info is not None and info.kind == "dir"
+
+
 __all__ = [
     "RewindHead",
     "RewindScope",
     "head_of",
+    "listed_after",
     "part_index",
     "relist",
     "rewound_entries",

@@ -70,6 +70,7 @@ from langchain_sandbox.snapshots._rewind_plan import (
     RewindHead,
     RewindScope,
     head_of,
+    listed_after,
     part_index,
     relist,
     rewound_entries,
@@ -936,7 +937,9 @@ class Snapshotter:
             # Let the files just written leave the racy window, so they count as known below.
             await asyncio.sleep(RACY_WINDOW_NS / 1e9)
         horizon_ns = time.time_ns()
-        now = await _relisted(session, current, max_file)
+        now = await listed_after(
+            session, current, scope if not make_dirs else None, [*removals, *writes], max_file
+        )
         mode_notices = await _restore_modes(session, plan, now.entries)
         notices += mode_notices
         notices += _changed_modes(plan)
@@ -1445,13 +1448,6 @@ async def _digest_all(contents: Mapping[str, bytes]) -> dict[str, str]:
         )
     )
     return {name: value for result in results for name, value in result.items()}
-
-
-async def _relisted(session: Session, before: Listing, max_file: int) -> Listing:
-    """``before`` completed with what changed in ``session``'s workspace since it was listed
-    (the whole listing when ``before`` is empty)."""
-    changes = await session.list_changes(before.entries, max_bytes=0, since=before.cursor)
-    return before.apply(changes, max_file)[0]
 
 
 def _confirmed_blobs(known: _Known | None) -> set[str]:
