@@ -51,10 +51,6 @@ _GLOB_FILES_ONLY = (
 class _Standard(SandboxIntegrationTests):
     provider_name = "local"
 
-    @property
-    def sandbox_root_dir(self) -> str:
-        return "/home/user/test_sandbox_ops/"
-
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls, class_tmp: Path, runtimes: dict[str, Any]) -> Iterator[SandboxBackend]:
