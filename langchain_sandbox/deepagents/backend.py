@@ -816,7 +816,11 @@ def _write_error(path: str, code: str) -> str:
     if code == "invalid_path" and sandbox_path(path) is None:
         return _not_absolute(path)
     if code == "permission_denied":
-        return f"Error: Permission denied writing file '{path}'"
+        # Say where writing works: the model asked for a place the sandbox's user may not write.
+        return (
+            f"Error: Permission denied writing file '{path}'. Files under {WORKSPACE_ROOT} can be "
+            "written, and are kept with the conversation."
+        )
     return f"Error writing file '{path}': {code}"
 
 

@@ -72,7 +72,10 @@ def test_what_the_sandboxs_user_may_not_write_is_permission_denied(
         backend = SandboxBackend(runtime=runtime)
         for path in ("/usr/notes.md", "/notes.md"):
             refused = backend.write(path, "x")
-            assert refused.error == f"Error: Permission denied writing file '{path}'"
+            assert refused.error == (
+                f"Error: Permission denied writing file '{path}'. Files under /home/user can be "
+                "written, and are kept with the conversation."
+            )
             assert backend.execute(f"test -e {path}; echo $?").output.strip() == "1"
         [upload] = backend.upload_files([("/usr/notes.md", b"x")])
         assert upload.error == "permission_denied"
