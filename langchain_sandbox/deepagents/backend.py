@@ -545,7 +545,7 @@ class SandboxBackend(BaseSandbox):
         target = sandbox_path(file_path)
         if target is None:
             return EditResult(error=_not_absolute(file_path))
-        inside = _workspace_path(target) is not None
+        inside = _in_workspace(target)
 
         async def _edit(session: Session) -> EditResult:
             fetched = await _fetch_on(session, {file_path: target}, max_bytes=None)
@@ -588,10 +588,12 @@ class SandboxBackend(BaseSandbox):
             target = sandbox_path(path)
             if target is None or not isinstance(data, (bytes, bytearray)):
                 errors[index] = "invalid_path"
+            elif not _in_workspace(target):
+                outside[index] = target
             elif (inside := _workspace_path(target)) is not None:
                 targets[index] = inside
             else:
-                outside[index] = target
+                errors[index] = "invalid_path"
 
         async def _write(session: Session) -> None:
             if targets:
@@ -686,7 +688,10 @@ async def _fetch_on(
     through the sandbox itself (see ``_outside``)."""
     inside = {p: w for p, t in targets.items() if (w := _workspace_path(t)) is not None}
     fetched = await _fetch_files(session, inside, max_bytes=max_bytes) if inside else _Fetched()
-    outside = [p for p in targets if p not in inside]
+    outside = [p for p, t in targets.items() if not _in_workspace(t)]
+    for path, target in targets.items():
+        if path not in inside and _in_workspace(target):
+            fetched.errors[path] = "invalid_path"  # too deep or too long a path (`resolve_path`)
     if outside:
         data, codes = await read_outside(
             session, sorted({targets[p] for p in outside}), max_bytes=max_bytes
@@ -787,6 +792,11 @@ def _workspace_path(path: str) -> str | None:
         return resolve_path(target)
     except InvalidPathError:
         return None
+
+
+def _in_workspace(target: str) -> bool:
+    """Whether the normalized sandbox path ``target`` lies in the workspace."""
+    return target == WORKSPACE_ROOT or target.startswith(WORKSPACE_ROOT + "/")
 
 
 def _absolute(relative: str) -> str:

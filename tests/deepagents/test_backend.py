@@ -81,6 +81,7 @@ def test_bad_items_get_their_own_error_and_keep_their_place(runtime: SandboxRunt
             ("/home/user/../../etc/x", b"no"),  # is /etc/x, in the sandbox
             ("/home/user/adir", b"a directory is there"),
             ("/tmp", b"a directory is there too"),
+            ("/home/user/" + "d/" * 300 + "deep.txt", b"deeper than a workspace path may be"),
             ("/home/user/ok2.bin", b"\xff"),
         ]
     )
@@ -91,8 +92,10 @@ def test_bad_items_get_their_own_error_and_keep_their_place(runtime: SandboxRunt
         "permission_denied",
         "is_directory",
         "is_directory",
+        "invalid_path",
         None,
     ]
+    assert backend.execute("test -e /home/user/d; echo $?").output.strip() == "1"
     downloads = backend.download_files(
         ["/home/user/ok2.bin", "/home/user/missing", "/home/user/ok.bin"]
     )
