@@ -1,0 +1,267 @@
+"""Per-thread turn leases: a second run on a thread another run is running fails (or waits).
+
+LangGraph does not lock a thread: two workers that run a turn on one thread at once both start
+from the same checkpoint, the thread's history keeps only one of the turns and nothing says so.
+[`SandboxMiddleware`][langchain_sandbox.SandboxMiddleware] therefore takes a lease on the thread
+for each turn it runs, and a run that finds the thread leased by another gets
+[`ThreadBusyError`][langchain_sandbox.ThreadBusyError] instead of a silently lost turn.
+
+A lease is held by the process, so it dies with it (a ``SIGKILL`` never leaves a thread leased):
+
+* with a Postgres checkpointer, a session advisory lock on a connection of the lease's own, to the
+  checkpointer's database (every worker sharing the checkpointer sees it);
+* otherwise, with a [`LocalDirectoryBlobStore`][langchain_sandbox.snapshots.LocalDirectoryBlobStore],
+  an ``flock`` on a file in the store's ``.thread-leases`` directory (every worker on the machine
+  sharing the store sees it);
+* otherwise only within the process (a store of another kind, or ``InMemoryBlobStore``, whose
+  sandboxes no other process can see anyway).
+
+Within a process a lease belongs to a run (its ``stream_writer``, one object per graph run): the
+run's own later steps take it again at no cost, another run of the thread in the same process is
+busy like one in another process, and a run that ended without releasing it (it is garbage)
+leaves it to the next run of its process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import gc
+import hashlib
+import os
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_sandbox.checkpointer_names import _is_pool, _kind
+from langchain_sandbox.errors import ThreadBusyError
+from langchain_sandbox.thread_lock import _key, _psycopg
+
+_POLL_SECONDS = 0.05
+_LEASE_DIR = ".thread-leases"
+# Pool keyword arguments that configure psycopg, not the server connection.
+_NOT_CONNINFO = {"autocommit", "prepare_threshold", "row_factory", "cursor_factory", "context"}
+
+Release = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class LeaseBackend:
+    """Where the leases of one checkpointer's threads live.
+
+    Attributes:
+        key: Names the backend within the process (one registry entry per key and thread).
+        try_acquire: Takes the thread's lease across processes: a function that releases it, or
+            ``None`` if another process holds it; ``None`` for a process-only backend.
+    """
+
+    key: str
+    try_acquire: Callable[[str], Release | None] | None
+
+
+def _file_backend(root: Path) -> LeaseBackend:
+    directory = root / _LEASE_DIR
+
+    def try_acquire(thread_id: str) -> Release | None:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        name = hashlib.sha256(thread_id.encode()).hexdigest()
+        fd = os.open(directory / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        return lambda: os.close(fd)  # closing the descriptor releases the lock
+
+    return LeaseBackend(f"file:{root.resolve()}", try_acquire)
+
+
+def _conninfo(saver: Any) -> str:
+    """A libpq connection string to a Postgres saver's database (with its password)."""
+    from psycopg.conninfo import make_conninfo
+
+    conn = saver.conn
+    if _is_pool(conn):
+        params = {k: v for k, v in (conn.kwargs or {}).items() if k not in _NOT_CONNINFO}
+        return make_conninfo(conn.conninfo, **params)
+    return make_conninfo(conn.info.dsn, password=conn.info.password)
+
+
+def _postgres_backend(conninfo: str) -> LeaseBackend:
+    def try_acquire(thread_id: str) -> Release | None:
+        psycopg = _psycopg()
+        key = _key(thread_id)
+        conn = psycopg.connect(conninfo, autocommit=True)
+        try:
+            held = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+        except BaseException:
+            conn.close()
+            raise
+        if not held:
+            conn.close()
+            return None
+        close: Release = conn.close  # the session's advisory locks end with it
+        return close
+
+    return LeaseBackend(f"postgres:{conninfo}", try_acquire)
+
+
+_postgres_backends: weakref.WeakKeyDictionary[Any, LeaseBackend] = weakref.WeakKeyDictionary()
+
+
+def lease_backend(saver: Any, store: Any) -> LeaseBackend | None:
+    """The backend for the threads of ``saver`` whose sandboxes snapshot into ``store``; ``None``
+    without a checkpointer (a run that keeps no thread has no turn to lose)."""
+    from langchain_sandbox.snapshots import LocalDirectoryBlobStore
+
+    if saver is None:
+        return None
+    if _kind(saver) == "postgres":
+        try:
+            return _postgres_backends[saver]
+        except (KeyError, TypeError):
+            backend = _postgres_backend(_conninfo(saver))
+            with contextlib.suppress(TypeError):
+                _postgres_backends[saver] = backend
+            return backend
+    if isinstance(store, LocalDirectoryBlobStore):
+        return _file_backend(store.root)
+    return LeaseBackend(f"process:{id(saver)}", None)
+
+
+@dataclass
+class _Held:
+    owner: weakref.ref[Any]
+    release: Release | None
+
+
+_held: dict[tuple[str, str], _Held] = {}
+_held_lock = threading.Lock()
+
+
+def _busy(thread_id: str, waited: float | None) -> ThreadBusyError:
+    how = f" (waited {waited:g} s)" if waited else ""
+    return ThreadBusyError(
+        f"Another run holds thread {thread_id!r}{how}: it is running a turn on it, and a second "
+        "turn at once would lose one of the two. Retry once that run ends, or let this one wait "
+        "for it (SandboxMiddleware(busy='wait')).",
+        thread_id=thread_id,
+    )
+
+
+def _try_take(backend: LeaseBackend, thread_id: str, owner: Any) -> bool:
+    """Take the lease for ``owner`` unless a live other run holds it."""
+    key = (backend.key, thread_id)
+    with _held_lock:
+        entry = _held.get(key)
+        if entry is not None:
+            holder = entry.owner()
+            if holder is owner:
+                return True
+            if holder is not None:
+                return False
+            entry.owner = weakref.ref(owner)  # its run ended without a release: take it over
+            return True
+        release = backend.try_acquire(thread_id) if backend.try_acquire else None
+        if backend.try_acquire is not None and release is None:
+            return False
+        _held[key] = _Held(weakref.ref(owner), release)
+        return True
+
+
+def _owned(backend: LeaseBackend, thread_id: str, owner: Any) -> bool:
+    with _held_lock:
+        entry = _held.get((backend.key, thread_id))
+        return entry is not None and entry.owner() is owner
+
+
+def _take_or_collect(backend: LeaseBackend, thread_id: str, owner: Any) -> bool:
+    if _try_take(backend, thread_id, owner):
+        return True
+    with _held_lock:
+        in_process = (backend.key, thread_id) in _held
+    if not in_process:
+        return False
+    # A run of this process that ended without releasing (an exception in another middleware's
+    # hook) is garbage not yet collected; a run still going is not.
+    gc.collect()
+    return _try_take(backend, thread_id, owner)
+
+
+def acquire(backend: LeaseBackend, thread_id: str, owner: Any, *, wait: float | None = 0) -> None:
+    """Lease ``thread_id`` to ``owner`` (a run's ``stream_writer``, or any weakly referable
+    object), waiting up to ``wait`` seconds (``None``: for as long as it takes) for another run.
+
+    Raises:
+        ThreadBusyError: another run holds it.
+    """
+    started = time.monotonic()
+    while not _take_or_collect(backend, thread_id, owner):
+        if wait is not None and time.monotonic() - started >= wait:
+            raise _busy(thread_id, wait)
+        time.sleep(_POLL_SECONDS)
+
+
+async def aacquire(
+    backend: LeaseBackend, thread_id: str, owner: Any, *, wait: float | None = 0
+) -> None:
+    """Async twin of `acquire` (the lease's I/O runs off the event loop)."""
+    if _owned(backend, thread_id, owner):  # the run's own later steps: no thread hop
+        return
+    started = time.monotonic()
+    while not await asyncio.to_thread(_take_or_collect, backend, thread_id, owner):
+        if wait is not None and time.monotonic() - started >= wait:
+            raise _busy(thread_id, wait)
+        await asyncio.sleep(_POLL_SECONDS)
+
+
+def release(backend: LeaseBackend, thread_id: str, owner: Any) -> None:
+    """Give the lease back if ``owner`` holds it (or no live run does)."""
+    key = (backend.key, thread_id)
+    with _held_lock:
+        entry = _held.get(key)
+        if entry is None or entry.owner() not in (owner, None):
+            return
+        del _held[key]
+    if entry.release is not None:
+        with contextlib.suppress(Exception):  # a lost connection took the lock with it
+            entry.release()
+
+
+class _Token:
+    """The owner of a lease taken with `hold`: alive while the ``with`` block runs."""
+
+
+@contextlib.contextmanager
+def hold(backend: LeaseBackend, thread_id: str, *, wait: float | None = 0) -> Iterator[None]:
+    """Hold ``thread_id``'s lease while the block runs (for graphs without the middleware)."""
+    token = _Token()
+    acquire(backend, thread_id, token, wait=wait)
+    try:
+        yield
+    finally:
+        release(backend, thread_id, token)
+
+
+@contextlib.asynccontextmanager
+async def ahold(
+    backend: LeaseBackend, thread_id: str, *, wait: float | None = 0
+) -> AsyncIterator[None]:
+    """Async twin of `hold`."""
+    token = _Token()
+    await aacquire(backend, thread_id, token, wait=wait)
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(release, backend, thread_id, token)
+
+
+__all__ = ["LeaseBackend", "aacquire", "acquire", "ahold", "hold", "lease_backend", "release"]
