@@ -27,8 +27,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import gc
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -40,7 +42,9 @@ from typing import Any
 
 from langchain_sandbox.checkpointer_names import _is_pool, _kind
 from langchain_sandbox.errors import ThreadBusyError
-from langchain_sandbox.thread_lock import _key, _psycopg
+from langchain_sandbox.thread_lock import _key, _psycopg, covering
+
+logger = logging.getLogger(__name__)
 
 _POLL_SECONDS = 0.05
 _LEASE_DIR = ".thread-leases"
@@ -64,6 +68,7 @@ class LeaseBackend:
     try_acquire: Callable[[str], Release | None] | None
 
 
+@functools.lru_cache(maxsize=64)
 def _file_backend(root: Path) -> LeaseBackend:
     directory = root / _LEASE_DIR
 
@@ -120,21 +125,27 @@ _postgres_backends: weakref.WeakKeyDictionary[Any, LeaseBackend] = weakref.WeakK
 def lease_backend(saver: Any, store: Any) -> LeaseBackend | None:
     """The backend for the threads of ``saver`` whose sandboxes snapshot into ``store``; ``None``
     without a checkpointer (a run that keeps no thread has no turn to lose)."""
-    from langchain_sandbox.snapshots import LocalDirectoryBlobStore
-
     if saver is None:
         return None
-    if _kind(saver) == "postgres":
-        try:
-            return _postgres_backends[saver]
-        except (KeyError, TypeError):
-            backend = _postgres_backend(_conninfo(saver))
-            with contextlib.suppress(TypeError):
-                _postgres_backends[saver] = backend
-            return backend
+    if _kind(saver) != "postgres":
+        return store_backend(store)
+    try:
+        return _postgres_backends[saver]
+    except (KeyError, TypeError):
+        backend = _postgres_backend(_conninfo(saver))
+        with contextlib.suppress(TypeError):
+            _postgres_backends[saver] = backend
+        return backend
+
+
+def store_backend(store: Any) -> LeaseBackend:
+    """The backend of a snapshot store's threads: a file lease for a local directory store,
+    within the process for any other."""
+    from langchain_sandbox.snapshots import LocalDirectoryBlobStore
+
     if isinstance(store, LocalDirectoryBlobStore):
         return _file_backend(store.root)
-    return LeaseBackend(f"process:{id(saver)}", None)
+    return LeaseBackend(f"process:{id(store)}", None)
 
 
 @dataclass
@@ -151,8 +162,9 @@ def _busy(thread_id: str, waited: float | None) -> ThreadBusyError:
     how = f" (waited {waited:g} s)" if waited else ""
     return ThreadBusyError(
         f"Another run holds thread {thread_id!r}{how}: it is running a turn on it, and a second "
-        "turn at once would lose one of the two. Retry once that run ends, or let this one wait "
-        "for it (SandboxMiddleware(busy='wait')).",
+        "turn at once would lose one of the two. Retry once that run ends, or wait for it around "
+        "the call: with runtime.hold_thread(thread_id, checkpointer=..., wait=seconds): "
+        "agent.invoke(...).",
         thread_id=thread_id,
     )
 
@@ -183,9 +195,11 @@ def _owned(backend: LeaseBackend, thread_id: str, owner: Any) -> bool:
         return entry is not None and entry.owner() is owner
 
 
-def _take_or_collect(backend: LeaseBackend, thread_id: str, owner: Any) -> bool:
+def _take_or_collect(backend: LeaseBackend, thread_id: str, owner: Any, collect: bool) -> bool:
     if _try_take(backend, thread_id, owner):
         return True
+    if not collect:  # collected once per wait, on its first attempt
+        return False
     with _held_lock:
         in_process = (backend.key, thread_id) in _held
     if not in_process:
@@ -196,6 +210,17 @@ def _take_or_collect(backend: LeaseBackend, thread_id: str, owner: Any) -> bool:
     return _try_take(backend, thread_id, owner)
 
 
+def _check_wait(thread_id: str, started: float | None, wait: float | None) -> float:
+    """Raise once ``wait`` is over; log when a wait begins (``started`` is ``None``: once per
+    wait, not per poll). Returns when the wait started."""
+    now = time.monotonic()
+    if wait is not None and now - (started or now) >= wait:
+        raise _busy(thread_id, wait)
+    if started is None:
+        logger.info("thread %r is busy: waiting for the run that holds it", thread_id)
+    return now if started is None else started
+
+
 def acquire(backend: LeaseBackend, thread_id: str, owner: Any, *, wait: float | None = 0) -> None:
     """Lease ``thread_id`` to ``owner`` (a run's ``stream_writer``, or any weakly referable
     object), waiting up to ``wait`` seconds (``None``: for as long as it takes) for another run.
@@ -203,10 +228,9 @@ def acquire(backend: LeaseBackend, thread_id: str, owner: Any, *, wait: float | 
     Raises:
         ThreadBusyError: another run holds it.
     """
-    started = time.monotonic()
-    while not _take_or_collect(backend, thread_id, owner):
-        if wait is not None and time.monotonic() - started >= wait:
-            raise _busy(thread_id, wait)
+    started: float | None = None
+    while not _take_or_collect(backend, thread_id, owner, started is None):
+        started = _check_wait(thread_id, started, wait)
         time.sleep(_POLL_SECONDS)
 
 
@@ -216,10 +240,9 @@ async def aacquire(
     """Async twin of `acquire` (the lease's I/O runs off the event loop)."""
     if _owned(backend, thread_id, owner):  # the run's own later steps: no thread hop
         return
-    started = time.monotonic()
-    while not await asyncio.to_thread(_take_or_collect, backend, thread_id, owner):
-        if wait is not None and time.monotonic() - started >= wait:
-            raise _busy(thread_id, wait)
+    started: float | None = None
+    while not await asyncio.to_thread(_take_or_collect, backend, thread_id, owner, started is None):
+        started = _check_wait(thread_id, started, wait)
         await asyncio.sleep(_POLL_SECONDS)
 
 
@@ -242,11 +265,13 @@ class _Token:
 
 @contextlib.contextmanager
 def hold(backend: LeaseBackend, thread_id: str, *, wait: float | None = 0) -> Iterator[None]:
-    """Hold ``thread_id``'s lease while the block runs (for graphs without the middleware)."""
+    """Hold ``thread_id``'s lease while the block runs: around a whole ``invoke``, it covers the
+    run from its very start (the middleware then takes no lease of its own)."""
     token = _Token()
     acquire(backend, thread_id, token, wait=wait)
     try:
-        yield
+        with covering(thread_id):
+            yield
     finally:
         release(backend, thread_id, token)
 
@@ -259,9 +284,19 @@ async def ahold(
     token = _Token()
     await aacquire(backend, thread_id, token, wait=wait)
     try:
-        yield
+        with covering(thread_id):
+            yield
     finally:
         await asyncio.to_thread(release, backend, thread_id, token)
 
 
-__all__ = ["LeaseBackend", "aacquire", "acquire", "ahold", "hold", "lease_backend", "release"]
+__all__ = [
+    "LeaseBackend",
+    "aacquire",
+    "acquire",
+    "ahold",
+    "hold",
+    "lease_backend",
+    "release",
+    "store_backend",
+]

@@ -14,8 +14,7 @@ agent = create_agent(model, middleware=[SandboxMiddleware()], checkpointer=InMem
   and runs each sandbox call once (see `langchain_sandbox.graph.tool_calls`);
 * holds a lease on the thread for the turn, so a second run on a thread another run (in any
   worker sharing the checkpointer) is running fails with
-  [`ThreadBusyError`][langchain_sandbox.ThreadBusyError], or waits with ``busy="wait"``, instead of
-  silently losing a turn (see `langchain_sandbox.graph.turn_lease`);
+  [`ThreadBusyError`][langchain_sandbox.ThreadBusyError] instead of silently losing a turn (see `langchain_sandbox.graph.turn_lease`);
 * never destroys the sandbox at the end of a turn: ``after_agent`` runs at the end of *every*
   turn, so a thread's sandbox lives until ``runtime.close_thread(thread_id)``, its idle TTL, or
   ``langchain-sandbox gc``. Only with ``release_between_turns=True`` does it close the live
@@ -136,10 +135,10 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         busy: What a turn does when another run holds its thread (a worker racing this one on
             the same thread): ``"fail"`` (default) raises
             [`ThreadBusyError`][langchain_sandbox.ThreadBusyError] before anything runs;
-            ``"wait"`` waits for the thread (up to ``busy_timeout`` seconds, then raises);
-            ``"off"`` takes no lease (two turns at once then silently keep only one).
-        busy_timeout: With ``busy="wait"``, how long to wait (``None``, the default: as long as
-            it takes).
+            ``"off"`` takes no lease (two turns at once then silently keep only one). To wait for
+            the thread instead, hold it around the call with
+            ``SandboxRuntime.hold_thread(thread_id, checkpointer=..., wait=...)``: a run can only
+            wait before it starts (see `langchain_sandbox.graph.turn_lease`).
     """
 
     state_schema = SandboxAgentState
@@ -155,15 +154,11 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         default_thread_id: str | None = None,
         image_policy: ImagePolicy = "auto",
         busy: Busy = "fail",
-        busy_timeout: float | None = None,
     ) -> None:
         super().__init__()
-        if busy not in ("fail", "wait", "off"):
-            raise ConfigurationError(f"busy must be 'fail', 'wait' or 'off', not {busy!r}.")
-        if busy_timeout is not None and (busy != "wait" or busy_timeout < 0):
-            raise ConfigurationError("busy_timeout takes seconds >= 0, with busy='wait' only.")
+        if busy not in ("fail", "off"):
+            raise ConfigurationError(f"busy must be 'fail' or 'off', not {busy!r}.")
         self.busy: Busy = busy
-        self.busy_timeout = busy_timeout
         self.runtime = runtime
         self.default_thread_id = default_thread_id or private_thread_id()
         self.tools = (
@@ -202,10 +197,6 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         sandbox = resolve_runtime(self.runtime, runtime, config)
         thread_id = resolve_thread_id(config, self.default_thread_id)
         return self._lease(sandbox, thread_id, runtime.stream_writer, config)
-
-    @property
-    def _wait(self) -> float | None:
-        return self.busy_timeout if self.busy == "wait" else 0
 
     def _after_rehydrate(
         self,
@@ -246,7 +237,7 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         sandbox, thread_id = self._target(runtime)
         lease = self._lease(sandbox, thread_id, runtime.stream_writer, get_config())
         if lease:
-            lease.take(self._wait)
+            lease.take()
         try:
             outcome = sandbox.execute(
                 thread_id, _touch, record=_start_record(state), mutates=False, repeatable=True
@@ -270,7 +261,7 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         sandbox, thread_id = self._target(runtime)
         lease = self._lease(sandbox, thread_id, runtime.stream_writer, get_config())
         if lease:
-            await lease.atake(self._wait)
+            await lease.atake()
         try:
             outcome = await sandbox.aexecute(
                 thread_id, _touch, record=_start_record(state), mutates=False, repeatable=True

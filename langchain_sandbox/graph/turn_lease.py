@@ -4,7 +4,11 @@ LangGraph gives middleware no hook around a whole run: ``after_agent`` does not 
 ends with an interrupt or an exception. So [`SandboxMiddleware`][langchain_sandbox.SandboxMiddleware]
 holds the lease over the spans it does see, and gives it back wherever the run may stop:
 
-* ``before_agent`` takes it (failing with ``ThreadBusyError``, or waiting, by ``busy=``);
+* ``before_agent`` takes it, or fails with ``ThreadBusyError``. It never waits: LangGraph loads
+  the thread's checkpoint when the run starts, before any middleware hook, so a run that waited
+  here for another one to end would go on from the state before that run's turn and drop it.
+  Waiting belongs around the call, before the run starts: ``SandboxRuntime.hold_thread(thread_id,
+  checkpointer=..., wait=...)`` takes the same lease (the middleware then takes none of its own);
 * each model call and tool call takes it again (at no cost when the run already holds it), so a
   run resumed from an interrupt, in this process or another, holds it too; these never wait: a
   run already under way that waited for another would go on from a checkpoint the other one has
@@ -29,8 +33,9 @@ from langchain_core.runnables import RunnableConfig
 from langchain_sandbox.checkpointer_names import run_checkpointer
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.thread_lease import LeaseBackend, aacquire, acquire, lease_backend, release
+from langchain_sandbox.thread_lock import covered
 
-Busy = Literal["fail", "wait", "off"]
+Busy = Literal["fail", "off"]
 
 
 def asks_for_tools(response: Any) -> bool:
@@ -59,18 +64,18 @@ class TurnLease:
     ) -> TurnLease | None:
         """The lease of the run around ``config``; ``None`` when ``busy="off"`` or the run keeps
         no thread (no checkpointer)."""
-        if busy == "off":
+        if busy == "off" or covered(thread_id):
             return None
         backend = lease_backend(
             run_checkpointer(config), getattr(sandbox.snapshotter, "store", None)
         )
         return None if backend is None else cls(backend, thread_id, stream_writer)
 
-    def take(self, wait: float | None = 0) -> None:
-        acquire(self.backend, self.thread_id, self.owner, wait=wait)
+    def take(self) -> None:
+        acquire(self.backend, self.thread_id, self.owner)
 
-    async def atake(self, wait: float | None = 0) -> None:
-        await aacquire(self.backend, self.thread_id, self.owner, wait=wait)
+    async def atake(self) -> None:
+        await aacquire(self.backend, self.thread_id, self.owner)
 
     def give_back(self) -> None:
         release(self.backend, self.thread_id, self.owner)
