@@ -13,8 +13,9 @@ A lease is held by the process, so it dies with it (a ``SIGKILL`` never leaves a
 * otherwise, with a [`LocalDirectoryBlobStore`][langchain_sandbox.snapshots.LocalDirectoryBlobStore],
   an ``flock`` on a file in the store's ``.thread-leases`` directory (every worker on the machine
   sharing the store sees it);
-* otherwise only within the process (a store of another kind, or ``InMemoryBlobStore``, whose
-  sandboxes no other process can see anyway).
+* otherwise only within the process: another store gives the workers no place they all see
+  (a ``LangGraphStoreBlobStore`` over an ``InMemoryStore`` is per-process, so no other process
+  can run the thread anyway; over a shared store, hold the thread with ``PostgresThreadLock``).
 
 Within a process a lease belongs to a run (its ``stream_writer``, one object per graph run): the
 run's own later steps take it again at no cost, another run of the thread in the same process is
