@@ -101,23 +101,41 @@ def _conninfo(saver: Any) -> str:
     return make_conninfo(conn.info.dsn, password=conn.info.password)
 
 
-def _postgres_backend(conninfo: str) -> LeaseBackend:
-    def try_acquire(thread_id: str) -> Release | None:
-        psycopg = _psycopg()
-        key = _key(thread_id)
-        conn = psycopg.connect(conninfo, autocommit=True)
-        try:
-            held = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
-        except BaseException:
-            conn.close()
-            raise
-        if not held:
-            conn.close()
-            return None
-        close: Release = conn.close  # the session's advisory locks end with it
-        return close
+class _LeaseSession:
+    """One connection per process and database that holds all of the process's advisory leases
+    there: taking or giving back a lease is one round trip, not a new connection; the server
+    ends them all when the process dies (the connection closes). A lost connection lost its
+    leases with it; the next lease opens a new one."""
 
-    return LeaseBackend(f"postgres:{conninfo}", try_acquire)
+    def __init__(self, conninfo: str) -> None:
+        self.conninfo = conninfo
+        self._conn: Any = None
+        self._lock = threading.Lock()
+
+    def _run(self, sql: str, key: int) -> Any:
+        if self._conn is None or self._conn.closed:
+            self._conn = _psycopg().connect(self.conninfo, autocommit=True)
+        return self._conn.execute(sql, (key,)).fetchone()[0]
+
+    def _execute(self, sql: str, key: int) -> Any:
+        with self._lock:
+            try:
+                return self._run(sql, key)
+            except _psycopg().OperationalError:  # the connection was lost: once more, on a new one
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
+                return self._run(sql, key)
+
+    def try_acquire(self, thread_id: str) -> Release | None:
+        key = _key(thread_id)
+        if not self._execute("SELECT pg_try_advisory_lock(%s)", key):
+            return None
+        return lambda: self._execute("SELECT pg_advisory_unlock(%s)", key)
+
+
+def _postgres_backend(conninfo: str) -> LeaseBackend:
+    return LeaseBackend(f"postgres:{conninfo}", _LeaseSession(conninfo).try_acquire)
 
 
 _postgres_backends: weakref.WeakKeyDictionary[Any, LeaseBackend] = weakref.WeakKeyDictionary()
