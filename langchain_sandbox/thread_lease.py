@@ -201,11 +201,29 @@ def _try_take(backend: LeaseBackend, thread_id: str, owner: Any) -> bool:
                 return False
             entry.owner = weakref.ref(owner)  # its run ended without a release: take it over
             return True
-        release = backend.try_acquire(thread_id) if backend.try_acquire else None
-        if backend.try_acquire is not None and release is None:
-            return False
+        release = None
+        if backend.try_acquire is not None:
+            try:
+                release = backend.try_acquire(thread_id)
+            except Exception as exc:  # the lease's file or database is out of reach
+                _log_unleased(thread_id, exc)
+            else:
+                if release is None:
+                    return False
         _held[key] = _Held(weakref.ref(owner), release)
         return True
+
+
+def _log_unleased(thread_id: str, exc: Exception) -> None:
+    # Failing the turn would make the lease one more thing that can take an agent down; a run
+    # without it is what every run was before it existed.
+    logger.warning(
+        "could not lease thread %r across processes (%s: %s); this turn runs leased in this "
+        "process only, so a worker racing it elsewhere is not detected",
+        thread_id,
+        type(exc).__name__,
+        exc,
+    )
 
 
 def _owned(backend: LeaseBackend, thread_id: str, owner: Any) -> bool:

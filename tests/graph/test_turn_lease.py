@@ -22,7 +22,11 @@ from langgraph.types import Command
 
 from langchain_sandbox import SandboxRuntime, ThreadBusyError
 from langchain_sandbox.graph import SandboxMiddleware
-from langchain_sandbox.snapshots import LangGraphStoreBlobStore
+from langchain_sandbox.snapshots import (
+    LangGraphStoreBlobStore,
+    LocalDirectoryBlobStore,
+    Snapshotter,
+)
 from langchain_sandbox.testing import ScriptedToolModel, call
 from langchain_sandbox.thread_lease import acquire, lease_backend, release
 
@@ -219,3 +223,16 @@ def test_a_store_no_other_process_sees_leases_within_the_process() -> None:
     assert backend is not None
     assert backend.try_acquire is None  # no cross-process lease: no other process sees it
     assert lease_backend(None, store) is None  # no checkpointer, no turn to lose
+
+
+def test_a_lease_out_of_reach_lets_the_turn_run_and_says_so(
+    tmp_path: Path, saver: SqliteSaver, caplog: pytest.LogCaptureFixture
+) -> None:
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    (blobs / ".thread-leases").write_text("not a directory")  # the lease file cannot be made
+    store = LocalDirectoryBlobStore(blobs, durable=False)
+    with SandboxRuntime("local", snapshotter=Snapshotter(store)) as runtime:
+        result = _turn(_agent(runtime, saver), "unreachable", "ran")
+        assert _turns_file(runtime, "unreachable", result) == "ran"
+    assert "could not lease thread 'unreachable' across processes" in caplog.text
