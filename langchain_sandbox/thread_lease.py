@@ -87,7 +87,8 @@ def _file_backend(root: Path) -> LeaseBackend:
             raise
         return lambda: os.close(fd)  # closing the descriptor releases the lock
 
-    return LeaseBackend(f"file:{root.resolve()}", try_acquire)
+    # The path as the store spells it: resolving it would touch the file system on the event loop.
+    return LeaseBackend(f"file:{root}", try_acquire)
 
 
 def _conninfo(saver: Any) -> str:
