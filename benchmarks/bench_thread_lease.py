@@ -12,7 +12,7 @@ and without it (``busy="off"``), rows interleaved:
 
 A turn with one tool call takes the lease twice (``before_agent``, then the tool call after the
 model gave it back, see ``langchain_sandbox.graph.turn_lease``). Everything runs under a
-temporary directory.
+temporary directory. A second table times one take and give-back of a lease on its own.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from _timing import header, interleaved_ms, row
+from _timing import header, interleaved_ms, row, timings_ms
 from langchain.agents import create_agent
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -35,6 +35,7 @@ from langchain_sandbox.graph import SandboxMiddleware
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 from langchain_sandbox.testing.scripted_model import ScriptedToolModel, call
+from langchain_sandbox.thread_lease import acquire, lease_backend, release
 
 _WIDTH = 34
 
@@ -43,6 +44,22 @@ def _script(messages: list[BaseMessage]) -> Any:
     if isinstance(messages[-1], ToolMessage):
         return "done"
     return call("sandbox_exec", code="x = 1")
+
+
+class _Owner:
+    """A lease owner for the take-and-give-back rows."""
+
+
+def _take_and_give_back(saver: Any, store: Any) -> Callable[[], object]:
+    backend = lease_backend(saver, store)
+    assert backend is not None
+    owner = _Owner()
+
+    def once() -> None:
+        acquire(backend, "bench-lease", owner)
+        release(backend, "bench-lease", owner)
+
+    return once
 
 
 def _turns(runtime: SandboxRuntime, saver: Any, busy: str, name: str) -> Callable[[], object]:
@@ -95,6 +112,11 @@ def main() -> None:
             for busy in ("off", "fail")
         }
         samples = interleaved_ms(calls, args.rounds)
+        store = runtime.snapshotter.store  # type: ignore[attr-defined]
+        takes = {
+            name: timings_ms(_take_and_give_back(saver, store), 200)
+            for name, saver in savers.items()
+        }
     header(f"one agent turn, {args.rounds} rounds", _WIDTH)
     for name, values in samples.items():
         print(row(name, values, _WIDTH))
@@ -103,6 +125,9 @@ def main() -> None:
         off = statistics.median(samples[f"{name}, off"])
         leased = statistics.median(samples[f"{name}, fail"])
         print(f"{name}: lease adds {leased - off:+.2f} ms per turn, ratio {leased / off:.3f}")
+    header("one take and give-back of a lease, 200 times", _WIDTH)
+    for name, values in takes.items():
+        print(row(name, values, _WIDTH, digits=3))
     if postgres is None:
         print("(no PostgreSQL installed: the Postgres rows are left out)")
 
