@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from test_durable_sessions import HANG_GUARD, read_event
 
+from langchain_sandbox import ThreadBusyError
+
 WORKER = Path(__file__).with_name("turn_lock_worker.py")
 
 
@@ -150,3 +152,33 @@ def test_an_explicit_postgres_thread_lock_refuses_a_second_worker(
     assert refused["event"] == "busy"
     assert f"Another run holds thread {workers.thread!r}" in refused["message"]
     assert done_first["event"] == "done"
+
+
+def test_savers_on_a_pool_and_on_a_connection_lease_the_same_thread(postgres_dsn: str) -> None:
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg_pool import ConnectionPool
+
+    from langchain_sandbox.thread_lease import acquire, lease_backend, release
+
+    class _Owner:
+        pass
+
+    thread, first, second = f"pooled-{uuid.uuid4().hex[:8]}", _Owner(), _Owner()
+    with (
+        ConnectionPool(postgres_dsn, kwargs={"autocommit": True}, open=True) as pool,
+        PostgresSaver.from_conn_string(postgres_dsn) as single,
+    ):
+        pooled_backend = lease_backend(PostgresSaver(pool), None)
+        single_backend = lease_backend(single, None)
+        assert pooled_backend is not None
+        assert single_backend is not None
+        acquire(pooled_backend, thread, first)
+        try:
+            # The pool's connection string is rebuilt from the pool's own (password included):
+            # both savers lease in the same database, whichever of them asks.
+            with pytest.raises(ThreadBusyError, match=repr(thread)):
+                acquire(single_backend, thread, second)
+        finally:
+            release(pooled_backend, thread, first)
+        acquire(single_backend, thread, second)
+        release(single_backend, thread, second)
