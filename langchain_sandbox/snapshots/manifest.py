@@ -18,6 +18,8 @@ of the workspace keeps its part, and its blob, from one revision to the next:
 
 A part is ``{"files": {"data/a.csv": {"sha256": "...", "size": 120, "mode": 420, "mtime_ns": ...}},
 "format": 2}``, its paths sorted, every path of a part after every path of the part before it.
+An entry may also carry ``"link": "<path>"`` (a hard link of that file) and ``"sparse": true``
+(it had holes); both are left out when unset, so entries written before they existed still read.
 Format 1 (one blob, the ``files`` object in place of ``parts``) is still read, and
 `Manifest.encode` still writes it.
 
@@ -83,12 +85,24 @@ class SnapshotLimits:
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One regular file of a snapshot: its content's blob and the metadata restored with it."""
+    """One regular file of a snapshot: its content's blob and the metadata restored with it.
+
+    Attributes:
+        sha256: Its content's blob.
+        size: Its length in bytes.
+        mode: Its permission bits when captured.
+        mtime_ns: Its modification time when captured.
+        link: The path this file was a hard link of (the first, in path order, of the paths
+            sharing its inode; that path's own ``link`` is ``None``), or ``None``.
+        sparse: It had holes (took fewer blocks than its size) when captured.
+    """
 
     sha256: str
     size: int
     mode: int
     mtime_ns: int
+    link: str | None = None
+    sparse: bool = False
 
 
 @dataclass(frozen=True)
@@ -220,13 +234,19 @@ def encode_part(entries: Iterable[tuple[str, FileEntry]]) -> bytes:
     return _canonical({"format": FORMAT, "files": {path: _entry_doc(e) for path, e in entries}})
 
 
-def _entry_doc(entry: FileEntry) -> dict[str, int | str]:
-    return {
+def _entry_doc(entry: FileEntry) -> dict[str, int | str | bool]:
+    doc: dict[str, int | str | bool] = {
         "sha256": entry.sha256,
         "size": entry.size,
         "mode": entry.mode,
         "mtime_ns": entry.mtime_ns,
     }
+    # Written only when set, so an entry without them has the bytes it always had.
+    if entry.link is not None:
+        doc["link"] = entry.link
+    if entry.sparse:
+        doc["sparse"] = True
+    return doc
 
 
 def _canonical(document: dict[str, Any]) -> bytes:
@@ -579,7 +599,10 @@ def _digest(value: object, what: str) -> str:
 
 def _file_entry(path: str, value: object, limits: SnapshotLimits) -> FileEntry:
     doc = _exact_object(
-        value, f"entry {path!r}", required={"sha256", "size", "mode", "mtime_ns"}, optional=set()
+        value,
+        f"entry {path!r}",
+        required={"sha256", "size", "mode", "mtime_ns"},
+        optional={"link", "sparse"},
     )
     size = _integer(doc["size"], f"{path}.size", minimum=0)
     if size > limits.max_file_bytes:
@@ -592,7 +615,26 @@ def _file_entry(path: str, value: object, limits: SnapshotLimits) -> FileEntry:
         size=size,
         mode=_integer(doc["mode"], f"{path}.mode", minimum=0, maximum=0o7777),
         mtime_ns=_integer(doc["mtime_ns"], f"{path}.mtime_ns"),
+        link=_link(doc.get("link"), path),
+        sparse=_flag(doc.get("sparse", False), f"{path}.sparse"),
     )
+
+
+def _link(value: object, path: str) -> str | None:
+    """A hard link's target: a path under the same rules as every snapshot path (a restore
+    links it only if the snapshot has it as a file of the same content)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value == path:
+        raise UnsafeArchiveError(f"Snapshot field '{path}.link' is not another path.")
+    check_relative_path(value)
+    return value
+
+
+def _flag(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise UnsafeArchiveError(f"Snapshot field {what!r} is not a boolean.")
+    return value
 
 
 def _variables_entry(value: object, limits: SnapshotLimits) -> VariablesEntry | None:
