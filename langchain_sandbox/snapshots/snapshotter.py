@@ -1589,9 +1589,10 @@ def _layout_notices(
                 f"carry the restore's time): {_describe_paths(differ)}."
             )
         if unlinked:
+            pairs = sorted(f"{p} (a link of {manifest.files[p].link})" for p in unlinked)
             notices.append(
                 f"{len(unlinked)} hard link(s) could not be made and came back as separate "
-                f"copies: {_describe_paths(sorted(unlinked))}."
+                f"copies: {_describe_paths(pairs)}."
             )
         return notices
     if written and session.provider_name not in _UNKEPT_TIMES_SAID:
@@ -1601,7 +1602,9 @@ def _layout_notices(
             "restore's time",
             session.provider_name,
         )
-    copies = sorted(p for p in written if manifest.files[p].link is not None)
+    copies = sorted(
+        f"{p} (a link of {link})" for p in written if (link := manifest.files[p].link) is not None
+    )
     if copies:
         notices.append(
             f"{len(copies)} hard link(s) came back as separate copies (this provider makes no "
