@@ -186,7 +186,8 @@ class FileInfo:
         mtime_ns: Modification time in nanoseconds, as precise as the provider reports it; used
             to skip re-hashing unchanged files between snapshots.
         mode: Permission bits (``0o644``).
-        kind: ``"file"``, ``"dir"`` or ``"symlink"`` (symlinks are listed, never followed).
+        kind: ``"file"``, ``"dir"``, ``"symlink"`` (symlinks are listed, never followed) or
+            ``"fifo"`` (a named pipe, where the provider lists them: the local provider).
         inode: The regular file's inode number where the provider reports it (0: not reported,
             and always 0 for directories and symlinks); two paths with the same inode are hard
             links of one file, which a snapshot keeps as such.
@@ -199,7 +200,7 @@ class FileInfo:
     size: int
     mtime_ns: int
     mode: int = 0o644
-    kind: Literal["file", "dir", "symlink"] = "file"
+    kind: Literal["file", "dir", "symlink", "fifo"] = "file"
     inode: int = 0
     links: int = 1
     sparse: bool = False
@@ -232,7 +233,7 @@ class ChangeListing:
             as it is now: new paths, and paths whose size, mtime, mode or kind differ. A file
             with contents is listed with its stat after its contents were read.
         gone: The paths of ``known`` the workspace no longer has (or that a listing no longer
-            reaches: FIFOs, sockets and devices are never listed).
+            reaches: sockets and devices are never listed, FIFOs only by some providers).
         contents: path -> bytes of some of the regular files in ``changed`` (a file over the
             provider's bundling cap, one that changed while it was read, or one that is not a
             regular file has none: read those with [`Session.read_files`][langchain_sandbox.Session.read_files]).
@@ -475,6 +476,11 @@ class Session(ABC):
         whatever is at the path (never following a symlink). Returns the paths that could not
         be linked; the caller writes those as copies. The default links nothing."""
         return list(links)
+
+    async def make_fifos(self, paths: Sequence[str]) -> list[str]:
+        """Create a named pipe (FIFO) at each path, replacing whatever is there (never following
+        a symlink); returns the paths where none could be made. The default makes none."""
+        return list(paths)
 
     @abstractmethod
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:

@@ -279,6 +279,7 @@ class _Captured:
     dirs: tuple[str, ...]
     omitted: Mapping[str, str]
     variables: VariablesEntry | None
+    fifos: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -331,6 +332,7 @@ def _unchanged_since(
     same = (
         files == known.entries
         and captured.dirs == before.dirs
+        and captured.fifos == before.fifos
         and captured.omitted == before.omitted
         and captured.variables == before.variables
     )
@@ -608,7 +610,7 @@ class Snapshotter:
                 and same_paths
                 and not reshaped
                 and omitted == known.captured.omitted
-                else tuple(sorted(_empty_dirs(listing.dirs, files, omitted)))
+                else tuple(sorted(_empty_dirs(listing.dirs, [*files, *listing.fifos], omitted)))
             )
             manifest = Manifest(
                 revision=revision,
@@ -618,8 +620,11 @@ class Snapshotter:
                 dirs=empty_dirs,
                 omitted=omitted,
                 variables=variables,
+                fifos=tuple(sorted(listing.fifos)),
             )
-            captured = _Captured(revision, manifest.dirs, manifest.omitted, variables)
+            captured = _Captured(
+                revision, manifest.dirs, manifest.omitted, variables, manifest.fifos
+            )
             if variables is not None:
                 # The dump is in hand, as a changed file's content is: a stored copy damaged
                 # since it was written is found (one read of what was just dumped) and
@@ -926,10 +931,13 @@ class Snapshotter:
         bytes_written = await write([path for path in writes if path not in links])
         unlinked = await session.link_files(links) if links else []
         bytes_written += await write(unlinked)
+        make_fifos = [path for path in make_dirs if path in manifest.fifos]
+        make_dirs = [path for path in make_dirs if path not in manifest.fifos]
         if make_dirs:
             placeholders = [f"{path}/{_DIR_PLACEHOLDER}" for path in make_dirs]
             await session.write_files(dict.fromkeys(placeholders, b""))
             await session.remove_files(placeholders)
+        unmade = await session.make_fifos(make_fifos) if make_fifos else []
 
         restored_files = [e for p, e in manifest.files.items() if p not in lost_files]
         unlisted = sum(unread.values())
@@ -941,7 +949,7 @@ class Snapshotter:
             else f"Restored the workspace to revision {manifest.revision} "
             f"({len(manifest.files)} files, {_human_bytes(manifest.total_bytes)})."
         ]
-        if writes or make_dirs:
+        if writes or make_dirs or make_fifos:
             # Let the files just written leave the racy window, so they count as known below.
             await asyncio.sleep(RACY_WINDOW_NS / 1e9)
         horizon_ns = time.time_ns()
@@ -982,6 +990,12 @@ class Snapshotter:
             parts=parts,
             confirmed_ns=checked_ns,
         )
+        if unmade:
+            notices.append(
+                f"{len(unmade)} FIFO(s) (named pipes) could not be made again"
+                + ("" if session.keeps_file_metadata else " (this provider makes none)")
+                + f": {_describe_paths(sorted(unmade))}."
+            )
         if lost_files:
             notices.append(
                 f"{len(lost_files)} file(s) could not be restored because their stored copy is "
@@ -1305,7 +1319,7 @@ def _encode_parts(
 
 
 def _empty_dirs(
-    dirs: AbstractSet[str], files: Mapping[str, FileEntry], omitted: Mapping[str, str]
+    dirs: AbstractSet[str], files: Iterable[str], omitted: Mapping[str, str]
 ) -> set[str]:
     """The directories a restore must create explicitly: those no captured path lies below."""
     implied: set[str] = set()
@@ -1455,16 +1469,19 @@ def _plan_restore(
     any symlink), so no write can land on or through something the sandbox left there.
     """
     wanted_dirs = set(manifest.dirs)
-    for path in [*manifest.files, *manifest.dirs]:
+    for path in [*manifest.files, *manifest.dirs, *manifest.fifos]:
         parent = path.rpartition("/")[0]
         while parent and parent not in wanted_dirs:
             wanted_dirs.add(parent)
             parent = parent.rpartition("/")[0]
     current = listing
+    wanted_fifos = set(manifest.fifos)
     doomed: set[str] = set()
     for path, info in current.items():
-        keep = (info.kind == "dir" and path in wanted_dirs) or (
-            info.kind == "file" and path in manifest.files
+        keep = (
+            (info.kind == "dir" and path in wanted_dirs)
+            or (info.kind == "file" and path in manifest.files)
+            or (info.kind == "fifo" and path in wanted_fifos)
         )
         if not keep:
             doomed.add(path)
@@ -1495,6 +1512,11 @@ def _plan_restore(
     make_dirs = [
         path
         for path in sorted(manifest.dirs)
+        if path in doomed or path not in current or _has_ancestor_in(path, doomed)
+    ]
+    make_dirs += [
+        path
+        for path in sorted(manifest.fifos)
         if path in doomed or path not in current or _has_ancestor_in(path, doomed)
     ]
     return removals, writes, make_dirs

@@ -182,3 +182,35 @@ async def test_a_provider_without_links_or_holes_names_them_in_the_restore(
         for n in report.notices
     ), report.notices
     assert not any("Modification times" in n for n in report.notices)
+
+
+async def test_fifos_come_back_in_a_fresh_sandbox_and_stay_in_a_rewind(
+    new_session: SessionFactory, snapshotter: Snapshotter
+) -> None:
+    session = await new_session()
+    made = await session.run_command("mkdir -p run && mkfifo run/pipe top.pipe && echo x > a.txt")
+    assert made.ok, made.render()
+    if session.launcher.isolation == "gvisor":  # type: ignore[attr-defined]
+        pytest.skip("gVisor keeps FIFOs in its own kernel: the host never sees them")
+    info = await snapshotter.capture(session)
+    manifest = await snapshotter.load_manifest(info.ref)
+    assert manifest.fifos == ("run/pipe", "top.pipe")
+    assert not info.omitted
+
+    fresh = await new_session()
+    report = await snapshotter.restore(fresh, info.ref)
+    assert report.complete, report.notices
+    kinds = await fresh.run_command(
+        "python3 -c 'import os, stat\n"
+        'for n in ["run/pipe", "top.pipe"]: print(n, stat.S_ISFIFO(os.lstat(n).st_mode))\''
+    )
+    assert kinds.stdout.splitlines() == ["run/pipe True", "top.pipe True"], kinds.render()
+    # A pipe in use survives a rewind: it is not replaced (a reader would lose its writer).
+    before = await session.run_command("stat -c %i top.pipe")
+    await session.run_command("rm run/pipe && printf y > run/pipe && mkfifo extra.pipe")
+    rewound = await snapshotter.restore(session, info.ref)
+    assert rewound.complete, rewound.notices
+    after = await session.run_command(
+        "stat -c %i top.pipe && test -p run/pipe && test ! -e extra.pipe && echo ok"
+    )
+    assert after.stdout.splitlines() == [before.stdout.strip(), "ok"], after.render()

@@ -118,6 +118,31 @@ class HostWorkspace:
                         unset.append(path)
         return unset
 
+    def make_fifos(self, paths: Sequence[str]) -> list[str]:
+        """Make a FIFO at each path, replacing what is there (a directory tree included), owned
+        like every file the host writes; returns the paths where none could be made."""
+        failed: list[str] = []
+        for directory, names in self._by_parent(paths).items():
+            try:
+                with self._directory(list(directory), create=True, display=names[0][1]) as parent:
+                    for name, path in names:
+                        try:
+                            with contextlib.suppress(FileNotFoundError):
+                                if stat.S_ISDIR(
+                                    os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+                                ):
+                                    remove_tree(parent, name)
+                                else:
+                                    os.unlink(name, dir_fd=parent)
+                            os.mkfifo(name, 0o644, dir_fd=parent)
+                            if self.owner is not None:
+                                os.chown(name, *self.owner, dir_fd=parent, follow_symlinks=False)
+                        except OSError:
+                            failed.append(path)
+            except (OSError, InvalidPathError):
+                failed.extend(path for _, path in names)
+        return failed
+
     def link_many(self, links: Mapping[str, str]) -> list[str]:
         """Make each path of ``links`` a hard link of the regular file it maps to (what is at
         the path is replaced; neither path is followed through a symlink); returns the paths
@@ -335,7 +360,7 @@ class _Scan:
                     fmt = info.st_mode & _S_IFMT
                     inode, links, sparse = 0, 1, False
                     if fmt == stat.S_IFDIR:
-                        kind: Literal["file", "dir", "symlink"] = "dir"
+                        kind: Literal["file", "dir", "symlink", "fifo"] = "dir"
                         size = 0
                         self.dirs += 1
                     elif fmt == stat.S_IFREG:
@@ -344,8 +369,10 @@ class _Scan:
                         sparse = info.st_blocks * 512 < size
                     elif fmt == stat.S_IFLNK:
                         kind, size = "symlink", info.st_size
+                    elif fmt == stat.S_IFIFO:
+                        kind, size = "fifo", 0
                     else:
-                        continue  # FIFOs, sockets and devices are left out (see _file_info)
+                        continue  # sockets and devices are left out (see _file_info)
                     path = base + entry.name
                     seen(path)
                     mode = info.st_mode & 0o7777
@@ -572,11 +599,14 @@ def _sorted_entries(fd: int) -> Iterator[os.DirEntry[str]]:
 
 
 def _file_info(path: str, info: os.stat_result) -> FileInfo | None:
-    """What a listing says about an entry; ``None`` for FIFOs, sockets and devices, which are
-    left out of listings (and so of snapshots): they hold no content to read or restore."""
-    kind: Literal["file", "dir", "symlink"]
+    """What a listing says about an entry; ``None`` for sockets and devices, which are left out
+    of listings (and so of snapshots): a socket belongs to a process, and a restore makes no
+    devices. A FIFO is listed (size 0), so a restore can make it again."""
+    kind: Literal["file", "dir", "symlink", "fifo"]
     if stat.S_ISLNK(info.st_mode):
         kind = "symlink"
+    elif stat.S_ISFIFO(info.st_mode):
+        kind = "fifo"
     elif stat.S_ISDIR(info.st_mode):
         kind = "dir"
     elif stat.S_ISREG(info.st_mode):
@@ -586,7 +616,7 @@ def _file_info(path: str, info: os.stat_result) -> FileInfo | None:
     regular = kind == "file"
     return FileInfo(
         path=path,
-        size=0 if kind == "dir" else info.st_size,
+        size=0 if kind in ("dir", "fifo") else info.st_size,
         mtime_ns=info.st_mtime_ns,
         mode=stat.S_IMODE(info.st_mode),
         kind=kind,

@@ -479,6 +479,12 @@ class LocalSession(Session):
         await self._quota.check_write(sum(len(data) for data in files.values()))
         return await asyncio.to_thread(self._files.write_many, dict(files), metadata)
 
+    async def make_fifos(self, paths: Sequence[str]) -> list[str]:
+        self._check_open()
+        for path in paths:
+            resolve_path(path)
+        return await asyncio.to_thread(self._files.make_fifos, list(paths))
+
     async def link_files(self, links: Mapping[str, str]) -> list[str]:
         self._check_open()
         for path, target in links.items():
