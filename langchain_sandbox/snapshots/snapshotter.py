@@ -54,7 +54,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from langchain_sandbox.errors import (
@@ -62,8 +62,16 @@ from langchain_sandbox.errors import (
     SnapshotNotFoundError,
     UnsafeArchiveError,
 )
-from langchain_sandbox.providers.base import FileInfo, FileMetadata, Session, VariablesDump
+from langchain_sandbox.providers.base import FileInfo, Session, VariablesDump
 from langchain_sandbox.providers.guest_facts import variable_names, variable_reasons
+from langchain_sandbox.snapshots._layout import (
+    describe_paths,
+    inode_of,
+    layout_notices,
+    links_to_make,
+    mark_links,
+    metadata_of,
+)
 from langchain_sandbox.snapshots._listing import EMPTY as EMPTY_LISTING
 from langchain_sandbox.snapshots._listing import Listing, portable
 from langchain_sandbox.snapshots.local_store import LocalDirectoryBlobStore
@@ -99,7 +107,6 @@ _FETCH_CHUNK_BYTES = 4 * 1024 * 1024
 # the next batch overlaps hashing and storing this one.
 _READ_BATCH_FILES = 1000
 _MAX_COMMAND_CHARS = 64 * 1024
-_MAX_NAMES_IN_NOTICE = 10
 # Entries of decoded manifest parts a snapshotter keeps (about 100 bytes each).
 _PARSED_PART_ENTRIES = 200_000
 
@@ -589,7 +596,7 @@ class Snapshotter:
             files, same_paths = _entries(
                 known.entries if known is not None else {}, rebuilt, hashes, sizes, listing
             )
-            rebuilt |= _mark_links(files, listing.files, rebuilt)
+            rebuilt |= mark_links(files, listing.files, rebuilt)
             unread = sum(1 for info in to_read if info.path not in hashes)
             if known is not None and len(files) != len(listing.files) - unread:
                 # The session's knowledge no longer adds up (a bug, never expected): start over
@@ -908,7 +915,7 @@ class Snapshotter:
         keeps = session.keeps_file_metadata
         # Hard links are made once their targets are written; a provider that makes none
         # writes them as copies, and so does one whose link fails.
-        links = _links_to_make(manifest, writes) if keeps else {}
+        links = links_to_make(manifest, writes) if keeps else {}
         untimed: list[str] = []
 
         async def write(paths: Sequence[str]) -> int:
@@ -922,7 +929,9 @@ class Snapshotter:
                 contents = blobs if in_memory else await self._fetch_verified(wanted)
                 files = {path: contents[manifest.files[path].sha256] for path, _ in batch}
                 if keeps:
-                    untimed.extend(await session.write_restored(files, _metadata(manifest, files)))
+                    untimed.extend(
+                        await session.write_restored(files, metadata_of(manifest, files))
+                    )
                 else:
                     await session.write_files(files)
                 written += sum(size for _, size in batch)
@@ -956,7 +965,7 @@ class Snapshotter:
         now = await _relisted(session, current, max_file)
         notices += await _restore_modes(session, manifest, now.entries)
         notices += _changed_modes(manifest)
-        notices += _layout_notices(session, manifest, writes, now.files, untimed, unlinked)
+        notices += layout_notices(session, manifest, writes, now.files, untimed, unlinked)
         seen = _Seen.observe(
             {
                 path: (info.size, info.mtime_ns, entry.sha256)
@@ -977,7 +986,7 @@ class Snapshotter:
             for path, (size, mtime, sha) in seen.files.items()
         }
         entries = {path: entries[path] for path in sorted(entries)}
-        _mark_links(entries, now.files, entries)
+        mark_links(entries, now.files, entries)
         # A manifest missing an unreadable part's files cannot be indexed by part.
         parts = {} if unread else _part_index(manifest)
         if any(entries.get(path) != entry for chunk, _ in parts.values() for path, entry in chunk):
@@ -994,12 +1003,12 @@ class Snapshotter:
             notices.append(
                 f"{len(unmade)} FIFO(s) (named pipes) could not be made again"
                 + ("" if session.keeps_file_metadata else " (this provider makes none)")
-                + f": {_describe_paths(sorted(unmade))}."
+                + f": {describe_paths(sorted(unmade))}."
             )
         if lost_files:
             notices.append(
                 f"{len(lost_files)} file(s) could not be restored because their stored copy is "
-                f"missing or corrupt: {_describe_paths(sorted(lost_files))}. Everything else was "
+                f"missing or corrupt: {describe_paths(sorted(lost_files))}. Everything else was "
                 "restored; re-create those files if you need them."
             )
         if unlisted:
@@ -1502,7 +1511,7 @@ def _plan_restore(
         for path, entry in manifest.files.items()
         if path not in written
         and entry.link is not None
-        and (entry.link in written or _inode(current, path) != _inode(current, entry.link))
+        and (entry.link in written or inode_of(current, path) != inode_of(current, entry.link))
     ]
     # A file written in place would change every other name of its inode: it is replaced.
     doomed_links = {
@@ -1520,125 +1529,6 @@ def _plan_restore(
         if path in doomed or path not in current or _has_ancestor_in(path, doomed)
     ]
     return removals, writes, make_dirs
-
-
-def _inode(listing: Mapping[str, FileInfo], path: str) -> int:
-    info = listing.get(path)
-    return 0 if info is None else info.inode
-
-
-def _mark_links(
-    files: dict[str, FileEntry], listed: Mapping[str, FileInfo], changed: Iterable[str]
-) -> set[str]:
-    """Set ``link`` on the entries of ``files`` that share an inode with another (the first
-    path of each group, in path order, is the target; its own ``link`` is ``None``), for the
-    groups a ``changed`` path belongs to; returns the paths whose entry this changed.
-
-    Linking or unlinking a name changes every other name's link count (and ctime), so a
-    listing reports each member of a group that changed; only then is the whole listing
-    looked through, so a capture without hard links costs nothing more."""
-    inodes = {
-        info.inode
-        for path in changed
-        if (info := listed.get(path)) is not None and info.links > 1 and info.inode
-    }
-    groups: dict[int, list[str]] = {}
-    if inodes:
-        for path, info in listed.items():
-            if info.inode in inodes and path in files:
-                groups.setdefault(info.inode, []).append(path)
-    marked: set[str] = set()
-    for paths in groups.values():
-        paths.sort()
-        for path in paths:
-            target = None if path == paths[0] else paths[0]
-            if files[path].link != target:
-                files[path] = replace(files[path], link=target)
-                marked.add(path)
-    for path in changed:
-        entry = files.get(path)
-        info = listed.get(path)
-        if entry is not None and entry.link is not None and (info is None or info.links < 2):
-            files[path] = replace(entry, link=None)
-            marked.add(path)
-    return marked
-
-
-def _links_to_make(manifest: Manifest, writes: Sequence[str]) -> dict[str, str]:
-    """Path -> target of the written files a restore makes as hard links: those whose target
-    is a file of the snapshot with the same content (anything else is written as a copy)."""
-    links: dict[str, str] = {}
-    for path in writes:
-        entry = manifest.files[path]
-        target = manifest.files.get(entry.link) if entry.link is not None else None
-        if target is not None and target.link is None and target.sha256 == entry.sha256:
-            links[path] = entry.link  # type: ignore[assignment]
-    return links
-
-
-def _metadata(manifest: Manifest, files: Iterable[str]) -> dict[str, FileMetadata]:
-    return {
-        path: FileMetadata(manifest.files[path].mtime_ns, manifest.files[path].sparse)
-        for path in files
-    }
-
-
-_UNKEPT_TIMES_SAID: set[str] = set()
-
-
-def _layout_notices(
-    session: Session,
-    manifest: Manifest,
-    writes: Sequence[str],
-    now: Mapping[str, FileInfo],
-    untimed: Sequence[str],
-    unlinked: Sequence[str],
-) -> list[str]:
-    """What a restore could not keep of the written files' times, hard links and holes.
-
-    A provider that sets no times (see ``Session.keeps_file_metadata``) says so once per
-    process in the log, not in every restore's notices: it is a fact of the provider, which
-    docs/persistence.md lists. Links and holes it cannot keep are named each time."""
-    written = [path for path in writes if path in now]
-    notices: list[str] = []
-    if session.keeps_file_metadata:
-        differ = sorted(
-            {*untimed, *(p for p in written if now[p].mtime_ns != manifest.files[p].mtime_ns)}
-        )
-        if differ:
-            notices.append(
-                f"Modification times of {len(differ)} file(s) could not be restored (they "
-                f"carry the restore's time): {_describe_paths(differ)}."
-            )
-        if unlinked:
-            pairs = sorted(f"{p} (a link of {manifest.files[p].link})" for p in unlinked)
-            notices.append(
-                f"{len(unlinked)} hard link(s) could not be made and came back as separate "
-                f"copies: {_describe_paths(pairs)}."
-            )
-        return notices
-    if written and session.provider_name not in _UNKEPT_TIMES_SAID:
-        _UNKEPT_TIMES_SAID.add(session.provider_name)
-        logger.warning(
-            "the %s provider does not keep modification times: restored files carry the "
-            "restore's time",
-            session.provider_name,
-        )
-    copies = sorted(
-        f"{p} (a link of {link})" for p in written if (link := manifest.files[p].link) is not None
-    )
-    if copies:
-        notices.append(
-            f"{len(copies)} hard link(s) came back as separate copies (this provider makes no "
-            f"hard links): {_describe_paths(copies)}."
-        )
-    dense = sorted(p for p in written if manifest.files[p].sparse)
-    if dense:
-        notices.append(
-            f"{len(dense)} sparse file(s) came back fully allocated (this provider writes no "
-            f"holes): {_describe_paths(dense)}."
-        )
-    return notices
 
 
 def _has_ancestor_in(path: str, paths: set[str]) -> bool:
@@ -1673,7 +1563,7 @@ def _changed_modes(manifest: Manifest) -> list[str]:
     return [
         f"{len(changed)} file(s) came back with another mode (setuid/setgid/sticky bits and "
         f"group/other write are dropped, read-only files are writable again): "
-        f"{_describe_paths(changed)}."
+        f"{describe_paths(changed)}."
     ]
 
 
@@ -1711,13 +1601,7 @@ def _command_chunks(paths: list[str]) -> Iterator[list[str]]:
 
 
 def _describe(paths: Mapping[str, str]) -> str:
-    return _describe_paths([f"{path} ({reason})" for path, reason in paths.items()])
-
-
-def _describe_paths(names: Sequence[str]) -> str:
-    shown = names[:_MAX_NAMES_IN_NOTICE]
-    more = len(names) - len(shown)
-    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+    return describe_paths([f"{path} ({reason})" for path, reason in paths.items()])
 
 
 def _human_bytes(count: int) -> str:
