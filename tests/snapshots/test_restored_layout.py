@@ -9,15 +9,16 @@ writer drops a time, a link or a hole.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 
 import pytest
-from conftest import SessionFactory
 
 from langchain_sandbox.providers.base import Provider, Session
 from langchain_sandbox.snapshots import Snapshotter
 from langchain_sandbox.snapshots.store import digest
+
+SessionFactory = Callable[[], Awaitable[Session]]
 
 OLD_NS = 1_000_000_000_123_456_789
 HOLES_NS = 1_234_567_890_500_000_000
