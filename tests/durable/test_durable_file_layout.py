@@ -1,5 +1,5 @@
 """A thread taken over by a new process gets its files back with their modification times, hard
-links and holes (local provider, SQLite checkpointer, snapshot blobs in a shared directory).
+links and holes, and its FIFOs (local provider, SQLite checkpointer, snapshot blobs in a shared directory).
 
 Process A (story ``code`` of ``agent_worker.py``: each human message is code the model runs)
 makes the files and prints their ``stat``; process B, a fresh sandbox restored from A's
@@ -18,8 +18,8 @@ OLD_NS = 1_000_000_000_123_456_789
 SIZE = 8 * 1024 * 1024
 
 _STAT = """
-import json, os
-facts = {}
+import json, os, stat
+facts = {"fifo": stat.S_ISFIFO(os.lstat("run/pipe").st_mode)}
 for name in ["old.txt", "d/new.txt", "d/same.txt", "holes.bin"]:
     st = os.stat(name)
     facts[name] = [st.st_mtime_ns, st.st_ino, st.st_nlink, st.st_blocks * 512, st.st_size]
@@ -37,10 +37,12 @@ os.ftruncate(fd, {SIZE})
 os.pwrite(fd, b"x", {SIZE // 2})
 os.close(fd)
 os.utime("old.txt", ns=({OLD_NS}, {OLD_NS}))
+os.makedirs("run")
+os.mkfifo("run/pipe")
 """
 
 
-def test_a_new_process_restores_times_links_and_holes(tmp_path: Path) -> None:
+def test_a_new_process_restores_times_links_holes_and_fifos(tmp_path: Path) -> None:
     story = Story("code", "sqlite", str(tmp_path / "checkpoints.sqlite"), str(tmp_path / "blobs"))
     made = story.run("--message", _MAKE + _STAT)
     before = json.loads(_stdout(made["tools"][-1]))
@@ -51,6 +53,8 @@ def test_a_new_process_restores_times_links_and_holes(tmp_path: Path) -> None:
     text = shown["tools"][-1]
     assert "restored from the snapshot" in text, text
     after = json.loads(_stdout(text))
+    assert before.pop("fifo") is True
+    assert after.pop("fifo") is True, "the FIFO is a FIFO again"
     for name, facts in before.items():
         assert after[name][0] == facts[0], (name, "mtime")
         assert after[name][2] == facts[2], (name, "link count")
