@@ -28,6 +28,7 @@ class Listing:
         entries: Every listed entry, by path.
         files: The regular files a snapshot captures (within the path rules and the file limit).
         dirs: The directories a snapshot keeps (empty ones are recreated on restore).
+        fifos: The named pipes a snapshot keeps (recreated empty on restore).
         omitted: Key -> why a listed path is not captured: symlinks, names the manifest cannot
             hold (keyed by a printable stand-in), directories at the depth limit, files over the
             file limit.
@@ -44,6 +45,7 @@ class Listing:
     omitted_as: Mapping[str, str] = field(default_factory=dict)
     file_bytes: int = 0
     cursor: object | None = None
+    fifos: frozenset[str] = frozenset()
 
     def apply(self, changes: ChangeListing, max_file: int) -> tuple[Listing, bool]:
         """This listing with ``changes`` applied, and whether any path appeared, went or changed
@@ -53,6 +55,7 @@ class Listing:
         entries = dict(self.entries)
         files = dict(self.files)
         dirs = set(self.dirs)
+        fifos = set(self.fifos)
         omitted = dict(self.omitted)
         omitted_as = dict(self.omitted_as)
         file_bytes = self.file_bytes
@@ -64,6 +67,7 @@ class Listing:
             if (captured := files.pop(path, None)) is not None:
                 file_bytes -= captured.size
             dirs.discard(path)
+            fifos.discard(path)
             if (key := omitted_as.pop(path, None)) is not None:
                 omitted.pop(key, None)
             return old
@@ -86,11 +90,20 @@ class Listing:
                 omitted_as[path] = key
             elif info.kind == "dir":
                 dirs.add(path)
+            elif info.kind == "fifo":
+                fifos.add(path)
             else:
                 files[path] = info
                 file_bytes += info.size
         listing = Listing(
-            entries, files, frozenset(dirs), omitted, omitted_as, file_bytes, changes.cursor
+            entries,
+            files,
+            frozenset(dirs),
+            omitted,
+            omitted_as,
+            file_bytes,
+            changes.cursor,
+            frozenset(fifos),
         )
         return listing, reshaped
 
