@@ -114,8 +114,10 @@ class AuthenticationError(ConfigurationError):
 
 
 class ThreadBusyError(SandboxError):
-    """Another run holds the thread ([`PostgresThreadLock`][langchain_sandbox.PostgresThreadLock]):
-    running this turn now would lose one of the two. Retry when it ends.
+    """Another run holds the thread (the turn lease of
+    [`SandboxMiddleware`][langchain_sandbox.SandboxMiddleware], ``SandboxRuntime.hold_thread`` or
+    [`PostgresThreadLock`][langchain_sandbox.PostgresThreadLock]): running this turn now would
+    lose one of the two. Retry when it ends, or wait for it with ``hold_thread(..., wait=)``.
 
     Attributes:
         thread_id: The thread.

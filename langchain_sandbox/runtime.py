@@ -647,6 +647,47 @@ class SandboxRuntime:
             )
         )
 
+    # -- concurrent turns --------------------------------------------------------------------
+
+    def _lease_backend(self, checkpointer: Any) -> Any:
+        from langchain_sandbox.thread_lease import lease_backend, store_backend
+
+        store = getattr(self.snapshotter, "store", None)
+        return lease_backend(checkpointer, store) if checkpointer else store_backend(store)
+
+    def hold_thread(
+        self, thread_id: str, *, checkpointer: Any = None, wait: float | None = 0
+    ) -> contextlib.AbstractContextManager[None]:
+        """Hold the thread's turn lease while the ``with`` block runs, the lease
+        [`SandboxMiddleware`][langchain_sandbox.SandboxMiddleware] takes for each turn (it takes
+        none of its own inside the block). Around ``invoke`` it makes a run wait for another run
+        of the thread instead of failing, and covers graphs without the middleware
+        (``docs/persistence.md``, "Concurrent turns").
+
+        Args:
+            thread_id: The thread.
+            checkpointer: The graph's checkpointer: a Postgres saver leases in its database
+                (every worker sharing it sees the lease); without one, or with another saver,
+                the lease is a file beside a local directory store's blobs (workers on this
+                machine), or within this process for any other store.
+            wait: Seconds to wait for another run (``0``, the default: fail at once; ``None``:
+                as long as it takes).
+
+        Raises:
+            ThreadBusyError: another run holds the thread (past ``wait``).
+        """
+        from langchain_sandbox.thread_lease import hold
+
+        return hold(self._lease_backend(checkpointer), thread_id, wait=wait)
+
+    def ahold_thread(
+        self, thread_id: str, *, checkpointer: Any = None, wait: float | None = 0
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Async twin of `hold_thread` (``async with``; nothing blocks the event loop)."""
+        from langchain_sandbox.thread_lease import ahold
+
+        return ahold(self._lease_backend(checkpointer), thread_id, wait=wait)
+
     # -- closing -----------------------------------------------------------------------------
 
     async def aclose_thread(self, thread_id: str) -> bool:

@@ -3,7 +3,9 @@
 LangGraph does not lock a thread: two workers that run a turn on one thread at once both start
 from the same checkpoint, and the thread's history keeps only one of the turns (the other's
 checkpoints are a branch nothing points to), while the sandbox matches whichever ran last. Nothing
-says so. LangGraph Server avoids this with its own per-thread run queue (``multitask_strategy``:
+says so. ``SandboxMiddleware`` leases the thread for each turn by default
+(`langchain_sandbox.thread_lease`); this lock is the same advisory lock for any graph and any
+snapshot store, held around the call. LangGraph Server avoids this with its own per-thread run queue (``multitask_strategy``:
 a second run on a busy thread is rejected, enqueued, interrupts or rolls back the first); an
 application that runs agents in workers of its own needs the same, and this is it:
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -37,6 +40,28 @@ from langchain_sandbox.errors import MissingDependencyError, ThreadBusyError
 
 _POLL_SECONDS = 0.05
 _NAMESPACE = b"langchain_sandbox.thread:"
+
+_covered: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "langchain_sandbox_covered_threads", default=frozenset()
+)
+"""Threads an explicit hold (this lock's, or ``SandboxRuntime.hold_thread``) holds around the
+code running in this context: ``SandboxMiddleware`` takes no lease of its own for them, which
+would be busy (held by the hold itself)."""
+
+
+@contextlib.contextmanager
+def covering(thread_id: str) -> Iterator[None]:
+    """Mark ``thread_id`` as held by an explicit hold while the block runs (see `_covered`)."""
+    reset = _covered.set(_covered.get() | {thread_id})
+    try:
+        yield
+    finally:
+        _covered.reset(reset)
+
+
+def covered(thread_id: str) -> bool:
+    """Whether an explicit hold around this code holds ``thread_id``."""
+    return thread_id in _covered.get()
 
 
 def _key(thread_id: str) -> int:
@@ -105,7 +130,8 @@ class PostgresThreadLock:
                     raise _busy(thread_id, self.wait)
                 time.sleep(_POLL_SECONDS)
             try:
-                yield
+                with covering(thread_id):
+                    yield
             finally:
                 # A connection lost meanwhile took the lock with it.
                 with contextlib.suppress(_psycopg().Error):
@@ -128,7 +154,8 @@ class PostgresThreadLock:
                     raise _busy(thread_id, self.wait)
                 await asyncio.sleep(_POLL_SECONDS)
             try:
-                yield
+                with covering(thread_id):
+                    yield
             finally:
                 with contextlib.suppress(_psycopg().Error):
                     await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))

@@ -15,6 +15,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "deepagents", "deepagents", purpose="langchain_sandbox.deepagents"
     ) from exc
 
-from langchain_sandbox.deepagents.backend import SandboxBackend
+from langchain_sandbox.deepagents.backend import NotedPath, SandboxBackend
 
-__all__ = ["SandboxBackend"]
+__all__ = ["NotedPath", "SandboxBackend"]

@@ -19,9 +19,13 @@ Where the work happens:
   session's cap is dropped in the sandbox and ``truncated`` says so.
 * ``read``, ``write``, ``edit``, ``ls``, ``upload_files`` and ``download_files`` use the
   provider's file API for paths under ``/home/user`` (the workspace, which is what snapshots keep):
-  no script through the shell, no size limit of a command line, binary-safe. ``read`` and ``ls``
-  elsewhere (``/etc``...) fall back to Deep Agents' own scripts, read-only; writing outside the
-  workspace is refused, because it would not survive a resume.
+  no script through the shell, no size limit of a command line, binary-safe.
+* Any other absolute path (``/tmp/x``, ``/notes.md``) is the sandbox's own, as in Deep Agents'
+  sandboxes: ``ls`` runs Deep Agents' script; ``read``, ``write``, ``edit``, ``upload_files`` and
+  ``download_files`` copy through a staging file in the workspace as the sandbox's user (see
+  ``_outside``), so the sandbox's permissions decide (``permission_denied`` on a read-only
+  ``/usr``). What is written there is not kept by the snapshots, so its result says so: the
+  path of the result carries a note (``NotedPath``) that the model reads in the tool's reply.
 * ``grep`` and ``glob`` are Deep Agents' own scripts (one command each), so their matching rules
   are exactly Deep Agents'.
 
@@ -65,6 +69,13 @@ from langchain_sandbox._event_loop import on_event_loop
 from langchain_sandbox.arguments import check_provider_options, checked_init
 from langchain_sandbox.checkpointer_names import anote_checkpointer, note_checkpointer
 from langchain_sandbox.deepagents._lineage import Position, RecordBook, position_of
+from langchain_sandbox.deepagents._outside import (
+    NotedPath,
+    outside_note,
+    read_outside,
+    sandbox_path,
+    write_outside,
+)
 from langchain_sandbox.deepagents._pages import (
     MAX_BINARY_BYTES,
     binary_too_large,
@@ -99,7 +110,7 @@ logger = logging.getLogger(__name__)
 _READ_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "langchain_sandbox_deepagents_read_only", default=False
 )
-"""Set while Deep Agents' own read-only scripts (grep, glob, ls/read outside the workspace) run
+"""Set while Deep Agents' own read-only scripts (grep, glob, ls outside the workspace) run
 through [`SandboxBackend.execute`][langchain_sandbox.SandboxBackend.execute], so they neither bump the revision nor take a snapshot."""
 
 _TIMEOUT_EXIT_CODE = 124
@@ -466,16 +477,10 @@ class SandboxBackend(BaseSandbox):
 
     def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
         """Lines ``[offset, offset + limit)`` of a text file; base64 of a binary one (≤ 500 KiB)."""
-        if _workspace_path(file_path) is None:
-            with self._read_only():
-                return super().read(file_path, offset, limit)
         return self._sync(lambda call: self._aread(call, file_path, offset, limit))
 
     async def aread(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
         """Async twin of `read`."""
-        if _workspace_path(file_path) is None:
-            with self._read_only():
-                return await super().aread(file_path, offset, limit)
         return await self._async(lambda call: self._aread(call, file_path, offset, limit))
 
     async def _aread(self, call: _Call, file_path: str, offset: int, limit: int) -> ReadResult:
@@ -508,7 +513,7 @@ class SandboxBackend(BaseSandbox):
         [response] = await self._aupload(call, [(file_path, content.encode("utf-8"))])
         if response.error is not None:
             return WriteResult(error=_write_error(file_path, response.error))
-        return WriteResult(path=file_path)
+        return WriteResult(path=response.path)
 
     def edit(
         self,
@@ -537,23 +542,29 @@ class SandboxBackend(BaseSandbox):
     async def _aedit(
         self, call: _Call, file_path: str, old: str, new: str, replace_all: bool
     ) -> EditResult:
-        target = _workspace_path(file_path)
+        target = sandbox_path(file_path)
         if target is None:
-            return EditResult(error=_outside_workspace(file_path))
+            return EditResult(error=_not_absolute(file_path))
+        inside = _in_workspace(target)
 
         async def _edit(session: Session) -> EditResult:
-            fetched = await _fetch_files(session, {file_path: target}, max_bytes=None)
+            fetched = await _fetch_on(session, {file_path: target}, max_bytes=None)
             if file_path in fetched.errors:
                 return EditResult(error=_edit_error(file_path, fetched.errors[file_path]))
             updated, result = replace_in(
                 file_path, fetched.data[file_path], old, new, replace_all=replace_all
             )
-            if result.error is None:
+            if result.error is not None:
+                return result
+            if inside:
                 await session.write_files({target: updated})
-            return result
+                return result
+            if code := (await write_outside(session, {target: updated})).get(target):
+                return EditResult(error=_edit_error(file_path, code))
+            return dataclasses.replace(result, path=outside_note(file_path))
 
         try:
-            return (await self._on_session(call, _edit, mutates=True)).value
+            return (await self._on_session(call, _edit, mutates=inside)).value
         except SandboxError as exc:
             return EditResult(error=f"Error editing file '{file_path}': {exc}")
 
@@ -572,33 +583,40 @@ class SandboxBackend(BaseSandbox):
     ) -> list[FileUploadResponse]:
         errors: dict[int, str] = {}
         targets: dict[int, str] = {}
+        outside: dict[int, str] = {}
         for index, (path, data) in enumerate(files):
-            target = _workspace_path(path)
+            target = sandbox_path(path)
             if target is None or not isinstance(data, (bytes, bytearray)):
                 errors[index] = "invalid_path"
+            elif not _in_workspace(target):
+                outside[index] = target
+            elif (inside := _workspace_path(target)) is not None:
+                targets[index] = inside
             else:
-                targets[index] = target
+                errors[index] = "invalid_path"
 
         async def _write(session: Session) -> None:
-            try:
-                await session.write_files({targets[i]: bytes(files[i][1]) for i in targets})
-                return
-            except InvalidInputError:
-                pass
-            # Something in the batch was refused: write one by one to say which.
-            for index, target in targets.items():
-                try:
-                    await session.write_files({target: bytes(files[index][1])})
-                except InvalidInputError:
-                    errors[index] = await _unwritable(session, target)
+            if targets:
+                await _write_workspace(session, files, targets, errors)
+            if outside:
+                # The last of several uploads to one path wins, as with the file API.
+                latest = {target: bytes(files[i][1]) for i, target in outside.items()}
+                codes = await write_outside(session, latest)
+                errors.update({i: codes[t] for i, t in outside.items() if t in codes})
 
-        if targets:
+        if targets or outside:
             try:
-                await self._on_session(call, _write, mutates=True)
+                await self._on_session(call, _write, mutates=bool(targets))
             except SandboxError as exc:
-                for index in targets:
+                for index in (*targets, *outside):
                     errors.setdefault(index, f"Error: {exc}")
-        return [FileUploadResponse(path=p, error=errors.get(i)) for i, (p, _) in enumerate(files)]
+        return [
+            FileUploadResponse(
+                path=outside_note(p) if i in outside and i not in errors else p,
+                error=errors.get(i),
+            )
+            for i, (p, _) in enumerate(files)
+        ]
 
     def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
         """The bytes of each path; one response per path, in order, errors per path."""
@@ -622,14 +640,14 @@ class SandboxBackend(BaseSandbox):
         targets: dict[str, str] = {}
         invalid: list[str] = []
         for path in paths:
-            target = _workspace_path(path)
+            target = sandbox_path(path)
             if target is None:
                 invalid.append(path)
             else:
                 targets[path] = target
 
         async def _read(session: Session) -> _Fetched:
-            return await _fetch_files(session, targets, max_bytes=max_bytes)
+            return await _fetch_on(session, targets, max_bytes=max_bytes)
 
         fetched = (
             (await self._on_session(call, _read, mutates=False)).value if targets else _Fetched()
@@ -640,6 +658,53 @@ class SandboxBackend(BaseSandbox):
 
 
 # -- file access on a session ---------------------------------------------------------------
+
+
+async def _write_workspace(
+    session: Session,
+    files: Sequence[tuple[str, bytes]],
+    targets: dict[int, str],
+    errors: dict[int, str],
+) -> None:
+    """Write ``{index in files: workspace path}`` with the file API, noting refusals in
+    ``errors``."""
+    try:
+        await session.write_files({targets[i]: bytes(files[i][1]) for i in targets})
+        return
+    except InvalidInputError:
+        pass
+    # Something in the batch was refused: write one by one to say which.
+    for index, target in targets.items():
+        try:
+            await session.write_files({target: bytes(files[index][1])})
+        except InvalidInputError:
+            errors[index] = await _unwritable(session, target)
+
+
+async def _fetch_on(
+    session: Session, targets: dict[str, str], *, max_bytes: int | None
+) -> _Fetched:
+    """Read ``{given path: sandbox path}``: the workspace's through the file API, the others
+    through the sandbox itself (see ``_outside``)."""
+    inside = {p: w for p, t in targets.items() if (w := _workspace_path(t)) is not None}
+    fetched = await _fetch_files(session, inside, max_bytes=max_bytes) if inside else _Fetched()
+    outside = [p for p, t in targets.items() if not _in_workspace(t)]
+    for path, target in targets.items():
+        if path not in inside and _in_workspace(target):
+            fetched.errors[path] = "invalid_path"  # too deep or too long a path (`resolve_path`)
+    if outside:
+        data, codes = await read_outside(
+            session, sorted({targets[p] for p in outside}), max_bytes=max_bytes
+        )
+        for path in outside:
+            target = targets[path]
+            if target in codes:
+                fetched.errors[path] = codes[target]
+            elif target in data:
+                fetched.data[path] = data[target]
+            else:
+                fetched.errors[path] = "file_not_found"
+    return fetched
 
 
 async def _fetch_files(
@@ -720,12 +785,18 @@ async def _unwritable(session: Session, target: str) -> str:
 
 def _workspace_path(path: str) -> str | None:
     """The normalized absolute path if ``path`` is absolute and inside the workspace."""
-    if not isinstance(path, str) or not path.startswith("/"):
+    target = sandbox_path(path)
+    if target is None:
         return None
     try:
-        return resolve_path(path)
+        return resolve_path(target)
     except InvalidPathError:
         return None
+
+
+def _in_workspace(target: str) -> bool:
+    """Whether the normalized sandbox path ``target`` lies in the workspace."""
+    return target == WORKSPACE_ROOT or target.startswith(WORKSPACE_ROOT + "/")
 
 
 def _absolute(relative: str) -> str:
@@ -740,10 +811,10 @@ def _entry(info: SandboxFileInfo) -> FileInfo:
     return entry
 
 
-def _outside_workspace(path: str) -> str:
+def _not_absolute(path: str) -> str:
     return (
-        f"Error: '{path}' is not an absolute path inside {WORKSPACE_ROOT}. Files the agent keeps "
-        f"must live under {WORKSPACE_ROOT} (they are saved with the conversation)."
+        f"Error: '{path}' is not an absolute path. Use one under {WORKSPACE_ROOT}: files there "
+        "are kept with the conversation."
     )
 
 
@@ -752,8 +823,14 @@ def _read_error(path: str, code: str) -> ReadResult:
 
 
 def _write_error(path: str, code: str) -> str:
-    if code == "invalid_path":
-        return _outside_workspace(path)
+    if code == "invalid_path" and sandbox_path(path) is None:
+        return _not_absolute(path)
+    if code == "permission_denied":
+        # Say where writing works: the model asked for a place the sandbox's user may not write.
+        return (
+            f"Error: Permission denied writing file '{path}'. Files under {WORKSPACE_ROOT} can be "
+            "written, and are kept with the conversation."
+        )
     return f"Error writing file '{path}': {code}"
 
 
@@ -779,4 +856,4 @@ async def _awaited(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
-__all__ = ["SandboxBackend"]
+__all__ = ["NotedPath", "SandboxBackend"]

@@ -12,6 +12,9 @@ agent = create_agent(model, middleware=[SandboxMiddleware()], checkpointer=InMem
   the checkpoint (a new process, a resume, a fork), before the model first runs;
 * ``wrap_tool_call`` / ``awrap_tool_call``: turns each sandbox tool's record into a state update
   and runs each sandbox call once (see `langchain_sandbox.graph.tool_calls`);
+* holds a lease on the thread for the turn, so a second run on a thread another run (in any
+  worker sharing the checkpointer) is running fails with
+  [`ThreadBusyError`][langchain_sandbox.ThreadBusyError] instead of silently losing a turn (see `langchain_sandbox.graph.turn_lease`);
 * never destroys the sandbox at the end of a turn: ``after_agent`` runs at the end of *every*
   turn, so a thread's sandbox lives until ``runtime.close_thread(thread_id)``, its idle TTL, or
   ``langchain-sandbox gc``. Only with ``release_between_turns=True`` does it close the live
@@ -42,6 +45,7 @@ from langchain_sandbox.graph.channel import SandboxChannel
 from langchain_sandbox.graph.images import ImagePolicy, check_image_policy, messages_for_model
 from langchain_sandbox.graph.step_record import arequire_record_home, require_record_home
 from langchain_sandbox.graph.tool_calls import SandboxToolCallWrapper, ToolResult, is_sandbox_tool
+from langchain_sandbox.graph.turn_lease import Busy, TurnLease, asks_for_tools
 from langchain_sandbox.providers.base import Session
 from langchain_sandbox.runtime import Outcome, SandboxRuntime
 from langchain_sandbox.state import SandboxState
@@ -128,6 +132,13 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
             ``"tool_result"`` (inside the tool message, as Anthropic takes them) or
             ``"user_message"`` (a user message after the step's tool messages, as OpenAI's Chat
             Completions API requires). See `langchain_sandbox.graph.images`.
+        busy: What a turn does when another run holds its thread (a worker racing this one on
+            the same thread): ``"fail"`` (default) raises
+            [`ThreadBusyError`][langchain_sandbox.ThreadBusyError] before anything runs;
+            ``"off"`` takes no lease (two turns at once then silently keep only one). To wait for
+            the thread instead, hold it around the call with
+            ``SandboxRuntime.hold_thread(thread_id, checkpointer=..., wait=...)``: a run can only
+            wait before it starts (see `langchain_sandbox.graph.turn_lease`).
     """
 
     state_schema = SandboxAgentState
@@ -142,8 +153,12 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         release_between_turns: bool = False,
         default_thread_id: str | None = None,
         image_policy: ImagePolicy = "auto",
+        busy: Busy = "fail",
     ) -> None:
         super().__init__()
+        if busy not in ("fail", "off"):
+            raise ConfigurationError(f"busy must be 'fail' or 'off', not {busy!r}.")
+        self.busy: Busy = busy
         self.runtime = runtime
         self.default_thread_id = default_thread_id or private_thread_id()
         self.tools = (
@@ -171,6 +186,17 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
             resolve_runtime(self.runtime, runtime, config),
             resolve_thread_id(config, self.default_thread_id),
         )
+
+    def _lease(
+        self, sandbox: SandboxRuntime, thread_id: str, stream_writer: Any, config: Any
+    ) -> TurnLease | None:
+        return TurnLease.of(self.busy, sandbox, thread_id, config, stream_writer)
+
+    def _step_lease(self, runtime: Any, config: Any) -> TurnLease | None:
+        """The lease of a model or tool call's run (``runtime``: the request's)."""
+        sandbox = resolve_runtime(self.runtime, runtime, config)
+        thread_id = resolve_thread_id(config, self.default_thread_id)
+        return self._lease(sandbox, thread_id, runtime.stream_writer, config)
 
     def _after_rehydrate(
         self,
@@ -209,12 +235,21 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         if not state.get("sandbox"):
             require_record_home(get_config())
         sandbox, thread_id = self._target(runtime)
+        lease = self._lease(sandbox, thread_id, runtime.stream_writer, get_config())
+        if lease:
+            lease.take()
         try:
             outcome = sandbox.execute(
                 thread_id, _touch, record=_start_record(state), mutates=False, repeatable=True
             )
         except SandboxError as exc:
+            if lease and isinstance(exc, ConfigurationError):
+                lease.give_back()
             return self._not_ready(thread_id, exc)
+        except BaseException:
+            if lease:
+                lease.give_back()
+            raise
         return self._after_rehydrate(sandbox, thread_id, state, outcome)
 
     async def abefore_agent(
@@ -224,25 +259,45 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         if not state.get("sandbox"):
             await arequire_record_home(get_config())
         sandbox, thread_id = self._target(runtime)
+        lease = self._lease(sandbox, thread_id, runtime.stream_writer, get_config())
+        if lease:
+            await lease.atake()
         try:
             outcome = await sandbox.aexecute(
                 thread_id, _touch, record=_start_record(state), mutates=False, repeatable=True
             )
         except SandboxError as exc:
+            if lease and isinstance(exc, ConfigurationError):
+                await lease.agive_back()
             return self._not_ready(thread_id, exc)
+        except BaseException:
+            if lease:
+                await lease.agive_back()
+            raise
         return self._after_rehydrate(sandbox, thread_id, state, outcome)
 
     def after_agent(self, state: SandboxAgentState, runtime: Runtime[Any]) -> None:
-        """End of a turn: keep the sandbox (or release the live session, if asked to)."""
-        if self.release_between_turns:
-            sandbox, thread_id = self._target(runtime)
-            sandbox.close_thread(thread_id)
+        """End of a turn: keep the sandbox (or release the live session, if asked to), and give
+        the thread's lease back."""
+        sandbox, thread_id = self._target(runtime)
+        lease = self._lease(sandbox, thread_id, runtime.stream_writer, get_config())
+        try:
+            if self.release_between_turns:
+                sandbox.close_thread(thread_id)
+        finally:
+            if lease:
+                lease.give_back()
 
     async def aafter_agent(self, state: SandboxAgentState, runtime: Runtime[Any]) -> None:
         """Async twin of `after_agent`."""
-        if self.release_between_turns:
-            sandbox, thread_id = self._target(runtime)
-            await sandbox.aclose_thread(thread_id)
+        sandbox, thread_id = self._target(runtime)
+        lease = self._lease(sandbox, thread_id, runtime.stream_writer, get_config())
+        try:
+            if self.release_between_turns:
+                await sandbox.aclose_thread(thread_id)
+        finally:
+            if lease:
+                await lease.agive_back()
 
     # -- model calls -------------------------------------------------------------------------
 
@@ -255,8 +310,21 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any]:
-        """Send tool-result images where the model's API accepts them (``image_policy``)."""
-        return handler(self._with_placed_images(request))
+        """Send tool-result images where the model's API accepts them (``image_policy``), under
+        the thread's lease (given back when the model asks for tools: see
+        `langchain_sandbox.graph.turn_lease`)."""
+        lease = self._step_lease(request.runtime, get_config())
+        if lease is None:
+            return handler(self._with_placed_images(request))
+        lease.take()
+        try:
+            response = handler(self._with_placed_images(request))
+        except BaseException:
+            lease.give_back()
+            raise
+        if asks_for_tools(response):
+            lease.give_back()
+        return response
 
     async def awrap_model_call(
         self,
@@ -264,7 +332,18 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
         """Async twin of `wrap_model_call`."""
-        return await handler(self._with_placed_images(request))
+        lease = self._step_lease(request.runtime, get_config())
+        if lease is None:
+            return await handler(self._with_placed_images(request))
+        await lease.atake()
+        try:
+            response = await handler(self._with_placed_images(request))
+        except BaseException:
+            await lease.agive_back()
+            raise
+        if asks_for_tools(response):
+            await lease.agive_back()
+        return response
 
     # -- tool calls --------------------------------------------------------------------------
 
@@ -293,10 +372,19 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
-        """Run a sandbox tool call once and turn its record into a ``sandbox`` update."""
-        if not is_sandbox_tool(request.tool):
-            return handler(request)
-        return self._wrapper.wrap(request, lambda r: self._with_notices(r, handler(r)))
+        """Run a sandbox tool call once and turn its record into a ``sandbox`` update; any tool
+        call runs under the thread's lease."""
+        lease = self._step_lease(request.runtime, getattr(request.runtime, "config", None))
+        if lease:
+            lease.take()
+        try:
+            if not is_sandbox_tool(request.tool):
+                return handler(request)
+            return self._wrapper.wrap(request, lambda r: self._with_notices(r, handler(r)))
+        except BaseException:  # an interrupt or a failure ends the run: after_agent will not
+            if lease:
+                lease.give_back()
+            raise
 
     async def awrap_tool_call(
         self,
@@ -304,13 +392,21 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         """Async twin of `wrap_tool_call` (``ainvoke`` / ``astream`` need it)."""
-        if not is_sandbox_tool(request.tool):
-            return await handler(request)
+        lease = self._step_lease(request.runtime, getattr(request.runtime, "config", None))
+        if lease:
+            await lease.atake()
 
         async def _handle(r: ToolCallRequest) -> ToolResult:
             return self._with_notices(r, await handler(r))
 
-        return await self._wrapper.awrap(request, _handle)
+        try:
+            if not is_sandbox_tool(request.tool):
+                return await handler(request)
+            return await self._wrapper.awrap(request, _handle)
+        except BaseException:
+            if lease:
+                await lease.agive_back()
+            raise
 
 
 __all__ = ["SandboxAgentState", "SandboxMiddleware"]

@@ -186,18 +186,41 @@ class FileInfo:
         mtime_ns: Modification time in nanoseconds, as precise as the provider reports it; used
             to skip re-hashing unchanged files between snapshots.
         mode: Permission bits (``0o644``).
-        kind: ``"file"``, ``"dir"`` or ``"symlink"`` (symlinks are listed, never followed).
+        kind: ``"file"``, ``"dir"``, ``"symlink"`` (symlinks are listed, never followed) or
+            ``"fifo"`` (a named pipe, where the provider lists them: the local provider).
+        inode: The regular file's inode number where the provider reports it (0: not reported,
+            and always 0 for directories and symlinks); two paths with the same inode are hard
+            links of one file, which a snapshot keeps as such.
+        links: The regular file's hard link count, where reported (1 otherwise).
+        sparse: The regular file takes fewer blocks on disk than its size (it has holes),
+            where reported; a restore writes such a file's zero blocks as holes.
     """
 
     path: str
     size: int
     mtime_ns: int
     mode: int = 0o644
-    kind: Literal["file", "dir", "symlink"] = "file"
+    kind: Literal["file", "dir", "symlink", "fifo"] = "file"
+    inode: int = 0
+    links: int = 1
+    sparse: bool = False
 
     @property
     def is_dir(self) -> bool:
         return self.kind == "dir"
+
+
+@dataclass(frozen=True)
+class FileMetadata:
+    """What a restore gives a file besides its contents (see `Session.write_restored`).
+
+    Attributes:
+        mtime_ns: The modification time it was captured with, in nanoseconds.
+        sparse: Write its zero blocks as holes (it was sparse when captured).
+    """
+
+    mtime_ns: int
+    sparse: bool = False
 
 
 @dataclass(frozen=True)
@@ -210,7 +233,7 @@ class ChangeListing:
             as it is now: new paths, and paths whose size, mtime, mode or kind differ. A file
             with contents is listed with its stat after its contents were read.
         gone: The paths of ``known`` the workspace no longer has (or that a listing no longer
-            reaches: FIFOs, sockets and devices are never listed).
+            reaches: sockets and devices are never listed, FIFOs only by some providers).
         contents: path -> bytes of some of the regular files in ``changed`` (a file over the
             provider's bundling cap, one that changed while it was read, or one that is not a
             regular file has none: read those with [`Session.read_files`][langchain_sandbox.Session.read_files]).
@@ -432,6 +455,33 @@ class Session(ABC):
     async def write_files(self, files: Mapping[str, bytes]) -> None:
         """Write files (creating parent directories). Paths resolve inside the workspace."""
 
+    keeps_file_metadata: ClassVar[bool] = False
+    """Whether `write_restored` gives files their modification times and holes and
+    `link_files` makes hard links (the local provider, which writes the workspace from the
+    host). Elsewhere a restore writes contents only, and says what it could not keep."""
+
+    async def write_restored(
+        self, files: Mapping[str, bytes], metadata: Mapping[str, FileMetadata]
+    ) -> list[str]:
+        """`write_files`, giving each file of ``metadata`` its modification time (and, for a
+        sparse one, holes where its blocks are zeros) as it is written, so a restore costs no
+        process of its own for them. Returns the paths whose metadata could not be set (their
+        contents are written). The default writes contents only and returns every path of
+        ``metadata``; see `keeps_file_metadata`."""
+        await self.write_files(files)
+        return [path for path in metadata if path in files]
+
+    async def link_files(self, links: Mapping[str, str]) -> list[str]:
+        """Make each path of ``links`` a hard link of the workspace file it maps to, replacing
+        whatever is at the path (never following a symlink). Returns the paths that could not
+        be linked; the caller writes those as copies. The default links nothing."""
+        return list(links)
+
+    async def make_fifos(self, paths: Sequence[str]) -> list[str]:
+        """Create a named pipe (FIFO) at each path, replacing whatever is there (never following
+        a symlink); returns the paths where none could be made. The default makes none."""
+        return list(paths)
+
     @abstractmethod
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
         """Read files; keys are the paths as given. Missing files raise ``InvalidPathError``."""
@@ -608,6 +658,7 @@ __all__ = [
     "ExecutionError",
     "ExecutionResult",
     "FileInfo",
+    "FileMetadata",
     "Limits",
     "OutputCallback",
     "OutputCapture",

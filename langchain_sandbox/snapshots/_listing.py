@@ -28,6 +28,7 @@ class Listing:
         entries: Every listed entry, by path.
         files: The regular files a snapshot captures (within the path rules and the file limit).
         dirs: The directories a snapshot keeps (empty ones are recreated on restore).
+        fifos: The named pipes a snapshot keeps (recreated empty on restore).
         omitted: Key -> why a listed path is not captured: symlinks, names the manifest cannot
             hold (keyed by a printable stand-in), directories at the depth limit, files over the
             file limit.
@@ -35,6 +36,8 @@ class Listing:
         file_bytes: The sum of ``files``' sizes.
         unsafe_modes: The ``files`` whose mode a restore would not give back (see
             `safe_mode`): a rewind must look at them even where nothing else changed.
+        linked: The ``files`` with more than one name (hard links), which a rewind also looks
+            at as a group.
         cursor: The provider's `cursor`
             of the listing this one was completed with.
     """
@@ -46,7 +49,9 @@ class Listing:
     omitted_as: Mapping[str, str] = field(default_factory=dict)
     file_bytes: int = 0
     cursor: object | None = None
+    fifos: frozenset[str] = frozenset()
     unsafe_modes: frozenset[str] = frozenset()
+    linked: frozenset[str] = frozenset()
 
     def apply(self, changes: ChangeListing, max_file: int) -> tuple[Listing, bool]:
         """This listing with ``changes`` applied, and whether any path appeared, went or changed
@@ -56,10 +61,12 @@ class Listing:
         entries = dict(self.entries)
         files = dict(self.files)
         dirs = set(self.dirs)
+        fifos = set(self.fifos)
         omitted = dict(self.omitted)
         omitted_as = dict(self.omitted_as)
         file_bytes = self.file_bytes
         unsafe_modes = set(self.unsafe_modes)
+        linked = set(self.linked)
         reshaped = bool(changes.gone)
 
         def drop(path: str) -> FileInfo | None:
@@ -68,7 +75,9 @@ class Listing:
             if (captured := files.pop(path, None)) is not None:
                 file_bytes -= captured.size
             dirs.discard(path)
+            fifos.discard(path)
             unsafe_modes.discard(path)
+            linked.discard(path)
             if (key := omitted_as.pop(path, None)) is not None:
                 omitted.pop(key, None)
             return old
@@ -91,11 +100,15 @@ class Listing:
                 omitted_as[path] = key
             elif info.kind == "dir":
                 dirs.add(path)
+            elif info.kind == "fifo":
+                fifos.add(path)
             else:
                 files[path] = info
                 file_bytes += info.size
                 if info.mode & 0o7777 != safe_mode(info.mode):
                     unsafe_modes.add(path)
+                if info.links > 1:
+                    linked.add(path)
         listing = Listing(
             entries,
             files,
@@ -104,7 +117,9 @@ class Listing:
             omitted_as,
             file_bytes,
             changes.cursor,
+            frozenset(fifos),
             frozenset(unsafe_modes),
+            frozenset(linked),
         )
         return listing, reshaped
 

@@ -6,17 +6,17 @@ to), with that snapshot's manifest parts. A rewind to another snapshot compares 
 manifests part by part by hash: a part both hold lists the same entries, so its files are
 skipped without visiting them. The paths left to plan for (the *scope*) are those of the parts
 that differ, those the session's change listing reports since the head, the head's files whose
-content is not trusted (racy, lost, never written), and every workspace path the head does not
-hold as a file (directories, symlinks, omitted files). The restore then plans, fetches, writes and
-restores modes over the scope only, and updates the session's knowledge for the scope only.
+content is not trusted (racy, lost, never written), every workspace path the head does not hold
+as a file (directories, symlinks, omitted files), the files whose mode a restore would change,
+the hard-linked files and the named pipes. The restore then plans, fetches, writes and restores
+modes over the scope only, and updates the session's knowledge for the scope only.
 
 After writing, a rewind that wrote and removed files in a few directories that were already there
 lists only those directories, not the whole workspace again (`listed_after`).
 
-Whenever the knowledge cannot be trusted (no head, a store not
-confirmed recently, a blob found corrupt, an unreadable part, a one-blob manifest) there is no
-scope and the restore takes its full path.
-"""
+Whenever the knowledge cannot be trusted (no head, a store not confirmed recently, a blob found
+corrupt, an unreadable part, a one-blob manifest) there is no scope and the restore takes its
+full path."""
 
 from __future__ import annotations
 
@@ -146,6 +146,10 @@ def scope_of(
     # Files a restore gives another mode than they have (or were recorded with) are looked at
     # as a full restore would: chmod-ed back and named.
     paths |= head.unsafe_modes | current.unsafe_modes
+    # Hard links are planned as whole groups (a link is made again when its target is written),
+    # and named pipes are few.
+    paths |= current.linked
+    paths.update(target.fifos)
     paths |= entries.keys() - trusted
     paths |= current.entries.keys() - entries.keys()
     paths.update(target.dirs)

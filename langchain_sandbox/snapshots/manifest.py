@@ -12,12 +12,15 @@ of the workspace keeps its part, and its blob, from one revision to the next:
 {"format": 2, "revision": 7, "created_at": 1764460000.5, "parent": "<ref> | null",
  "parts": [{"sha256": "...", "size": 31022, "files": 240}, ...],
  "dirs": ["empty/dir"],
+ "fifos": ["run/pipe"],
  "omitted": {"link": "symlink (not captured)"},
  "variables": {"sha256": "...", "size": 812, "saved": ["df", "x"], "skipped": ["conn"]} | null}
 ```
 
 A part is ``{"files": {"data/a.csv": {"sha256": "...", "size": 120, "mode": 420, "mtime_ns": ...}},
 "format": 2}``, its paths sorted, every path of a part after every path of the part before it.
+``fifos`` (named pipes, recreated empty) is left out when there are none. An entry may also carry ``"link": "<path>"`` (a hard link of that file) and ``"sparse": true``
+(it had holes); both are left out when unset, so entries written before they existed still read.
 Format 1 (one blob, the ``files`` object in place of ``parts``) is still read, and
 `Manifest.encode` still writes it.
 
@@ -83,12 +86,24 @@ class SnapshotLimits:
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One regular file of a snapshot: its content's blob and the metadata restored with it."""
+    """One regular file of a snapshot: its content's blob and the metadata restored with it.
+
+    Attributes:
+        sha256: Its content's blob.
+        size: Its length in bytes.
+        mode: Its permission bits when captured.
+        mtime_ns: Its modification time when captured.
+        link: The path this file was a hard link of (the first, in path order, of the paths
+            sharing its inode; that path's own ``link`` is ``None``), or ``None``.
+        sparse: It had holes (took fewer blocks than its size) when captured.
+    """
 
     sha256: str
     size: int
     mode: int
     mtime_ns: int
+    link: str | None = None
+    sparse: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,6 +142,7 @@ class Manifest:
             snapshot never needs its parent to be restored).
         files: Workspace-relative POSIX path -> file entry.
         dirs: Directories that hold no file (other directories follow from the file paths).
+        fifos: Named pipes (FIFOs), recreated empty by a restore where the provider can.
         omitted: Paths that exist in the workspace but were not captured, with the reason.
         variables: The variables blob, or ``None`` when the provider has no variables.
         parts: The part blobs the file list was read from (a format 2 manifest loaded from a
@@ -141,6 +157,7 @@ class Manifest:
     omitted: Mapping[str, str] = field(default_factory=dict)
     variables: VariablesEntry | None = None
     parts: tuple[ManifestPart, ...] = field(default=(), compare=False)
+    fifos: tuple[str, ...] = ()
 
     @property
     def total_bytes(self) -> int:
@@ -177,7 +194,10 @@ class Manifest:
         )
 
     def _header(self, format_version: int) -> dict[str, Any]:
+        # Written only when there are some, so a snapshot without has the bytes it always had.
+        fifos = {"fifos": sorted(self.fifos)} if self.fifos else {}
         return {
+            **fifos,
             "format": format_version,
             "revision": self.revision,
             "created_at": self.created_at,
@@ -220,13 +240,19 @@ def encode_part(entries: Iterable[tuple[str, FileEntry]]) -> bytes:
     return _canonical({"format": FORMAT, "files": {path: _entry_doc(e) for path, e in entries}})
 
 
-def _entry_doc(entry: FileEntry) -> dict[str, int | str]:
-    return {
+def _entry_doc(entry: FileEntry) -> dict[str, int | str | bool]:
+    doc: dict[str, int | str | bool] = {
         "sha256": entry.sha256,
         "size": entry.size,
         "mode": entry.mode,
         "mtime_ns": entry.mtime_ns,
     }
+    # Written only when set, so an entry without them has the bytes it always had.
+    if entry.link is not None:
+        doc["link"] = entry.link
+    if entry.sparse:
+        doc["sparse"] = True
+    return doc
 
 
 def _canonical(document: dict[str, Any]) -> bytes:
@@ -372,7 +398,7 @@ class ManifestRoot:
                     )
                 previous = path
             total = _add_files(files, files_doc, total, limits)
-        _check_tree(files, self.manifest.dirs)
+        _check_tree(files, self.manifest.dirs, self.manifest.fifos)
         return replace(self.manifest, files=files, parts=self.parts)
 
 
@@ -392,7 +418,7 @@ def parse_root(data: bytes, limits: SnapshotLimits | None = None) -> ManifestRoo
         )
     document = _load_json(data, "manifest")
     doc = _exact_object(
-        document, "manifest", required={"format"}, optional=_ONE_BLOB_KEYS | _SPLIT_KEYS
+        document, "manifest", required={"format"}, optional=_ONE_BLOB_KEYS | _SPLIT_KEYS | {"fifos"}
     )
     version = doc["format"]
     if version not in _READABLE_FORMATS or isinstance(version, bool):
@@ -401,7 +427,7 @@ def parse_root(data: bytes, limits: SnapshotLimits | None = None) -> ManifestRoo
             f"{', '.join(str(v) for v in _READABLE_FORMATS)}."
         )
     keys = _ONE_BLOB_KEYS if version == 1 else _SPLIT_KEYS
-    _exact_object(doc, "manifest", required=keys, optional=set())
+    _exact_object(doc, "manifest", required=keys, optional={"fifos"})
     files_doc = {}
     parts: tuple[ManifestPart, ...] = ()
     if version == 1:
@@ -429,8 +455,9 @@ def parse_root(data: bytes, limits: SnapshotLimits | None = None) -> ManifestRoo
         dirs.append(path)
     if len(set(dirs)) != len(dirs):
         raise UnsafeArchiveError("Snapshot lists a directory twice.")
+    fifos = _fifos(doc.get("fifos", []), dirs, limits)
     if not parts:
-        _check_tree(files, dirs)
+        _check_tree(files, dirs, fifos)
     omitted: dict[str, str] = {}
     for path, note in omitted_doc.items():
         check_relative_path(path)
@@ -446,8 +473,18 @@ def parse_root(data: bytes, limits: SnapshotLimits | None = None) -> ManifestRoo
         dirs=tuple(dirs),
         omitted=omitted,
         variables=_variables_entry(doc["variables"], limits),
+        fifos=fifos,
     )
     return ManifestRoot(manifest, parts)
+
+
+def _fifos(value: object, dirs: Sequence[str], limits: SnapshotLimits) -> tuple[str, ...]:
+    if not isinstance(value, list) or len(value) > limits.max_files:
+        raise UnsafeArchiveError("Snapshot manifest field 'fifos' is not a list.")
+    fifos = tuple(check_relative_path(path, what="FIFO") for path in value)
+    if len(set(fifos)) != len(fifos) or set(fifos) & set(dirs):
+        raise UnsafeArchiveError("Snapshot lists a FIFO twice, or as a directory.")
+    return fifos
 
 
 def _load_json(data: bytes, what: str) -> Any:
@@ -498,15 +535,20 @@ def _add_files(
     return total
 
 
-def _check_tree(files: Mapping[str, FileEntry], dirs: Sequence[str]) -> None:
-    """No path is both a file and a directory, and none lies below a file."""
+def _check_tree(
+    files: Mapping[str, FileEntry], dirs: Sequence[str], fifos: Sequence[str] = ()
+) -> None:
+    """No path is both a file and a directory (or a FIFO), and none lies below a file or FIFO."""
+    leaves = {*files, *fifos}
+    if len(leaves) != len(files) + len(fifos):
+        raise UnsafeArchiveError("Snapshot lists a path as a file and a FIFO.")
     for path in dirs:
         if path in files:
             raise UnsafeArchiveError(f"Snapshot path {path!r} is listed as a file and a directory.")
-    for path in [*files, *dirs]:
+    for path in [*files, *dirs, *fifos]:
         parent = path.rpartition("/")[0]
         while parent:
-            if parent in files:
+            if parent in leaves:
                 raise UnsafeArchiveError(
                     f"Snapshot path {path!r} lies below the file {parent!r}; refusing to restore it."
                 )
@@ -579,7 +621,10 @@ def _digest(value: object, what: str) -> str:
 
 def _file_entry(path: str, value: object, limits: SnapshotLimits) -> FileEntry:
     doc = _exact_object(
-        value, f"entry {path!r}", required={"sha256", "size", "mode", "mtime_ns"}, optional=set()
+        value,
+        f"entry {path!r}",
+        required={"sha256", "size", "mode", "mtime_ns"},
+        optional={"link", "sparse"},
     )
     size = _integer(doc["size"], f"{path}.size", minimum=0)
     if size > limits.max_file_bytes:
@@ -592,7 +637,26 @@ def _file_entry(path: str, value: object, limits: SnapshotLimits) -> FileEntry:
         size=size,
         mode=_integer(doc["mode"], f"{path}.mode", minimum=0, maximum=0o7777),
         mtime_ns=_integer(doc["mtime_ns"], f"{path}.mtime_ns"),
+        link=_link(doc.get("link"), path),
+        sparse=_flag(doc.get("sparse", False), f"{path}.sparse"),
     )
+
+
+def _link(value: object, path: str) -> str | None:
+    """A hard link's target: a path under the same rules as every snapshot path (a restore
+    links it only if the snapshot has it as a file of the same content)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value == path:
+        raise UnsafeArchiveError(f"Snapshot field '{path}.link' is not another path.")
+    check_relative_path(value)
+    return value
+
+
+def _flag(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise UnsafeArchiveError(f"Snapshot field {what!r} is not a boolean.")
+    return value
 
 
 def _variables_entry(value: object, limits: SnapshotLimits) -> VariablesEntry | None:

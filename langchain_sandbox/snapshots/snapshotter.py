@@ -64,6 +64,14 @@ from langchain_sandbox.errors import (
 )
 from langchain_sandbox.providers.base import FileInfo, Session, VariablesDump
 from langchain_sandbox.providers.guest_facts import variable_names, variable_reasons
+from langchain_sandbox.snapshots._layout import (
+    describe_paths,
+    inode_of,
+    layout_notices,
+    links_to_make,
+    mark_links,
+    metadata_of,
+)
 from langchain_sandbox.snapshots._listing import EMPTY as EMPTY_LISTING
 from langchain_sandbox.snapshots._listing import Listing, portable, safe_mode
 from langchain_sandbox.snapshots._rewind_plan import (
@@ -111,7 +119,6 @@ _FETCH_CHUNK_BYTES = 4 * 1024 * 1024
 # the next batch overlaps hashing and storing this one.
 _READ_BATCH_FILES = 1000
 _MAX_COMMAND_CHARS = 64 * 1024
-_MAX_NAMES_IN_NOTICE = 10
 # Entries of decoded manifest parts a snapshotter keeps (about 100 bytes each).
 _PARSED_PART_ENTRIES = 200_000
 
@@ -291,6 +298,7 @@ class _Captured:
     dirs: tuple[str, ...]
     omitted: Mapping[str, str]
     variables: VariablesEntry | None
+    fifos: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -346,6 +354,7 @@ def _unchanged_since(
     same = (
         files == known.entries
         and captured.dirs == before.dirs
+        and captured.fifos == before.fifos
         and captured.omitted == before.omitted
         and captured.variables == before.variables
     )
@@ -587,6 +596,7 @@ class Snapshotter:
             files, same_paths = _entries(
                 known.entries if known is not None else {}, rebuilt, hashes, sizes, listing
             )
+            rebuilt |= mark_links(files, listing.files, rebuilt)
             unread = sum(1 for info in to_read if info.path not in hashes)
             if known is not None and len(files) != len(listing.files) - unread:
                 # The session's knowledge no longer adds up (a bug, never expected): start over
@@ -607,7 +617,7 @@ class Snapshotter:
                 and same_paths
                 and not reshaped
                 and omitted == known.captured.omitted
-                else tuple(sorted(_empty_dirs(listing.dirs, files, omitted)))
+                else tuple(sorted(_empty_dirs(listing.dirs, [*files, *listing.fifos], omitted)))
             )
             manifest = Manifest(
                 revision=revision,
@@ -617,8 +627,11 @@ class Snapshotter:
                 dirs=empty_dirs,
                 omitted=omitted,
                 variables=variables,
+                fifos=tuple(sorted(listing.fifos)),
             )
-            captured = _Captured(revision, manifest.dirs, manifest.omitted, variables)
+            captured = _Captured(
+                revision, manifest.dirs, manifest.omitted, variables, manifest.fifos
+            )
             if variables is not None:
                 # The dump is in hand, as a changed file's content is: a stored copy damaged
                 # since it was written is found (one read of what was just dumped) and
@@ -908,20 +921,41 @@ class Snapshotter:
 
         if removals:
             await session.remove_files(removals)
-        bytes_written = 0
-        for batch in _batches(
-            [(path, manifest.files[path].size) for path in writes], _second, self.limits.batch_bytes
-        ):
-            wanted = {manifest.files[path].sha256: size for path, size in batch}
-            contents = blobs if in_memory else await self._fetch_verified(wanted)
-            await session.write_files(
-                {path: contents[manifest.files[path].sha256] for path, _ in batch}
-            )
-            bytes_written += sum(size for _, size in batch)
+        keeps = session.keeps_file_metadata
+        # Hard links are made once their targets are written; a provider that makes none
+        # writes them as copies, and so does one whose link fails.
+        links = links_to_make(manifest, writes) if keeps else {}
+        untimed: list[str] = []
+
+        async def write(paths: Sequence[str]) -> int:
+            written = 0
+            for batch in _batches(
+                [(path, manifest.files[path].size) for path in paths],
+                _second,
+                self.limits.batch_bytes,
+            ):
+                wanted = {manifest.files[path].sha256: size for path, size in batch}
+                contents = blobs if in_memory else await self._fetch_verified(wanted)
+                files = {path: contents[manifest.files[path].sha256] for path, _ in batch}
+                if keeps:
+                    untimed.extend(
+                        await session.write_restored(files, metadata_of(manifest, files))
+                    )
+                else:
+                    await session.write_files(files)
+                written += sum(size for _, size in batch)
+            return written
+
+        bytes_written = await write([path for path in writes if path not in links])
+        unlinked = await session.link_files(links) if links else []
+        bytes_written += await write(unlinked)
+        make_fifos = [path for path in make_dirs if path in manifest.fifos]
+        make_dirs = [path for path in make_dirs if path not in manifest.fifos]
         if make_dirs:
             placeholders = [f"{path}/{_DIR_PLACEHOLDER}" for path in make_dirs]
             await session.write_files(dict.fromkeys(placeholders, b""))
             await session.remove_files(placeholders)
+        unmade = await session.make_fifos(make_fifos) if make_fifos else []
 
         restored_files = [e for p, e in manifest.files.items() if p not in lost_files]
         unlisted = sum(unread.values())
@@ -933,16 +967,21 @@ class Snapshotter:
             else f"Restored the workspace to revision {manifest.revision} "
             f"({len(manifest.files)} files, {_human_bytes(manifest.total_bytes)})."
         ]
-        if writes or make_dirs:
+        if writes or make_dirs or make_fifos:
             # Let the files just written leave the racy window, so they count as known below.
             await asyncio.sleep(RACY_WINDOW_NS / 1e9)
         horizon_ns = time.time_ns()
         now = await listed_after(
-            session, current, scope if not make_dirs else None, [*removals, *writes], max_file
+            session,
+            current,
+            None if make_dirs or make_fifos else scope,
+            [*removals, *writes],
+            max_file,
         )
         mode_notices = await _restore_modes(session, plan, now.entries)
         notices += mode_notices
         notices += _changed_modes(plan)
+        notices += layout_notices(session, manifest, writes, now.files, untimed, unlinked)
         observed = {
             path: (info.size, info.mtime_ns, entry.sha256)
             for path, entry in plan.files.items()
@@ -960,15 +999,22 @@ class Snapshotter:
         # The entries of the files as they are now (a restore gives written files new mtimes);
         # the others are read by the next capture (see _Known).
         entries = {
-            path: FileEntry(trusted[2], trusted[0], now.files[path].mode & 0o7777, trusted[1])
+            path: FileEntry(
+                trusted[2],
+                trusted[0],
+                now.files[path].mode & 0o7777,
+                trusted[1],
+                sparse=now.files[path].sparse,
+            )
             for path in observed
             if (trusted := seen.files.get(path)) is not None
         }
+        mark_links(entries, now.files, entries)
         head = None
         if scope is not None and known is not None:
             entries = rewound_entries(known.entries, scope, entries)
             parts = rewound_parts(entries, bool(known.parts), scope)
-            if not mode_notices:
+            if not mode_notices and not unlinked:
                 untrusted = frozenset(path for path in plan.files if path not in entries)
                 unsafe = frozenset(
                     path for path, e in plan.files.items() if e.mode & 0o7777 != safe_mode(e.mode)
@@ -991,10 +1037,16 @@ class Snapshotter:
             confirmed_ns=checked_ns,
             head=head,
         )
+        if unmade:
+            notices.append(
+                f"{len(unmade)} FIFO(s) (named pipes) could not be made again"
+                + ("" if session.keeps_file_metadata else " (this provider makes none)")
+                + f": {describe_paths(sorted(unmade))}."
+            )
         if lost_files:
             notices.append(
                 f"{len(lost_files)} file(s) could not be restored because their stored copy is "
-                f"missing or corrupt: {_describe_paths(sorted(lost_files))}. Everything else was "
+                f"missing or corrupt: {describe_paths(sorted(lost_files))}. Everything else was "
                 "restored; re-create those files if you need them."
             )
         if unlisted:
@@ -1286,7 +1338,7 @@ def _entries(
         if info is None or sha is None:
             removed = files.pop(path, None) is not None or removed
             continue
-        entry = FileEntry(sha, sizes[path], info.mode & 0o7777, info.mtime_ns)
+        entry = FileEntry(sha, sizes[path], info.mode & 0o7777, info.mtime_ns, sparse=info.sparse)
         old = files.get(path)
         added = added or old is None
         if old != entry:
@@ -1331,7 +1383,7 @@ def _encode_parts(
 
 
 def _empty_dirs(
-    dirs: AbstractSet[str], files: Mapping[str, FileEntry], omitted: Mapping[str, str]
+    dirs: AbstractSet[str], files: Iterable[str], omitted: Mapping[str, str]
 ) -> set[str]:
     """The directories a restore must create explicitly: those no captured path lies below."""
     implied: set[str] = set()
@@ -1474,16 +1526,19 @@ def _plan_restore(
     any symlink), so no write can land on or through something the sandbox left there.
     """
     wanted_dirs = set(manifest.dirs)
-    for path in [*manifest.files, *manifest.dirs]:
+    for path in [*manifest.files, *manifest.dirs, *manifest.fifos]:
         parent = path.rpartition("/")[0]
         while parent and parent not in wanted_dirs:
             wanted_dirs.add(parent)
             parent = parent.rpartition("/")[0]
     current = listing
+    wanted_fifos = set(manifest.fifos)
     doomed: set[str] = set()
     for path, info in current.items():
-        keep = (info.kind == "dir" and path in wanted_dirs) or (
-            info.kind == "file" and path in manifest.files
+        keep = (
+            (info.kind == "dir" and path in wanted_dirs)
+            or (info.kind == "file" and path in manifest.files)
+            or (info.kind == "fifo" and path in wanted_fifos)
         )
         if not keep:
             doomed.add(path)
@@ -1496,9 +1551,29 @@ def _plan_restore(
         or _has_ancestor_in(path, doomed)
         or not unchanged(existing, entry)
     ]
+    written = set(writes)
+    # A hard link whose target is written, or that is not a link of its target now, is made
+    # again (a provider that lists no inodes lists 0: its copies are left as they are).
+    writes += [
+        path
+        for path, entry in manifest.files.items()
+        if path not in written
+        and entry.link is not None
+        and (entry.link in written or inode_of(current, path) != inode_of(current, entry.link))
+    ]
+    # A file written in place would change every other name of its inode: it is replaced.
+    doomed_links = {
+        path for path in writes if path not in doomed and getattr(current.get(path), "links", 1) > 1
+    }
+    removals += sorted(path for path in doomed_links if not _has_ancestor_in(path, doomed))
     make_dirs = [
         path
         for path in sorted(manifest.dirs)
+        if path in doomed or path not in current or _has_ancestor_in(path, doomed)
+    ]
+    make_dirs += [
+        path
+        for path in sorted(manifest.fifos)
         if path in doomed or path not in current or _has_ancestor_in(path, doomed)
     ]
     return removals, writes, make_dirs
@@ -1527,7 +1602,7 @@ def _changed_modes(manifest: Manifest) -> list[str]:
     return [
         f"{len(changed)} file(s) came back with another mode (setuid/setgid/sticky bits and "
         f"group/other write are dropped, read-only files are writable again): "
-        f"{_describe_paths(changed)}."
+        f"{describe_paths(changed)}."
     ]
 
 
@@ -1565,13 +1640,7 @@ def _command_chunks(paths: list[str]) -> Iterator[list[str]]:
 
 
 def _describe(paths: Mapping[str, str]) -> str:
-    return _describe_paths([f"{path} ({reason})" for path, reason in paths.items()])
-
-
-def _describe_paths(names: Sequence[str]) -> str:
-    shown = names[:_MAX_NAMES_IN_NOTICE]
-    more = len(names) - len(shown)
-    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+    return describe_paths([f"{path} ({reason})" for path, reason in paths.items()])
 
 
 def _human_bytes(count: int) -> str:

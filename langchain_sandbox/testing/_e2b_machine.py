@@ -8,6 +8,8 @@ that can be *killed* by pid (``SendSignal``). So the machine starts its own proc
 same sandbox, through the session's launcher: a persistent Python worker per code-interpreter
 context (variables survive between cells, like E2B's Jupyter kernel, and an interrupt request
 raises ``KeyboardInterrupt`` in it) and ``bash -c`` for commands (killed with their sandbox).
+Those processes share one ``/tmp`` (a host directory of the machine's), as the processes of an
+E2B sandbox share its VM's: a file one command leaves there, the next one reads.
 
 Host-side file operations (envd's file API) stay inside the workspace: symlinks that lead out are
 not followed.
@@ -21,8 +23,10 @@ import contextlib
 import inspect
 import json
 import os
+import shutil
 import signal
 import stat
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,6 +172,8 @@ class Machine:
         self._real_workspace = os.path.realpath(self.workspace)
         self._workers: dict[str, _Worker] = {}
         self._closed = False
+        self._tmp = tempfile.mkdtemp(prefix="e2b-machine-tmp-")
+        os.chmod(self._tmp, 0o1777)  # like /tmp, whichever uid the sandbox's user maps to
 
     @classmethod
     async def create(
@@ -255,7 +261,9 @@ class Machine:
         session = self._session
         launcher = session.launcher
         async with entered_off_loop(
-            lambda: launcher.spawnable(launcher.wrap(argv, network=session.spec.network))
+            lambda: launcher.spawnable(
+                launcher.wrap(argv, network=session.spec.network, read_write=[(self._tmp, "/tmp")])
+            )
         ) as (command, fds):
             return await asyncio.create_subprocess_exec(
                 *command,
@@ -323,6 +331,7 @@ class Machine:
             await worker.stop()
         self._workers.clear()
         await self._session.close()
+        await asyncio.to_thread(shutil.rmtree, self._tmp, True)
 
 
 class _Worker:

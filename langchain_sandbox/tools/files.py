@@ -194,6 +194,8 @@ def _entry_line(entry: FileInfo) -> str:
         return f"{entry.path}/"
     if entry.kind == "symlink":
         return f"{entry.path} (symbolic link)"
+    if entry.kind == "fifo":
+        return f"{entry.path} (named pipe)"
     return f"{entry.path}  {entry.size} bytes"
 
 

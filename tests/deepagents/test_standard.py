@@ -1,7 +1,9 @@
 """LangChain's standard sandbox suite (``SandboxIntegrationTests``) on every provider.
 
-The suite writes under ``sandbox_root_dir``; ours is inside the workspace (``/home/user``), the only
-place the backend writes, because it is what snapshots keep across a resume.
+The suite writes under ``sandbox_root_dir``. It runs at its default root (``/tmp/test_sandbox_ops/``,
+outside the workspace: files move through the sandbox itself, as its user) and inside the workspace
+(``/home/user``, what snapshots keep: files move through the provider's file API), on every
+provider.
 
 Seven tests of langchain-tests 1.1.9 expect what Deep Agents 0.7 no longer does; each is overridden
 below as a strict expected failure (the suite's own rule for overrides) with the reason, and
@@ -50,10 +52,6 @@ _GLOB_FILES_ONLY = (
 
 class _Standard(SandboxIntegrationTests):
     provider_name = "local"
-
-    @property
-    def sandbox_root_dir(self) -> str:
-        return "/home/user/test_sandbox_ops/"
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -244,4 +242,22 @@ class TestE2BStandard(_Standard):
 
 
 class TestRunloopStandard(_Standard):
+    provider_name = "runloop"
+
+
+class _InWorkspace(_Standard):
+    @property
+    def sandbox_root_dir(self) -> str:
+        return "/home/user/test_sandbox_ops/"
+
+
+class TestLocalStandardInWorkspace(_InWorkspace):
+    provider_name = "local"
+
+
+class TestE2BStandardInWorkspace(_InWorkspace):
+    provider_name = "e2b"
+
+
+class TestRunloopStandardInWorkspace(_InWorkspace):
     provider_name = "runloop"

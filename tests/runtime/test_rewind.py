@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from langchain_sandbox.providers.base import Provider, Session
+from langchain_sandbox.providers.base import FileMetadata, Provider, Session
 from langchain_sandbox.providers.local import LocalProvider
 from langchain_sandbox.rehydration import RehydrationEngine, ThreadSandbox
 from langchain_sandbox.results import ExecutionResult
@@ -26,7 +26,8 @@ _VARIABLES = (
 
 
 class _CountingHost:
-    """Real local sessions; every path any of them is asked to write is recorded."""
+    """Real local sessions; every path any of them is asked to write (plainly or as a restore) is
+    recorded."""
 
     def __init__(self, provider: Provider) -> None:
         self._provider = provider
@@ -39,12 +40,20 @@ class _CountingHost:
     async def create(self, thread_id: str) -> Session:
         session = await self._provider.create()
         write = session.write_files
+        restore = session.write_restored
 
         async def counted(files: Mapping[str, bytes]) -> None:
             self.written.extend(files)
             await write(files)
 
+        async def counted_restore(
+            files: Mapping[str, bytes], metadata: Mapping[str, FileMetadata]
+        ) -> list[str]:
+            self.written.extend(files)
+            return await restore(files, metadata)
+
         session.write_files = counted  # type: ignore[method-assign]
+        session.write_restored = counted_restore  # type: ignore[method-assign]
         self.sessions.append(session)
         return session
 

@@ -95,6 +95,20 @@ def test_hostile_paths_are_refused(path: str, reason: str) -> None:
         parse_manifest(_bytes(_doc(files={path: entry})))
 
 
+def test_links_and_holes_round_trip_and_are_left_out_when_unset() -> None:
+    linked = Manifest(
+        files={
+            "a.txt": FileEntry(SHA, 5, 0o644, 1, sparse=True),
+            "b.txt": FileEntry(SHA, 5, 0o644, 1, link="a.txt"),
+            "c.txt": FileEntry(SHA, 5, 0o644, 1),
+        }
+    )
+    encoded = linked.encode()
+    assert parse_manifest(encoded) == linked
+    # An entry with neither has the bytes entries had before the fields existed.
+    assert b'"c.txt":{"mode":420,"mtime_ns":1,"sha256":"' + SHA.encode() + b'","size":5}' in encoded
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -129,6 +143,28 @@ def test_hostile_paths_are_refused(path: str, reason: str) -> None:
                 _doc(variables={"sha256": SHA, "size": 1, "saved": ["os.system"], "skipped": []})
             ),
             "Python names",
+        ),
+        (
+            _bytes(
+                _doc(
+                    files={
+                        "a": {"sha256": SHA, "size": 1, "mode": 0, "mtime_ns": 0, "link": "../x"}
+                    }
+                )
+            ),
+            "has a '..' component",
+        ),
+        (
+            _bytes(
+                _doc(files={"a": {"sha256": SHA, "size": 1, "mode": 0, "mtime_ns": 0, "link": "a"}})
+            ),
+            "not another path",
+        ),
+        (
+            _bytes(
+                _doc(files={"a": {"sha256": SHA, "size": 1, "mode": 0, "mtime_ns": 0, "sparse": 1}})
+            ),
+            "not a boolean",
         ),
         (b'{"format": 1, "format": 1}', "duplicate key"),
         (b"[" * 100_000 + b"]" * 100_000, "not valid JSON"),

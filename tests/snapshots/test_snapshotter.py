@@ -227,8 +227,9 @@ async def test_special_files_and_unportable_names_are_reported_not_fatal(
     await check(session, "mkfifo pipe && printf x > 'back\\slash'")
     info = await snapshotter.capture(session)
     assert info.files == 1
-    # A FIFO is not in the session's listing (it has no content), so not in the snapshot either.
+    # A FIFO is kept as a FIFO (no content to read), never named as left out.
     assert "pipe" not in info.omitted
+    assert (await snapshotter.load_manifest(info.ref)).fifos == ("pipe",)
     # The name is shown with the character the manifest refuses escaped, and the reason is said.
     assert info.omitted == {
         "back%5Cslash": "name cannot be restored portably: it contains a backslash "

@@ -107,13 +107,6 @@ CAPABILITIES = Capabilities(
 _BACKSTOP = 30.0  # the SDK's own deadline sits behind ours, only to never hang
 _LIST_DEPTH = 64  # "recursive" listing depth; envd needs a number
 _MARKER = "__langchain_sandbox_kernel_state__"
-_KERNEL_STATE_MODULE = (
-    "_langchain_sandbox_kernel_state_"
-    + hashlib.sha256(
-        inspect.getsource(kernel_state).encode() + cloudpickle_source().encode()
-    ).hexdigest()[:12]
-)
-_KERNEL_STATE_PACKED = base64.b64encode(zlib.compress(inspect.getsource(kernel_state).encode()))
 _CHUNK_BYTES = 4 * 1024 * 1024  # of a variables dump, per line of output or per upload
 _CHANGES_SOURCE = "from __future__ import annotations\n" + guest_changes.shipped_source()
 _CHANGES_MODULE = (
@@ -131,9 +124,20 @@ _LISTED_MODE_MASK = 0o777
 
 
 @functools.cache
-def _cloudpickle_packed() -> bytes:
-    """cloudpickle's source as the kernel gets it (compressed: it travels with each call)."""
-    return base64.b64encode(zlib.compress(cloudpickle_source().encode()))
+def _shipped_kernel_state() -> tuple[str, bytes, bytes]:
+    """The kernel_state module as the kernel builds it: its name (versioned by its source and
+    cloudpickle's), its source and cloudpickle's, compressed (they travel with each call).
+
+    Read from files once, off the event loop (`E2BProvider` warms it when it makes or attaches
+    a session): a runtime may be built, and this module imported, inside a coroutine.
+    """
+    source, pickler = inspect.getsource(kernel_state), cloudpickle_source()
+    digest = hashlib.sha256(source.encode() + pickler.encode()).hexdigest()[:12]
+    return (
+        f"_langchain_sandbox_kernel_state_{digest}",
+        base64.b64encode(zlib.compress(source.encode())),
+        base64.b64encode(zlib.compress(pickler.encode())),
+    )
 
 
 def _load_sdk() -> Any:
@@ -563,6 +567,10 @@ class E2BSession(RemoteSession):
         and kept in ``sys.modules`` (its compressed source travels with every call that needs
         it: the host cannot know whether the kernel was restarted).
         """
+        ks = ""
+        if kernel_state:
+            name, packed, pickler = _shipped_kernel_state()
+            ks = f"    ks = module({name!r}, {packed!r}, {pickler!r})\n"
         code = (
             "def _langchain_sandbox_call():\n"
             "    import base64, json, sys, types, zlib\n"
@@ -577,12 +585,7 @@ class E2BSession(RemoteSession):
             "                found.prepare(source(prepare))\n"
             "            sys.modules[name] = found\n"
             "        return found\n"
-            + (
-                f"    ks = module({_KERNEL_STATE_MODULE!r}, {_KERNEL_STATE_PACKED!r},"
-                f" {_cloudpickle_packed()!r})\n"
-                if kernel_state
-                else ""
-            )
+            + ks
             + (
                 f"    changes = module({_CHANGES_MODULE!r}, {_CHANGES_PACKED!r})\n"
                 if changes
@@ -825,6 +828,7 @@ class E2BProvider(RemoteProvider):
         env = validate_env(spec.env)
         # Retries of a create reuse one idempotency key, so E2B never makes a second sandbox.
         idempotency_key = str(uuid.uuid4())
+        await asyncio.to_thread(_shipped_kernel_state)
         sandbox = await self._retry(
             "create a sandbox",
             lambda: self._sandbox_cls.create(
@@ -844,6 +848,7 @@ class E2BProvider(RemoteProvider):
 
     async def _attach(self, record: SessionRecord) -> Session | None:
         sandbox_id = record["sandbox_id"]
+        await asyncio.to_thread(_shipped_kernel_state)
         try:
             sandbox = await self._retry(
                 "connect to the sandbox",

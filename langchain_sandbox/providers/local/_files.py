@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from langchain_sandbox.errors import InvalidInputError, InvalidPathError
-from langchain_sandbox.providers.base import ChangeListing, FileInfo
+from langchain_sandbox.providers.base import ChangeListing, FileInfo, FileMetadata
 from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.workspace import MAX_PATH_DEPTH, relative_path
 
@@ -97,14 +97,81 @@ class HostWorkspace:
             by_parent.setdefault(tuple(parents), []).append((name, path))
         return by_parent
 
-    def write_many(self, files: Mapping[str, bytes]) -> None:
+    def write_many(
+        self, files: Mapping[str, bytes], metadata: Mapping[str, FileMetadata] | None = None
+    ) -> list[str]:
         """Create or replace several regular files (directory by directory), creating parent
         directories. Each directory is walked to once for all the files in it, so a restore of
-        thousands of small files costs about what extracting an archive of them does."""
+        thousands of small files costs about what extracting an archive of them does.
+
+        A file of ``metadata`` gets its modification time through its open descriptor right
+        after the write (and, if sparse, its zero blocks as holes); returns the paths whose
+        time could not be set."""
+        metadata = metadata or {}
+        unset: list[str] = []
         for directory, names in self._by_parent(files).items():
             with self._directory(list(directory), create=True, display=names[0][1]) as parent:
                 for name, path in names:
-                    _write_in(parent, name, path, files[path], self.owner)
+                    if not _write_in(
+                        parent, name, path, files[path], self.owner, metadata.get(path)
+                    ):
+                        unset.append(path)
+        return unset
+
+    def make_fifos(self, paths: Sequence[str]) -> list[str]:
+        """Make a FIFO at each path, replacing what is there (a directory tree included), owned
+        like every file the host writes; returns the paths where none could be made."""
+        failed: list[str] = []
+        for directory, names in self._by_parent(paths).items():
+            try:
+                with self._directory(list(directory), create=True, display=names[0][1]) as parent:
+                    for name, path in names:
+                        try:
+                            with contextlib.suppress(FileNotFoundError):
+                                if stat.S_ISDIR(
+                                    os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+                                ):
+                                    remove_tree(parent, name)
+                                else:
+                                    os.unlink(name, dir_fd=parent)
+                            os.mkfifo(name, 0o644, dir_fd=parent)
+                            if self.owner is not None:
+                                os.chown(name, *self.owner, dir_fd=parent, follow_symlinks=False)
+                        except OSError:
+                            failed.append(path)
+            except (OSError, InvalidPathError):
+                failed.extend(path for _, path in names)
+        return failed
+
+    def link_many(self, links: Mapping[str, str]) -> list[str]:
+        """Make each path of ``links`` a hard link of the regular file it maps to (what is at
+        the path is replaced; neither path is followed through a symlink); returns the paths
+        that could not be linked (the target missing or not a regular file, say)."""
+        failed: list[str] = []
+        for path, target in links.items():
+            target_parents, target_name = self._split(target)
+            parents, name = self._split(path)
+            try:
+                with (
+                    self._directory(target_parents, create=False, display=target) as source,
+                    self._directory(parents, create=True, display=path) as parent,
+                ):
+                    info = os.stat(target_name, dir_fd=source, follow_symlinks=False)
+                    if not stat.S_ISREG(info.st_mode):
+                        failed.append(path)
+                        continue
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(name, dir_fd=parent)
+                    os.link(
+                        target_name,
+                        name,
+                        src_dir_fd=source,
+                        dst_dir_fd=parent,
+                        follow_symlinks=False,
+                    )
+            except (OSError, InvalidPathError):
+                failed.append(path)
+        return failed
 
     def read_many(self, paths: Sequence[str]) -> dict[str, bytes]:
         """The bytes of several regular files, keyed as given. Each directory is walked to once
@@ -291,16 +358,21 @@ class _Scan:
                     except FileNotFoundError:
                         continue  # removed by sandboxed code while we listed
                     fmt = info.st_mode & _S_IFMT
+                    inode, links, sparse = 0, 1, False
                     if fmt == stat.S_IFDIR:
-                        kind: Literal["file", "dir", "symlink"] = "dir"
+                        kind: Literal["file", "dir", "symlink", "fifo"] = "dir"
                         size = 0
                         self.dirs += 1
                     elif fmt == stat.S_IFREG:
                         kind, size = "file", info.st_size
+                        inode, links = info.st_ino, info.st_nlink
+                        sparse = info.st_blocks * 512 < size
                     elif fmt == stat.S_IFLNK:
                         kind, size = "symlink", info.st_size
+                    elif fmt == stat.S_IFIFO:
+                        kind, size = "fifo", 0
                     else:
-                        continue  # FIFOs, sockets and devices are left out (see _file_info)
+                        continue  # sockets and devices are left out (see _file_info)
                     path = base + entry.name
                     seen(path)
                     mode = info.st_mode & 0o7777
@@ -311,11 +383,16 @@ class _Scan:
                         and old.size == size
                         and old.mode == mode
                         and old.kind == kind
+                        and old.inode == inode
+                        and old.links == links
+                        and old.sparse == sparse
                     ):
                         self.matched += 1
                     else:
                         self.matched += old is not None
-                        changed(FileInfo(path, size, info.st_mtime_ns, mode, kind))
+                        changed(
+                            FileInfo(path, size, info.st_mtime_ns, mode, kind, inode, links, sparse)
+                        )
                     if kind == "dir" and descend:
                         try:
                             child = os.open(entry.name, _DIR_FLAGS, dir_fd=directory)
@@ -522,23 +599,30 @@ def _sorted_entries(fd: int) -> Iterator[os.DirEntry[str]]:
 
 
 def _file_info(path: str, info: os.stat_result) -> FileInfo | None:
-    """What a listing says about an entry; ``None`` for FIFOs, sockets and devices, which are
-    left out of listings (and so of snapshots): they hold no content to read or restore."""
-    kind: Literal["file", "dir", "symlink"]
+    """What a listing says about an entry; ``None`` for sockets and devices, which are left out
+    of listings (and so of snapshots): a socket belongs to a process, and a restore makes no
+    devices. A FIFO is listed (size 0), so a restore can make it again."""
+    kind: Literal["file", "dir", "symlink", "fifo"]
     if stat.S_ISLNK(info.st_mode):
         kind = "symlink"
+    elif stat.S_ISFIFO(info.st_mode):
+        kind = "fifo"
     elif stat.S_ISDIR(info.st_mode):
         kind = "dir"
     elif stat.S_ISREG(info.st_mode):
         kind = "file"
     else:
         return None
+    regular = kind == "file"
     return FileInfo(
         path=path,
-        size=0 if kind == "dir" else info.st_size,
+        size=0 if kind in ("dir", "fifo") else info.st_size,
         mtime_ns=info.st_mtime_ns,
         mode=stat.S_IMODE(info.st_mode),
         kind=kind,
+        inode=info.st_ino if regular else 0,
+        links=info.st_nlink if regular else 1,
+        sparse=regular and info.st_blocks * 512 < info.st_size,
     )
 
 
@@ -663,10 +747,16 @@ __all__ = ["HostWorkspace", "remove_directory", "remove_tree"]
 
 
 def _write_in(
-    parent: int, name: str, path: str, data: bytes, owner: tuple[int, int] | None
-) -> None:
+    parent: int,
+    name: str,
+    path: str,
+    data: bytes,
+    owner: tuple[int, int] | None,
+    metadata: FileMetadata | None = None,
+) -> bool:
     """Create or replace the regular file ``name`` of the directory ``parent``, owned by
-    ``owner`` (``None``: the host's own user)."""
+    ``owner`` (``None``: the host's own user), with ``metadata`` if given; returns whether the
+    metadata's modification time was set (``True`` without metadata)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(name, flags, 0o644, dir_fd=parent)
@@ -678,8 +768,35 @@ def _write_in(
         if owner is not None:
             os.fchown(fd, *owner)
         os.ftruncate(fd, 0)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        if metadata is not None and metadata.sparse:
+            _write_sparse(fd, data)
+        else:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        if metadata is None:
+            return True
+        try:
+            os.utime(fd, ns=(metadata.mtime_ns, metadata.mtime_ns))
+        except (OSError, OverflowError):
+            return False
+        return True
     finally:
         os.close(fd)
+
+
+_HOLE_BLOCK = 4096
+_ZEROS = bytes(_HOLE_BLOCK)
+
+
+def _write_sparse(fd: int, data: bytes) -> None:
+    """Write ``data`` to the empty file ``fd`` leaving every all-zero block a hole (seeked
+    over, and the length set at the end), as ``cp --sparse=always`` does."""
+    view = memoryview(data)
+    for offset in range(0, len(data), _HOLE_BLOCK):
+        block = view[offset : offset + _HOLE_BLOCK]
+        if block != _ZEROS[: len(block)]:
+            while block:
+                written = os.pwrite(fd, block, offset)
+                block, offset = block[written:], offset + written
+    os.ftruncate(fd, len(data))

@@ -34,6 +34,7 @@ from langchain_sandbox.providers.base import (
     Capabilities,
     ChangeListing,
     FileInfo,
+    FileMetadata,
     OutputCallback,
     Session,
     SessionRecord,
@@ -464,6 +465,32 @@ class LocalSession(Session):
         await asyncio.to_thread(
             self._files.write_many, {path: bytes(data) for path, data in files.items()}
         )
+
+    keeps_file_metadata = True
+
+    async def write_restored(
+        self, files: Mapping[str, bytes], metadata: Mapping[str, FileMetadata]
+    ) -> list[str]:
+        """The host writes the files and sets each one's time through the descriptor it wrote
+        with (no process in the sandbox, nothing to follow)."""
+        self._check_open()
+        for path in files:
+            resolve_path(path)
+        await self._quota.check_write(sum(len(data) for data in files.values()))
+        return await asyncio.to_thread(self._files.write_many, dict(files), metadata)
+
+    async def make_fifos(self, paths: Sequence[str]) -> list[str]:
+        self._check_open()
+        for path in paths:
+            resolve_path(path)
+        return await asyncio.to_thread(self._files.make_fifos, list(paths))
+
+    async def link_files(self, links: Mapping[str, str]) -> list[str]:
+        self._check_open()
+        for path, target in links.items():
+            resolve_path(path)
+            resolve_path(target)
+        return await asyncio.to_thread(self._files.link_many, dict(links))
 
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
         self._check_open()
