@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from langchain_sandbox.providers.base import ChangeListing, FileInfo, Provider, Session
+from langchain_sandbox.providers.base import (
+    ChangeListing,
+    FileInfo,
+    FileMetadata,
+    Provider,
+    Session,
+)
 from langchain_sandbox.snapshots import BlobInfo, BlobStore, LocalDirectoryBlobStore, Snapshotter
 from langchain_sandbox.snapshots import snapshotter as snapshotter_module
 
@@ -98,7 +104,8 @@ async def test_a_rewind_after_many_steps_restores_exactly_the_target(
 
 
 class _CountedSession:
-    """Records every call a snapshotter makes on a real session, with the paths it names."""
+    """Records every call a snapshotter makes on a real session, with the paths it names (a
+    restore's writes with their metadata count as writes)."""
 
     def __init__(self, session: Session) -> None:
         self.calls: list[str] = []
@@ -106,11 +113,12 @@ class _CountedSession:
         self.commands: list[str] = []
         self.since: list[object | None] = []
         self.listed: list[str] = []
-        listed, changes, read, write, command = (
+        listed, changes, read, write, restored, command = (
             session.list_files,
             session.list_changes,
             session.read_files,
             session.write_files,
+            session.write_restored,
             session.run_command,
         )
 
@@ -135,6 +143,13 @@ class _CountedSession:
             self.written.extend(files)
             await write(files)
 
+        async def write_restored(
+            files: Mapping[str, bytes], metadata: Mapping[str, FileMetadata]
+        ) -> list[str]:
+            self.calls.append("write_files")
+            self.written.extend(files)
+            return await restored(files, metadata)
+
         async def run_command(text: str, **kwargs: Any) -> Any:
             self.calls.append("run_command")
             self.commands.append(text)
@@ -144,6 +159,7 @@ class _CountedSession:
         session.list_changes = list_changes  # type: ignore[method-assign]
         session.read_files = read_files  # type: ignore[method-assign]
         session.write_files = write_files  # type: ignore[method-assign]
+        session.write_restored = write_restored  # type: ignore[method-assign]
         session.run_command = run_command  # type: ignore[method-assign]
 
     def reset(self) -> None:
