@@ -93,9 +93,10 @@ def part_index(
 
 
 def unconfirmed(scope: RewindScope, entries: Mapping[str, FileEntry]) -> set[str]:
-    """The blobs of the scope the store must be asked about: every blob outside it, and in it
-    the content of a file the session already holds an entry for with that same content, was
-    confirmed with the session's head."""
+    """The blobs a rewind asks the store about: those of the scope's files, the variables and
+    the target's parts the head does not hold. A file outside the scope, or one the session
+    already holds with the same content, has a blob the store was confirmed to hold with the
+    session's head (while `_Known.trusted`), so it is not asked about again."""
     keys = {
         entry.sha256
         for path, entry in scope.manifest.files.items()
