@@ -61,7 +61,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from langchain_sandbox.providers.base import Session
+from langchain_sandbox.providers.base import Limits, Session, SessionSpec
 from langchain_sandbox.providers.local import LocalProvider
 from langchain_sandbox.snapshots import (
     BlobStore,
@@ -304,12 +304,14 @@ class _OneDurablePutPerBlob(LocalDirectoryBlobStore):
 
 
 _MANY_LIMITS = SnapshotLimits(max_files=200_000)  # 100,000 files and their 1,000 directories
+# The workspace holds them too (its default is 100,000 entries in all).
+_MANY_SPEC = SessionSpec(limits=Limits(workspace_files=200_000))
 
 
 async def _many_files(provider: LocalProvider, root: Path, count: int, steps: int) -> None:
     """One row per measure for a workspace of ``count`` files of 100 bytes."""
     work = Path(tempfile.mkdtemp(dir=root))
-    session = await provider.create()
+    session = await provider.create(_MANY_SPEC)
     try:
         paths = [f"d{i // 100:04d}/f{i:06d}.txt" for i in range(count)]
         for start in range(0, count, 5000):
@@ -356,7 +358,7 @@ async def _many_files(provider: LocalProvider, root: Path, count: int, steps: in
 
         new_rewind = await _timed_ms(snapshotter.restore(session, refs[-2]))
         start = time.perf_counter()
-        fresh = await provider.create()
+        fresh = await provider.create(_MANY_SPEC)
         try:
             created = time.perf_counter()
             await snapshotter.restore(fresh, refs[-2])
