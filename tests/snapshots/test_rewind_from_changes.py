@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -20,7 +20,8 @@ from langchain_sandbox.providers.base import (
     Provider,
     Session,
 )
-from langchain_sandbox.snapshots import BlobInfo, BlobStore, LocalDirectoryBlobStore, Snapshotter
+from langchain_sandbox.results import ExecutionResult
+from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 from langchain_sandbox.snapshots import snapshotter as snapshotter_module
 
 State = tuple[str, str, str]
@@ -134,7 +135,7 @@ class _CountedSession:
             self.since.append(kwargs.get("since"))
             return await changes(known, *args, **kwargs)
 
-        async def read_files(paths: Iterable[str]) -> dict[str, bytes]:
+        async def read_files(paths: Sequence[str]) -> dict[str, bytes]:
             self.calls.append("read_files")
             return await read(paths)
 
@@ -150,7 +151,7 @@ class _CountedSession:
             self.written.extend(files)
             return await restored(files, metadata)
 
-        async def run_command(text: str, **kwargs: Any) -> Any:
+        async def run_command(text: str, **kwargs: Any) -> ExecutionResult:
             self.calls.append("run_command")
             self.commands.append(text)
             return await command(text, **kwargs)
@@ -160,7 +161,7 @@ class _CountedSession:
         session.read_files = read_files  # type: ignore[method-assign]
         session.write_files = write_files  # type: ignore[method-assign]
         session.write_restored = write_restored  # type: ignore[method-assign]
-        session.run_command = run_command  # type: ignore[method-assign]
+        session.run_command = run_command  # type: ignore[method-assign,assignment]
 
     def reset(self) -> None:
         self.calls.clear()
@@ -170,31 +171,18 @@ class _CountedSession:
         self.listed.clear()
 
 
-class _LookupStore(BlobStore):
-    """A real local store that records every key it is asked about or asked for."""
+def _count_lookups(store: LocalDirectoryBlobStore) -> list[str]:
+    """Every key the real ``store`` is asked about from now on (its ``missing``)."""
+    looked_up: list[str] = []
+    missing = store.missing
 
-    def __init__(self, inner: BlobStore) -> None:
-        self.inner = inner
-        self.looked_up: list[str] = []
-        self.fetched: list[str] = []
-
-    async def get(self, key: str) -> bytes:
-        self.fetched.append(key)
-        return await self.inner.get(key)
-
-    async def put(self, key: str, data: bytes) -> None:
-        await self.inner.put(key, data)
-
-    async def missing(self, keys: Iterable[str]) -> set[str]:
+    async def counted(keys: Iterable[str]) -> set[str]:
         keys = list(keys)
-        self.looked_up.extend(keys)
-        return await self.inner.missing(keys)
+        looked_up.extend(keys)
+        return await missing(keys)
 
-    async def delete(self, keys: Iterable[str]) -> None:
-        await self.inner.delete(keys)
-
-    def iter_blobs(self) -> AsyncIterator[BlobInfo]:
-        return self.inner.iter_blobs()
+    store.missing = counted  # type: ignore[method-assign]
+    return looked_up
 
 
 FILES = 3000
@@ -210,8 +198,8 @@ async def _many_files(session: Session) -> list[str]:
 async def test_a_one_file_rewind_writes_one_file_and_lists_only_what_changed(
     provider: Provider, store: LocalDirectoryBlobStore
 ) -> None:
-    lookups = _LookupStore(store)
-    snapshotter = Snapshotter(lookups)
+    looked_up = _count_lookups(store)
+    snapshotter = Snapshotter(store)
     session = await provider.create()
     try:
         counted = _CountedSession(session)
@@ -220,7 +208,7 @@ async def test_a_one_file_rewind_writes_one_file_and_lists_only_what_changed(
         await session.write_files({paths[1234]: b"changed"})
         await snapshotter.capture(session, base=first.ref, revision=2)
         counted.reset()
-        lookups.looked_up.clear()
+        looked_up.clear()
 
         report = await snapshotter.restore(session, first.ref)
 
@@ -234,7 +222,7 @@ async def test_a_one_file_rewind_writes_one_file_and_lists_only_what_changed(
         assert counted.listed == ["d12"]
         # The store is asked about the written file's blob and the variables, not about the
         # blobs of the files the target shares with the session's snapshot.
-        assert len(lookups.looked_up) <= 3
+        assert len(looked_up) <= 3
         assert len((await session.read_files([paths[1234]]))[paths[1234]]) == 100
 
         # A mode the sandbox changed since is restored by one chmod of that file alone.
@@ -259,8 +247,8 @@ async def test_a_rewind_without_trusted_knowledge_takes_the_full_path(
     monkeypatch: pytest.MonkeyPatch,
     drop: str,
 ) -> None:
-    lookups = _LookupStore(store)
-    snapshotter = Snapshotter(lookups)
+    looked_up = _count_lookups(store)
+    snapshotter = Snapshotter(store)
     session = await provider.create()
     try:
         paths = await _many_files(session)
@@ -271,12 +259,12 @@ async def test_a_rewind_without_trusted_knowledge_takes_the_full_path(
         await snapshotter.capture(session, base=first.ref, revision=2)
         await _shell(session, f"rm {paths[20]} && mkdir -p stray/dir")
         if drop == "new snapshotter":
-            snapshotter = Snapshotter(lookups)
+            snapshotter = Snapshotter(store)
         elif drop == "store not confirmed":
             monkeypatch.setattr(snapshotter_module, "STORE_RECHECK_SECONDS", 0.0)
         else:
             await snapshotter.collect_garbage([first.ref], grace_seconds=0)
-        lookups.looked_up.clear()
+        looked_up.clear()
 
         report = await snapshotter.restore(session, first.ref)
 
@@ -284,7 +272,7 @@ async def test_a_rewind_without_trusted_knowledge_takes_the_full_path(
         assert (report.files_written, report.paths_removed) == (2, 2)
         assert await _state(session) == expected
         # The full path: every blob of the snapshot is looked up in the store again.
-        assert len(set(lookups.looked_up)) >= FILES
+        assert len(set(looked_up)) >= FILES
     finally:
         await session.close()
 
