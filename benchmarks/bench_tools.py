@@ -8,8 +8,9 @@
    exec request, and the bare pipe round trip to the worker (a request it refuses at once).
 2. A warm ``SandboxExecTool().invoke`` of ``n += 1`` outside any graph: the default policy
    (``persist="resumable"``: nothing can resume, so no snapshot), the old default selected
-   explicitly (``persist="every_call"``: an incremental snapshot per call) and a fresh
-   ``python -c`` per call, interleaved in one run.
+   explicitly (``persist="every_call"``: an incremental snapshot per call), each timed apart
+   with a fresh ``python -c`` between its calls; the ratio to ``python -c`` and issue 21's goal
+   (at most 1 ms, 30x) are printed.
 3. Many threads at once on one runtime: every answer right, memory per idle session, nothing
    left running after ``close``.
 
@@ -19,6 +20,7 @@ Everything runs under a temporary directory; nothing touches the real home.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import subprocess
@@ -236,44 +238,65 @@ def _python_c() -> None:
     subprocess.run([sys.executable, "-c", "n = 0; n += 1"], check=True)
 
 
+def _beside_python_c(invoke: Callable[[], object], n: int) -> tuple[list[float], list[float]]:
+    """``n`` timings of ``invoke`` and about 60 of a ``python -c`` taken between them (a process
+    start costs tens of ms), so both see the same machine."""
+    tool: list[float] = []
+    python_c: list[float] = []
+    every = max(n // 60, 1)
+    for i in range(n):
+        start = time.perf_counter()
+        invoke()
+        tool.append((time.perf_counter() - start) * 1000)
+        if i % every == 0:
+            start = time.perf_counter()
+            _python_c()
+            python_c.append((time.perf_counter() - start) * 1000)
+    return tool, python_c
+
+
 def bench_outside_a_graph(root: Path, n: int) -> None:
     """Issue 12's first row: nothing can resume a call outside a graph, so by default it is a
     round trip to the sandbox and no snapshot; the old default (a snapshot per call) is still
-    selectable and runs next to it, with a ``python -c`` per call as the stateless baseline."""
+    selectable and runs after it, each next to a ``python -c`` per call as the stateless baseline.
+
+    The two run apart: the old default's snapshots are written behind, on another runtime's
+    loop, and interleaved with the default's calls they would be timed as its cost. Issue 21's
+    goal for the default: at most 1 ms, and 30 times faster than ``python -c``."""
     default = get_default_runtime()  # what SandboxExecTool() finds: the issue's exact call
     with _runtime(root, "outside-every-call", persist="every_call") as every_call:
         tools = {
             "SandboxExecTool(), default persist='resumable'": SandboxExecTool(),
             "persist='every_call' (the old default)": SandboxExecTool(runtime=every_call),
         }
-        for tool in tools.values():
+        samples: dict[str, list[float]] = {}
+        baselines: dict[str, list[float]] = {}
+        for name, tool in tools.items():
             tool.invoke({"code": "n = 0"})
             for _ in range(20):
                 tool.invoke({"code": "n += 1"})
-        samples: dict[str, list[float]] = {name: [] for name in tools}
-        samples["python -c per call"] = []
-        every = max(n // 60, 1)  # a process start costs tens of ms: about 60 of them
-        for i in range(n):
-            for name, tool in tools.items():
-                start = time.perf_counter()
-                tool.invoke({"code": "n += 1"})
-                samples[name].append((time.perf_counter() - start) * 1000)
-            if i % every == 0:
-                start = time.perf_counter()
-                _python_c()
-                samples["python -c per call"].append((time.perf_counter() - start) * 1000)
+            call = functools.partial(tool.invoke, {"code": "n += 1"})
+            samples[name], baselines[name] = _beside_python_c(call, n)
         stored, kept = _blob_count(default), _blob_count(every_call)
     default.close()
     header(
-        f"2. Warm SandboxExecTool().invoke('n += 1') outside any graph ({n} rounds, interleaved)",
+        f"2. Warm SandboxExecTool().invoke('n += 1') outside any graph ({n} rounds, each "
+        "beside python -c)",
         _WIDTH,
     )
-    for name, times in samples.items():
-        print(row(name, times, _WIDTH, 3))
     med = statistics.median
-    python_c = med(samples["python -c per call"])
     for name in tools:
-        print(f"  python -c / {name}: {python_c / med(samples[name]):.1f}x")
+        print(row(name, samples[name], _WIDTH, 3))
+        print(row("  python -c per call, in the same rounds", baselines[name], _WIDTH, 3))
+    for name in tools:
+        ratio = med(baselines[name]) / med(samples[name])
+        print(f"  python -c / {name}: {ratio:.1f}x")
+    default_name = next(iter(tools))
+    print(
+        f"  goal for the default (issue 21): at most 1 ms and 30x; measured "
+        f"{med(samples[default_name]):.3f} ms and "
+        f"{med(baselines[default_name]) / med(samples[default_name]):.1f}x"
+    )
     print(f"  blobs in the snapshot store afterwards: {stored} default, {kept} every_call")
 
 
