@@ -66,6 +66,7 @@ from langchain_sandbox.filed_records import (
     subagent_key,
     tool_calls,
 )
+from langchain_sandbox.graph._pregel_keys import PUSH, READ_KEY
 from langchain_sandbox.graph.step_record import StepAbove, ToolSteps
 from langchain_sandbox.rehydration import store_unavailable
 from langchain_sandbox.runtime import SandboxRuntime, StepCall
@@ -74,9 +75,6 @@ from langchain_sandbox.state import SandboxState
 
 CHANGING_TOOLS = frozenset({"execute", "write_file", "edit_file"})
 """Deep Agents' tools whose calls change the sandbox (and file a record)."""
-
-_READ_KEY = "__pregel_read"
-"""LangGraph's per-task channel reader in ``configurable`` (``CONFIG_KEY_READ``)."""
 
 
 @dataclass(frozen=True)
@@ -198,11 +196,11 @@ def position_of(config: RunnableConfig | None, *, blocking: bool) -> Position | 
     whole conversation.
     """
     configurable = (config or {}).get("configurable", {})
-    read = configurable.get(_READ_KEY)
+    read = configurable.get(READ_KEY)
     path = (config or {}).get("metadata", {}).get("langgraph_path")
     if read is None or not isinstance(path, tuple) or len(path) < 2:
         return None
-    if path[0] != "__pregel_push" or not isinstance(path[1], int):
+    if path[0] != PUSH or not isinstance(path[1], int):
         return None
     try:
         messages: Sequence[BaseMessage] = read("messages", False) or []

@@ -39,9 +39,9 @@ a fork checkpoint with an id of its own).
 
 What this reads from LangGraph: the task config's ``checkpoint_ns``, ``checkpoint_map`` and
 ``thread_id``, the public ``CONFIG_KEY_CHECKPOINTER`` (through `run_checkpointer`) and ``TASKS``
-channel, and three private keys LangGraph offers no public API for: ``__pregel_read`` (the
-channel reader Deep Agents' ``StateBackend`` uses too), ``__pregel_task_id`` and
-``__pregel_durability``. The checks and reads only happen in a graph run with a checkpointer:
+channel, and the private names LangGraph offers no public API for, all in
+`langchain_sandbox.graph._pregel_keys` (the task's channel reader, its id, the run's durability,
+the ``@task`` result channel). The checks and reads only happen in a graph run with a checkpointer:
 without one nothing outlives the process. ``tests/graph/test_tool_node_hooks.py`` pins their
 behaviour and ``tests/graph/test_langgraph_private_keys.py`` their names on the installed LangGraph.
 """
@@ -73,15 +73,16 @@ from tenacity import (
 from langchain_sandbox.checkpointer_names import run_checkpointer
 from langchain_sandbox.errors import ConfigurationError
 from langchain_sandbox.filed_records import messages_in
+from langchain_sandbox.graph._pregel_keys import (
+    DURABILITY_KEY,
+    READ_KEY,
+    RETURN_CHANNEL,
+    TASK_ID_KEY,
+)
 from langchain_sandbox.state import SandboxState, merge_sandbox_state
 from langchain_sandbox.tools.base import graph_record
 
 CHANNEL = "sandbox"
-_READ_KEY = "__pregel_read"
-_TASK_ID_KEY = "__pregel_task_id"
-_DURABILITY_KEY = "__pregel_durability"
-_RETURN_CHANNEL = "__return__"
-"""Channel under which LangGraph saves a ``@task``'s result among the pending writes."""
 
 _NO_CHANNEL = (
     "This sandbox tool runs in a graph whose state has no `sandbox` channel, so LangGraph would "
@@ -126,7 +127,7 @@ class _Step:
             return None
         return cls(
             config, checkpointer, graph_ns, checkpoints[graph_ns], str(thread_id),
-            configurable.get(_TASK_ID_KEY), checkpoints,
+            configurable.get(TASK_ID_KEY), checkpoints,
         )  # fmt: skip
 
     def above(self) -> RunnableConfig | None:
@@ -179,7 +180,7 @@ class _Step:
 
     def channel_value(self) -> tuple[bool, SandboxState | None]:
         """Whether the node's graph declares the channel, and its value at the step's start."""
-        read = (self.config.get("configurable") or {}).get(_READ_KEY)
+        read = (self.config.get("configurable") or {}).get(READ_KEY)
         if read is None:
             return True, None
         try:
@@ -200,7 +201,7 @@ def _record_of_write(channel: str, value: Any) -> SandboxState | None:
     ``sandbox_tool_call`` task (a tool message carrying the record in its artifact)."""
     if channel == CHANNEL:
         return _as_record(value)
-    if channel == _RETURN_CHANNEL and isinstance(value, ToolMessage):
+    if channel == RETURN_CHANNEL and isinstance(value, ToolMessage):
         artifact = value.artifact
         return _as_record(artifact.get(CHANNEL) if isinstance(artifact, Mapping) else None)
     return None
@@ -239,7 +240,7 @@ def _until_saved(step: _Step, retrying: type[_R]) -> _R:
     """Reads of a checkpoint of the run, repeated while it is not saved yet (not under
     ``durability="exit"``, which saves no step before the last): ``None`` after
     `SAVED_WITHIN`."""
-    durability = (step.config.get("configurable") or {}).get(_DURABILITY_KEY)
+    durability = (step.config.get("configurable") or {}).get(DURABILITY_KEY)
     within = 0.0 if durability == "exit" else SAVED_WITHIN
     return retrying(
         stop=stop_after_delay(within),
@@ -306,7 +307,7 @@ def _answered(checkpoint: Any, step: _Step, call_ids: frozenset[str]) -> frozens
     the step checkpoint's pending writes (``None``: not saved yet, so none)."""
     answered: set[str] = set()
     for task_id, channel, value in checkpoint.pending_writes or [] if checkpoint else []:
-        if task_id == step.task_id or channel == _RETURN_CHANNEL:
+        if task_id == step.task_id or channel == RETURN_CHANNEL:
             continue
         for message in value if isinstance(value, list | tuple) else [value]:
             if isinstance(message, ToolMessage) and message.tool_call_id in call_ids:
@@ -386,10 +387,7 @@ class ToolSteps:
         is read through its blocking methods, in a worker thread); ``None`` without saved
         steps (no checkpointer, or ``durability="exit"``: no step before the last is saved)."""
         step = _Step.of(config)
-        if (
-            step is None
-            or ((config or {}).get("configurable") or {}).get(_DURABILITY_KEY) == "exit"
-        ):
+        if step is None or ((config or {}).get("configurable") or {}).get(DURABILITY_KEY) == "exit":
             return None
         saver = step.checkpointer
 
@@ -594,7 +592,7 @@ def _step_above(checkpoint: Any, messages: tuple[BaseMessage, ...]) -> StepAbove
     answered = {
         m.tool_call_id
         for _, channel, value in checkpoint.pending_writes or ()
-        if channel != _RETURN_CHANNEL
+        if channel != RETURN_CHANNEL
         for m in (value if isinstance(value, list | tuple) else [value])
         if isinstance(m, ToolMessage)
     }

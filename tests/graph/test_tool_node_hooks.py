@@ -19,7 +19,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest, ToolRuntime
 from langgraph.types import Send
 
 from langchain_sandbox.checkpointer_names import run_checkpointer
-from langchain_sandbox.graph import SandboxToolNode, step_record
+from langchain_sandbox.graph import SandboxToolNode, _pregel_keys
 
 
 def test_tool_node_takes_the_wrappers_we_pass() -> None:
@@ -71,9 +71,9 @@ def test_a_task_config_carries_the_keys_step_record_reads() -> None:
         configurable = get_config()["configurable"]
         graph_ns = configurable["checkpoint_ns"].rpartition("|")[0]
         assert graph_ns in configurable["checkpoint_map"]
-        assert configurable[step_record._TASK_ID_KEY]
+        assert configurable[_pregel_keys.TASK_ID_KEY]
         with pytest.raises(KeyError):
-            configurable[step_record._READ_KEY]("sandbox", False)  # not a channel here
+            configurable[_pregel_keys.READ_KEY]("sandbox", False)  # not a channel here
         checkpointer = run_checkpointer(get_config())
         assert checkpointer is not None
         saved = checkpointer.get_tuple(
