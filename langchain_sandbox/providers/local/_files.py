@@ -6,6 +6,10 @@ component at a time from a descriptor of the workspace root (``openat`` with ``O
 symlink anywhere on the way is refused with [`InvalidPathError`][langchain_sandbox.InvalidPathError]
 instead of being followed, and there is no check-then-use window to race. Files are opened
 non-blocking and must be regular files, so a FIFO planted in the workspace cannot hang the host.
+
+Why one module over 500 lines: every host access to the workspace (read, write, list, remove,
+and a restore's times, hard links and FIFOs) must go through the same descriptor walk, and
+keeping them behind this one door is what lets a reader check that none follows a symlink.
 """
 
 from __future__ import annotations
