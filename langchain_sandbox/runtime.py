@@ -41,6 +41,7 @@ from langchain_sandbox.providers.base import (
     Session,
     SessionSpec,
 )
+from langchain_sandbox.providers.tool_channel import ToolHost
 from langchain_sandbox.rehydration import (
     Outcome,
     PersistPolicy,
@@ -341,16 +342,20 @@ class SandboxRuntime:
         on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
         resumable: bool = False,
+        tools: ToolHost | None = None,
     ) -> Outcome[ExecutionResult]:
         """Run Python in the thread's stateful interpreter.
 
         ``timeout`` may lower the session's ``Limits.timeout``, never raise it: a larger value
-        is cut to the limit and the result says so in its notices.
+        is cut to the limit and the result says so in its notices. ``tools``: host tools the
+        code may call (see [`Session.run_code`][langchain_sandbox.Session.run_code]).
         """
         return await self._arun_capped(
             thread_id,
             timeout,
-            lambda session, capped: session.run_code(code, timeout=capped, on_output=on_output),
+            lambda session, capped: session.run_code(
+                code, timeout=capped, on_output=on_output, tools=tools
+            ),
             record,
             step_call,
             resumable,
@@ -366,6 +371,7 @@ class SandboxRuntime:
         on_output: OutputCallback | None = None,
         step_call: StepCall | None = None,
         resumable: bool = False,
+        tools: ToolHost | None = None,
     ) -> Outcome[ExecutionResult]:
         """Blocking twin of `arun_code`."""
         return self._loop.run_sync(
@@ -377,6 +383,7 @@ class SandboxRuntime:
                 on_output=on_output,
                 step_call=step_call,
                 resumable=resumable,
+                tools=tools,
             )
         )
 

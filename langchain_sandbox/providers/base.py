@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 from langchain_sandbox.environment import validate_env
-from langchain_sandbox.errors import InvalidInputError, SandboxError
+from langchain_sandbox.errors import ConfigurationError, InvalidInputError, SandboxError
 from langchain_sandbox.providers.guest import repr_failure
 from langchain_sandbox.providers.guest_facts import variable_names, variable_reasons
+from langchain_sandbox.providers.tool_channel import ToolHost
 from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import (
     DEFAULT_CAPTURE_BYTES,
@@ -96,6 +97,12 @@ class Limits:
             system; elsewhere it is not enforced. Remote providers have their own.
         tmp_bytes: Size of the private ``/tmp`` (local provider: a tmpfs of this size, which
             also counts against ``memory_mb``); ``None``: as large as ``memory_mb``.
+        max_tool_calls: Host tools one ``run_code`` call may call from its code
+            (``SandboxExecTool(tools=...)``); past it each call raises ``ToolLimitError`` in
+            the code, which stops a runaway loop.
+        tool_calls_seconds: Seconds those inner calls may take in total, per ``run_code`` call;
+            the one that runs past it is stopped and raises ``ToolLimitError``. The call's own
+            ``timeout`` still bounds the whole run, inner calls included.
     """
 
     timeout: float = 60.0
@@ -106,6 +113,8 @@ class Limits:
     workspace_bytes: int | None = 1024 * 1024 * 1024
     workspace_files: int | None = 100_000
     tmp_bytes: int | None = None
+    max_tool_calls: int = 100
+    tool_calls_seconds: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -148,6 +157,7 @@ class Capabilities:
         attach_across_processes: ``attach`` works from another process (remote sandboxes do; a
             local sandbox lives and dies with the process that made it).
         native_snapshots: The provider can snapshot a disk itself (used as a fast path).
+        tools_from_code: Code can call host tools (``run_code(..., tools=...)``).
     """
 
     stateful_python: bool = True
@@ -160,6 +170,7 @@ class Capabilities:
     pause_keeps_memory: bool = False
     attach_across_processes: bool = False
     native_snapshots: bool = False
+    tools_from_code: bool = False
 
 
 class SessionRecord(TypedDict, total=False):
@@ -318,6 +329,7 @@ class Session(ABC):
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
         on_output: OutputCallback | None = None,
+        tools: ToolHost | None = None,
     ) -> ExecutionResult:
         """Run Python in the session's persistent interpreter; the last bare expression's value is
         returned as ``result.value``. Exceptions in the code are results, not raises; a value
@@ -325,17 +337,40 @@ class Session(ABC):
 
         ``timeout`` defaults to ``spec.limits.timeout``. Bad arguments raise
         [`InvalidInputError`][langchain_sandbox.InvalidInputError] before the sandbox is touched.
+        ``tools``: the code gets a ``tools`` object calling them on the host (see
+        ``docs/tools-from-code.md``); a provider without ``capabilities.tools_from_code``
+        refuses with [`ConfigurationError`][langchain_sandbox.ConfigurationError].
         """
         if not isinstance(code, str):
             raise InvalidInputError("code must be a string.")
-        result = await self._run_code(
-            code,
-            timeout=checked_timeout(timeout, self.spec.limits.timeout),
-            env=validate_env(env),
-            on_output=on_output,
-        )
+        checked = checked_timeout(timeout, self.spec.limits.timeout)
+        if tools is None:
+            result = await self._run_code(
+                code, timeout=checked, env=validate_env(env), on_output=on_output
+            )
+        else:
+            result = await self._run_code_with_tools(
+                code, timeout=checked, env=validate_env(env), on_output=on_output, tools=tools
+            )
+            result = result.with_notices(*tools.notices())
         notice = repr_failure(result.value)
         return result.with_notices(notice) if notice is not None else result
+
+    async def _run_code_with_tools(
+        self,
+        code: str,
+        *,
+        timeout: float,
+        env: dict[str, str],
+        on_output: OutputCallback | None,
+        tools: ToolHost,
+    ) -> ExecutionResult:
+        """`_run_code` whose code may call ``tools``; providers with
+        ``capabilities.tools_from_code`` implement it."""
+        raise ConfigurationError(
+            f"The {self.provider_name} provider cannot call host tools from sandboxed code yet; "
+            "use the local provider, or give the tools to the agent directly."
+        )
 
     async def run_command(
         self,

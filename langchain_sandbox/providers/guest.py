@@ -11,7 +11,9 @@ disagree:
   value, never an error (the code itself ran), and `repr_failure` the notice the host adds;
 * `describe_exception` trims a traceback to the user's own frames;
 * `collect_figures` turns open matplotlib figures into PNG bytes, up to a total size;
-* `FdCapture` captures file descriptor 1 or 2 (Python and child processes alike).
+* `FdCapture` captures file descriptor 1 or 2 (Python and child processes alike);
+* `Tools` is the ``tools`` object code calls host tools through (the transport is the
+  provider's: the local worker's own pipes).
 
 Only built-in or already-loaded modules are imported at the top: the local worker's cold start
 includes this module.
@@ -198,6 +200,88 @@ def failure_facts(exc: BaseException) -> dict[str, Any]:
     return {"name": type(exc).__name__, "errno": errno if type(errno) is int else None}
 
 
+class ToolError(Exception):
+    """A host tool called from code failed: its arguments did not fit its schema, or it raised.
+
+    The message is the tool's own (or the validation's); ``tool`` names the tool. Code catches
+    it like any exception and may retry with other arguments.
+    """
+
+    def __init__(self, tool: str, message: str) -> None:
+        super().__init__(message)
+        self.tool = tool
+
+
+class ToolLimitError(BaseException):
+    """The call ran out of inner tool calls or of their time budget (the session's limits).
+
+    A ``BaseException``, like ``KeyboardInterrupt``: a loop that swallows ``Exception`` still
+    stops at the limit.
+    """
+
+
+class Tools:
+    """The ``tools`` object of a cell: each host tool as a function, ``tools.name(**args)``,
+    and its coroutine twin ``await tools.aname(**args)``.
+
+    Args:
+        specs: ``{"name", "params"}`` per tool (``params``: argument names in schema order,
+            so positional arguments map onto them).
+        call: The transport: ``call(name, args)`` returns the host's reply,
+            ``{"ok": True, "value": ...}`` or ``{"ok": False, "kind", "error"}``. Calls run one at
+            a time, in order: their sequence is what a replay after a crash lines up with.
+    """
+
+    ToolError = ToolError
+    ToolLimitError = ToolLimitError
+
+    def __init__(self, specs: list[dict[str, Any]], call: Any) -> None:
+        self._specs = {str(spec["name"]): list(spec.get("params") or []) for spec in specs}
+        self._call = call
+
+    def __getattr__(self, name: str) -> Any:
+        specs = self.__dict__.get("_specs", {})
+        if name in specs:
+            return self._function(name)
+        if name.startswith("a") and name[1:] in specs:
+            function = self._function(name[1:])
+
+            async def coroutine(*args: Any, **kwargs: Any) -> Any:
+                return function(*args, **kwargs)
+
+            coroutine.__name__ = name
+            return coroutine
+        raise AttributeError(f"no tool named {name!r}; the tools are: {', '.join(specs) or 'none'}")
+
+    def __dir__(self) -> list[str]:
+        return sorted([*self._specs, *(f"a{name}" for name in self._specs)])
+
+    def __repr__(self) -> str:
+        listed = ", ".join(f"{name}({', '.join(params)})" for name, params in self._specs.items())
+        return f"<tools: {listed or 'none'}>"
+
+    def _function(self, name: str) -> Any:
+        params = self._specs[name]
+
+        def function(*args: Any, **kwargs: Any) -> Any:
+            if len(args) > len(params):
+                raise TypeError(f"{name}() takes at most {len(params)} positional arguments")
+            for param, value in zip(params, args, strict=False):
+                if param in kwargs:
+                    raise TypeError(f"{name}() got multiple values for argument {param!r}")
+                kwargs[param] = value
+            reply = self._call(name, kwargs)
+            if reply.get("ok"):
+                return reply.get("value")
+            message = str(reply.get("error", "the tool failed"))
+            if reply.get("kind") == "limit":
+                raise ToolLimitError(message)
+            raise ToolError(name, message)
+
+        function.__name__ = name
+        return function
+
+
 # As compiled: the source path, or the name given when it was compiled or shipped.
 _OWN_FILE = describe_exception.__code__.co_filename
 
@@ -339,6 +423,9 @@ __all__ = [
     "CellSources",
     "Cells",
     "FdCapture",
+    "ToolError",
+    "ToolLimitError",
+    "Tools",
     "apply_env",
     "collect_figures",
     "describe_exception",

@@ -102,6 +102,12 @@ class SandboxCall:
     on_output: OutputForwarder | None
     images_inline: bool = False
     """Whether the reply's images go in its content (`langchain_sandbox.tools.images`)."""
+    config: RunnableConfig | None = None
+    """The run's config, as the tool got it (for tools called from code)."""
+    run_manager: CallbackManagerForToolRun | AsyncCallbackManagerForToolRun | None = None
+    """The tool run's callbacks (inner runs are its children)."""
+    caller_loop: asyncio.AbstractEventLoop | None = None
+    """The caller's event loop for an async call; ``None`` for a blocking one."""
 
 
 @dataclass(frozen=True)
@@ -374,6 +380,9 @@ class SandboxTool(BaseTool):
             step_call=step_call,
             resumable=is_resumable(config),
             images_inline=images_inline(tool_runtime),
+            config=config,
+            run_manager=run_manager,
+            caller_loop=loop,
             on_output=OutputForwarder(
                 tool_runtime=tool_runtime,
                 run_manager=run_manager,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from pydantic import Field
+from langchain_core.tools import BaseTool
+from pydantic import Field, PrivateAttr
 
+from langchain_sandbox.snapshots.tool_journal import ToolJournal
 from langchain_sandbox.tools.base import (
     SandboxCall,
     SandboxTool,
@@ -14,6 +17,7 @@ from langchain_sandbox.tools.base import (
     execution_reply,
 )
 from langchain_sandbox.tools.descriptions import sandbox_facts
+from langchain_sandbox.tools.from_code import InnerRun, ToolBridge, host_tools, tools_description
 from langchain_sandbox.tools.streaming import listener
 
 
@@ -52,6 +56,11 @@ class SandboxExecTool(SandboxTool):
     local sandbox. In a graph, the call joins the thread's sandbox (``configurable.thread_id``),
     streams its output while it runs (``stream_mode="custom"`` and ``astream_events``), and reports the updated sandbox
     record in its artifact.
+
+    Args:
+        tools: Host tools the code may call as ``tools.name(**args)`` (LangChain tools or
+            functions): each call runs on the host with the run's config, and its result is
+            recorded so a replayed call does not repeat it. See ``docs/tools-from-code.md``.
     """
 
     name: str = "sandbox_exec"
@@ -59,6 +68,27 @@ class SandboxExecTool(SandboxTool):
     description: str = f"{_ABOUT} {sandbox_facts(None, None)}"
     args_schema: type[SandboxExecArgs] = SandboxExecArgs
     streams_output: ClassVar[bool] = True
+    tools: Sequence[BaseTool | Callable[..., Any]] = Field(default_factory=list, exclude=True)
+
+    _host_tools: dict[str, BaseTool] = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, context: Any) -> None:
+        described = "description" in self.model_fields_set  # the base class sets it
+        super().model_post_init(context)
+        self._host_tools = host_tools(self.tools)
+        if self._host_tools and not described:
+            self.description = f"{self.description}\n\n{tools_description(self._host_tools)}"
+
+    def _bridge(self, call: SandboxCall) -> ToolBridge | None:
+        """The host side of this call's tools, journaled where the call can be replayed."""
+        if not self._host_tools:
+            return None
+        journal = None
+        store = getattr(call.runtime.snapshotter, "store", None)
+        if call.resumable and call.step_call is not None and store is not None:
+            journal = ToolJournal(store, call.thread_id, call.step_call.call_id)
+        run = InnerRun.of(call.config or {}, call.run_manager, call.caller_loop)
+        return ToolBridge(self._host_tools, run, call.runtime.spec.limits, journal)
 
     async def _acall(self, call: SandboxCall, args: dict[str, Any]) -> ToolReply:
         outcome = await call.runtime.arun_code(
@@ -69,6 +99,7 @@ class SandboxExecTool(SandboxTool):
             on_output=listener(call.on_output),
             step_call=call.step_call,
             resumable=call.resumable,
+            tools=self._bridge(call),
         )
         return execution_reply(
             outcome, max_chars=self.max_output_chars, images_inline=call.images_inline

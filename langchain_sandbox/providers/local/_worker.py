@@ -22,6 +22,12 @@ prints (or closes) can break the protocol:
   and typed facts only (counts, figure numbers, an exception's class name): never a sentence
   the host would show as its own.
 
+Code run with host tools (an ``exec`` carrying ``tools``) calls them in the middle of the request:
+the worker sends ``{"id", "ev": "tool", "seq", "name", "args"}`` and reads the request pipe until
+the host's ``{"op": "tool_result", "id", "seq", "ok", ...}`` frame comes; frames read meanwhile
+(the fence, a queued dump) wait in `Worker.pending` for the request loop. A result that comes
+after its call was interrupted is dropped there.
+
 Output bytes travel as latin-1 text (one character per byte), so they round-trip exactly through
 JSON and the host decodes them once, whole. Each stream is capped here, inside the sandbox: the
 first half of the budget is forwarded as it is produced, then only the most recent bytes are kept,
@@ -54,6 +60,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 _READ_CHUNK = 65536
+_TOOL_RESULT = "tool_result"
 _DUMP_CHUNK = 4 * 1024 * 1024
 
 
@@ -311,6 +318,9 @@ class Worker:
         # The last persistent-shell command, while the next may be one: a spare is started
         # like it when the worker is idle.
         self._spare_for: dict[str, Any] | None = None
+        # Requests read while code waited for a tool's result, in the order they came.
+        self.pending: list[dict[str, Any]] = []
+        self._tool_seq = 0
 
     def _install_streams(self, *, replace: bool = False) -> None:
         """Point fds 1 and 2 at the captures again and give ``sys.stdout``/``stderr`` fresh
@@ -336,6 +346,8 @@ class Worker:
                 continue  # a stray interrupt between requests
             except (EOFError, ValueError):
                 return  # the host closed the pipe (or broke the framing): nothing left to do
+            if request.get("op") == _TOOL_RESULT:
+                continue  # the result of a tool call its code stopped waiting for
             if request.get("op") == "fence":
                 # The host sends one behind every request: its reply shows the request's own
                 # reply was the worker's last word on it (a forged one comes before the real).
@@ -347,11 +359,18 @@ class Worker:
         """Whether no request arrives within `_SPARE_IDLE_MS`. A request that follows
         its predecessor at once (the variables dump after a command) goes first: starting a
         spare would delay it."""
+        if self.pending:
+            return False
         poller = select.poll()
         poller.register(self.requests.fileno(), select.POLLIN)
         return not poller.poll(_SPARE_IDLE_MS)
 
     def _read_request(self) -> dict[str, Any]:
+        if self.pending:
+            return self.pending.pop(0)
+        return self._read_frame()
+
+    def _read_frame(self) -> dict[str, Any]:
         size = int.from_bytes(self._read_exactly(4), "little")
         request = marshal.loads(self._read_exactly(size))
         if not isinstance(request, dict):
@@ -430,12 +449,16 @@ class Worker:
         saved_env = guest.apply_env(request.get("env") or {})
         reply: dict[str, Any] = {}
         started = time.perf_counter()
+        tools = self._install_tools(request_id, request.get("tools"))
         try:
             self.interrupter.start(request_id)
             try:
                 value = self.cells.run(str(request.get("code", "")))
             finally:
                 self.interrupter.stop()
+                if tools is not None and self.namespace.get("tools") is tools:
+                    # Not a variable of the session: the next call brings its own (or none).
+                    del self.namespace["tools"]
             text = guest.value_text(value)
             if text is not None:
                 reply["value"] = text
@@ -457,6 +480,44 @@ class Worker:
         if os.getpid() == self.pid:
             self._end_strays()
         return reply
+
+    def _install_tools(self, request_id: int, specs: Any) -> Any:
+        """Put a ``tools`` object for this request in the namespace, if it carries tools."""
+        if not specs:
+            return None
+        tools = self.guest.Tools(
+            list(specs), lambda name, args: self._call_tool(request_id, name, args)
+        )
+        self.namespace["tools"] = tools
+        return tools
+
+    def _call_tool(self, request_id: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Ask the host to run tool ``name`` and wait for its result (see the module docstring).
+
+        An interrupt (the call's timeout) ends the wait with ``KeyboardInterrupt`` while no
+        frame is half read: SIGINT is blocked from a frame's first byte to its last.
+        """
+        self._tool_seq += 1
+        seq = self._tool_seq
+        self.events.send({"id": request_id, "ev": "tool", "seq": seq, "name": name, "args": args})
+        poller = select.poll()
+        poller.register(self.requests.fileno(), select.POLLIN)
+        while True:
+            poller.poll()  # interruptible: nothing of a frame has been read yet
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                frame = self._read_frame()
+                answer = (
+                    frame.get("op") == _TOOL_RESULT
+                    and frame.get("id") == request_id
+                    and frame.get("seq") == seq
+                )
+                if not answer and frame.get("op") != _TOOL_RESULT:
+                    self.pending.append(frame)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            if answer:
+                return frame
 
     def _end_strays(self) -> None:
         """`_end_strays`, unless no process was made since it last ran.

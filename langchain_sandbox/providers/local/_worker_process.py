@@ -4,7 +4,8 @@ The worker (`._worker`) talks on three pipes created here and handed to the sand
 descriptor number: requests (length-prefixed ``marshal`` frames: the host is trusted), events
 (JSON lines, output chunks and replies: parsed safely whatever the sandbox sends) and control
 (interrupt lines). A background task reads events and routes them to the request in flight, so output
-streams to ``on_output`` while code runs. When the worker's event pipe closes, every waiter learns
+streams to ``on_output`` while code runs, and a ``tool`` event (code calling a host tool) reaches
+the request's handler, which answers it with `WorkerProcess.answer_tool`. When the worker's event pipe closes, every waiter learns
 the worker is gone (`WorkerDied`) instead of hanging.
 
 Sandboxed code runs in the worker's process, so it can write on the event pipe too, and find the
@@ -310,6 +311,13 @@ class WorkerProcess:
         )
         return request_id, future
 
+    def answer_tool(self, request_id: int, reply: dict[str, Any]) -> None:
+        """Send the result of a tool the code of request ``request_id`` called (a ``tool``
+        event, passed to that request's ``on_event``); ``reply`` carries the event's ``seq``.
+        A worker that is gone gets nothing."""
+        if self.alive:
+            self._requests.write(_frame({**reply, "id": request_id, "op": "tool_result"}))
+
     def interrupt(self, request_id: int) -> None:
         """Ask the worker to stop request ``request_id`` (SIGINT for code, SIGKILL for commands)."""
         line = f"interrupt {request_id}\n".encode()
@@ -373,7 +381,7 @@ class _StderrDrain(asyncio.Protocol):
         return self._head.decode("utf-8", errors="replace").strip()
 
 
-_EVENT_KINDS = frozenset({"ready", "out", "done"})
+_EVENT_KINDS = frozenset({"ready", "out", "tool", "done"})
 
 
 def _out_of_sequence(kind: str, *, answered: bool) -> str:

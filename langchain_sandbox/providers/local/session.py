@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -57,6 +58,7 @@ from langchain_sandbox.providers.local._worker_process import WorkerDied, Worker
 from langchain_sandbox.providers.local._workspace_fs import release_directory
 from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.providers.persistent_shell import SHELL_SETUP, shell_script
+from langchain_sandbox.providers.tool_channel import ToolEvents, ToolHost
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
 
@@ -75,6 +77,7 @@ LOCAL_CAPABILITIES = Capabilities(
     pause=False,
     attach_across_processes=False,
     native_snapshots=False,
+    tools_from_code=True,
 )
 
 
@@ -330,6 +333,25 @@ class LocalSession(Session):
         payload = {"code": code, "env": env, "limit": self.spec.limits.max_output_bytes}
         return await self._execute("code", "exec", payload, timeout, on_output)
 
+    async def _run_code_with_tools(
+        self,
+        code: str,
+        *,
+        timeout: float,
+        env: dict[str, str],
+        on_output: OutputCallback | None,
+        tools: ToolHost,
+    ) -> ExecutionResult:
+        """The worker's own pipes carry the calls (see ``_worker._call_tool``): the code's
+        ``tool`` events go to ``tools``, the results back as ``tool_result`` frames."""
+        payload = {
+            "code": code,
+            "env": env,
+            "limit": self.spec.limits.max_output_bytes,
+            "tools": tools.specs,
+        }
+        return await self._execute("code", "exec", payload, timeout, on_output, tools=tools)
+
     async def _run_command(
         self,
         command: str,
@@ -382,6 +404,7 @@ class LocalSession(Session):
         payload: dict[str, Any],
         timeout: float,
         on_output: OutputCallback | None,
+        tools: ToolHost | None = None,
     ) -> ExecutionResult:
         streams = OutputStreams(self.spec.limits.max_output_bytes, on_output)
         async with self._lock:
@@ -390,13 +413,13 @@ class LocalSession(Session):
             worker = await self._ready_worker()
             notices = [self._restart_notice] if self._restart_notice else []
             self._restart_notice = None
-            async with self._quota.guard(worker.kill):
+            async with self._quota.guard(worker.kill), _tool_events(worker, tools) as tool_events:
                 outcome = await self._request(
                     worker,
                     op,
                     payload,
                     timeout=timeout,
-                    on_event=streams.on_event,
+                    on_event=_routed(streams.on_event, tool_events),
                     queue_dump=queue_dump,
                 )
             if outcome.lost is not None:
@@ -632,6 +655,33 @@ class _QueuedDump:
         # A dump nobody waits for any more (the call after it made it stale) may still fail.
         future.add_done_callback(_retrieve)
         return cls(worker, request_id, future, chunks)
+
+
+@contextlib.asynccontextmanager
+async def _tool_events(
+    worker: WorkerProcess, tools: ToolHost | None
+) -> AsyncIterator[ToolEvents | None]:
+    """The request's tool calls in flight, dropped when it ends (none without ``tools``)."""
+    if tools is None:
+        yield None
+        return
+    async with ToolEvents(
+        tools, lambda event, reply: worker.answer_tool(int(event["id"]), reply)
+    ) as events:
+        yield events
+
+
+def _routed(
+    on_output: Callable[[dict[str, Any]], None], tools: ToolEvents | None
+) -> Callable[[dict[str, Any]], None]:
+    """The request's event handler: ``tool`` events to ``tools``, the rest to ``on_output``."""
+    if tools is None:
+        return on_output
+
+    def on_event(event: dict[str, Any]) -> None:
+        (tools.on_event if event.get("ev") == "tool" else on_output)(event)
+
+    return on_event
 
 
 def _killed_by_host(why: str) -> str:
