@@ -115,6 +115,9 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
             provider.
         tools: The sandbox tools to give the model (default: the whole toolkit). Pass ``[]`` to
             register none and only manage the tools you pass to ``create_agent`` yourself.
+        code_tools: Host tools the code of the toolkit's ``sandbox_exec`` may call
+            (``SandboxExecTool(tools=...)``, see ``docs/tools-from-code.md``); only with the
+            default ``tools``.
         run_once: Also run each sandbox call as a LangGraph task, so a resume replays it
             instead of running it again, for agents with a wrapper *outside* this middleware
             that can ``interrupt()`` after a sandbox call. Off by default: ``create_agent`` runs
@@ -149,6 +152,7 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         *,
         runtime: SandboxRuntime | None = None,
         tools: Sequence[BaseTool] | None = None,
+        code_tools: Sequence[Any] = (),
         run_once: bool = False,
         release_between_turns: bool = False,
         default_thread_id: str | None = None,
@@ -161,11 +165,18 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         self.busy: Busy = busy
         self.runtime = runtime
         self.default_thread_id = default_thread_id or private_thread_id()
+        if tools is not None and code_tools:
+            raise ConfigurationError(
+                "code_tools= configures the default sandbox_exec; with your own tools=, give "
+                "them to SandboxExecTool(tools=...) instead."
+            )
         self.tools = (
             list(tools)
             if tools is not None
             else SandboxToolkit(
-                runtime=runtime, default_thread_id=self.default_thread_id
+                runtime=runtime,
+                default_thread_id=self.default_thread_id,
+                code_tools=list(code_tools),
             ).get_tools()
         )
         self.release_between_turns = release_between_turns

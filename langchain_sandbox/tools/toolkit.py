@@ -36,6 +36,8 @@ class SandboxToolkit(BaseToolkit):
         default_thread_id: The thread of calls that carry no ``thread_id``. By default one
             private thread of this toolkit: its tools share a sandbox with each other and with
             no one else. Give two toolkits the same name to share one on purpose.
+        code_tools: Host tools the code of ``sandbox_exec`` may call (its ``tools=``; see
+            ``docs/tools-from-code.md``). Named so because ``tools`` here are the sandbox's own.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -45,6 +47,7 @@ class SandboxToolkit(BaseToolkit):
     provider_options: dict[str, Any] | None = None
     include: list[str] | None = Field(default=None)
     default_thread_id: str = Field(default_factory=private_thread_id)
+    code_tools: list[Any] = Field(default_factory=list)
 
     _owner: RuntimeOwner = PrivateAttr(default_factory=RuntimeOwner)
 
@@ -74,9 +77,11 @@ class SandboxToolkit(BaseToolkit):
         """The tools, all bound to the same runtime (or all resolving it the same way)."""
         runtime, thread = self._shared_runtime(), self.default_thread_id
         tools: list[BaseTool] = [
+            SandboxExecTool(runtime=runtime, default_thread_id=thread, tools=self.code_tools)
+        ]
+        tools += [
             tool_class(runtime=runtime, default_thread_id=thread)
             for tool_class in (
-                SandboxExecTool,
                 SandboxShellTool,
                 SandboxWriteFileTool,
                 SandboxReadFileTool,

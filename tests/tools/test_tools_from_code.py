@@ -195,3 +195,21 @@ async def test_inner_calls_are_child_runs_in_astream_events(aruntime: SandboxRun
     kinds = [(e["event"], e["name"]) for e in events]
     assert kinds.index(("on_tool_end", "sandbox_exec")) > events.index(inner[-1])
     await asyncio.sleep(0)
+
+
+def test_the_middleware_gives_sandbox_exec_the_code_tools(runtime: SandboxRuntime) -> None:
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_sandbox import SandboxMiddleware
+    from langchain_sandbox.testing import ScriptedToolModel, call
+
+    code = "sum(tools.fetch(record_id=i)['id'] for i in range(4))"
+    model = ScriptedToolModel(script=[call("sandbox_exec", code=code), "Done."])
+    middleware = SandboxMiddleware(runtime=runtime, code_tools=[fetch])
+    agent = create_agent(model, middleware=[middleware], checkpointer=InMemorySaver())
+    out = agent.invoke({"messages": [("user", "go")]}, {"configurable": {"thread_id": "mw"}})
+    assert "value:\n6" in out["messages"][-2].content
+    assert CALLS == [0, 1, 2, 3]
+    exec_tool = next(t for t in middleware.tools if t.name == "sandbox_exec")
+    assert "tools.fetch(record_id: integer" in exec_tool.description
