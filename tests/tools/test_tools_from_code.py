@@ -213,3 +213,19 @@ def test_the_middleware_gives_sandbox_exec_the_code_tools(runtime: SandboxRuntim
     assert CALLS == [0, 1, 2, 3]
     exec_tool = next(t for t in middleware.tools if t.name == "sandbox_exec")
     assert "tools.fetch(record_id: integer" in exec_tool.description
+
+
+def test_malformed_calls_from_the_sandbox_are_refused_not_run(runtime: SandboxRuntime) -> None:
+    # The sandbox is not trusted: code that drives the transport itself (an unknown tool, or
+    # arguments that are not keyword arguments) gets an error, and no tool runs.
+    exec_tool = SandboxExecTool(runtime=runtime, tools=[fetch])
+    code = (
+        "print(tools._call('os_system', {'cmd': 'id'}))\n"
+        "print(tools._call('fetch', ['not', 'a', 'dict']))\n"
+        "tools.fetch(record_id=1)['id']"
+    )
+    text = exec_tool.invoke({"code": code})
+    assert "no tool named 'os_system'; tools: fetch" in text
+    assert "a tool call needs a tool name and keyword arguments" in text
+    assert "value:\n1" in text
+    assert CALLS == [1]
