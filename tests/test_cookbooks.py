@@ -74,6 +74,7 @@ def test_quickstart(tmp_path: Path, user_venv: Callable[..., Path]) -> None:
     assert "{'Jan': 120, 'Feb': 95, 'Mar': 143, 'Apr': 131, 'May': 160, 'Jun': 152}" in text
     assert "value:\n801" in text  # the two parallel calls used the first call's variable
     assert "value:\n'May'" in text
+    assert "value:\n[0, 4, 8, 12, 16]" in text  # tools.fetch called 20 times from one code call
     assert "image/png" in mimes  # the chart, inline
     assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")  # and copied out
 
