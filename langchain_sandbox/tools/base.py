@@ -32,6 +32,7 @@ or bubblewrap) is not the model's to fix and propagates to the developer.
 # compiling the strings each time.
 import asyncio
 import contextlib
+import inspect
 import uuid
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping
@@ -41,8 +42,10 @@ from typing import Annotated, Any, ClassVar, Literal
 from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackManagerForToolRun
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolArg, ToolException
+from langchain_core.tools.base import FILTERED_ARGS
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 from pydantic.json_schema import SkipJsonSchema
+from typing_extensions import TypeAliasType
 
 from langchain_sandbox._event_loop import on_event_loop
 from langchain_sandbox.arguments import check_model_arguments
@@ -71,6 +74,16 @@ RUNTIME_KEY = "sandbox_runtime"
 """The context attribute / dict key and the ``configurable`` key a runtime is looked up under."""
 
 Content = str | list[str | dict[str, Any]]
+
+# LangChain resolves ``_run``'s (and ``_arun``'s) type hints on every call, to find the injected
+# ``config``: a union or a nested generic is rebuilt each time, an alias is one opaque name.
+_ToolOutput = TypeAliasType("_ToolOutput", tuple[Content, dict[str, Any]])
+_RunManager = TypeAliasType("_RunManager", CallbackManagerForToolRun | None)
+_AsyncRunManager = TypeAliasType("_AsyncRunManager", AsyncCallbackManagerForToolRun | None)
+
+_HIDDEN_KEYS: dict[tuple[type, object], frozenset[str]] = {}
+"""The input keys LangChain keeps out of callbacks, per tool class and schema (see
+`SandboxTool._filter_injected_args`)."""
 
 
 class SandboxToolArgs(BaseModel):
@@ -409,14 +422,26 @@ class SandboxTool(BaseTool):
         except SandboxError as exc:
             raise ToolException(f"{self.name} failed: {exc}") from exc
 
+    def _filter_injected_args(self, tool_input: dict[str, Any]) -> dict[str, Any]:
+        # LangChain works the injected keys out of the schema's annotations anew at each call;
+        # they are fixed per class and schema, so LangChain's own answer is asked once and kept.
+        key = (type(self), self.args_schema)
+        hidden = _HIDDEN_KEYS.get(key)
+        if hidden is None:
+            fields = getattr(self.args_schema, "model_fields", {})
+            candidates = {*FILTERED_ARGS, *fields, *self._injected_args_keys}
+            kept = super()._filter_injected_args(dict.fromkeys(candidates))
+            hidden = _HIDDEN_KEYS[key] = frozenset(candidates - kept.keys())
+        return {k: v for k, v in tool_input.items() if k not in hidden}
+
     def _run(
         self,
         *,
         config: RunnableConfig,
         runtime: Any = None,
-        run_manager: CallbackManagerForToolRun | None = None,
+        run_manager: _RunManager = None,
         **args: Any,
-    ) -> tuple[Content, dict[str, Any]]:
+    ) -> _ToolOutput:
         with self._tool_errors():
             call = self._prepare(config, runtime, run_manager)
             note_checkpointer(call.runtime, config)
@@ -428,9 +453,9 @@ class SandboxTool(BaseTool):
         *,
         config: RunnableConfig,
         runtime: Any = None,
-        run_manager: AsyncCallbackManagerForToolRun | None = None,
+        run_manager: _AsyncRunManager = None,
         **args: Any,
-    ) -> tuple[Content, dict[str, Any]]:
+    ) -> _ToolOutput:
         with self._tool_errors():
             call = self._prepare(config, runtime, run_manager, asyncio.get_running_loop())
             await anote_checkpointer(call.runtime, config)
@@ -441,6 +466,11 @@ class SandboxTool(BaseTool):
                     await call.on_output.aclose()
         return reply.content, reply.artifact
 
+
+# LangChain also takes ``_run``'s and ``_arun``'s signatures at every call (for ``run_manager``);
+# they are fixed, and a function's ``__signature__`` is what ``inspect.signature`` returns at once.
+SandboxTool._run.__signature__ = inspect.signature(SandboxTool._run)  # type: ignore[attr-defined]
+SandboxTool._arun.__signature__ = inspect.signature(SandboxTool._arun)  # type: ignore[attr-defined]
 
 __all__ = [
     "OUTPUT_EVENT",
