@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_sandbox.errors import (
     InvalidInputError,
     SandboxError,
     SessionClosedError,
 )
+from langchain_sandbox.network import denied_notice, network_record
 from langchain_sandbox.providers.base import (
     Capabilities,
     ChangeListing,
@@ -59,6 +61,9 @@ from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.providers.persistent_shell import SHELL_SETUP, shell_script
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
+
+if TYPE_CHECKING:
+    from langchain_sandbox.providers.local._egress_proxy import EgressProxy
 
 INTERRUPT_GRACE = 2.0
 """Seconds a timed-out call gets to stop after the interrupt before its worker is killed."""
@@ -106,6 +111,7 @@ class LocalSession(Session):
         package_index: PackageIndex,
         created_at: float,
         on_close: Callable[[LocalSession], None],
+        egress: EgressProxy | None = None,
     ) -> None:
         self.session_id = session_id
         self.spec = spec
@@ -115,6 +121,8 @@ class LocalSession(Session):
         self.package_index = package_index
         self.created_at = created_at
         self._on_close = on_close
+        self._egress = egress
+        self._egress_serving = contextlib.AsyncExitStack()
         self._files = HostWorkspace(
             launcher.workspace_dir,
             max_file_bytes=spec.limits.max_file_bytes,
@@ -139,7 +147,10 @@ class LocalSession(Session):
             "sandbox_id": self.session_id,
             "created_at": self.created_at,
             "metadata": dict(self.spec.metadata),
-            "state": {"isolation": self.launcher.isolation, "network": self.spec.network},
+            "state": {
+                "isolation": self.launcher.isolation,
+                "network": network_record(self.spec.network),
+            },
         }
 
     @property
@@ -155,6 +166,8 @@ class LocalSession(Session):
     async def start(self) -> None:
         """Start the worker (called once by the provider before handing the session out)."""
         async with self._lock:
+            if self._egress is not None:
+                await self._egress_serving.enter_async_context(self._egress.serving())
             self._worker = await self._start_worker()
 
     async def _start_worker(self) -> WorkerProcess:
@@ -206,6 +219,7 @@ class LocalSession(Session):
         worker, self._worker = self._worker, None
         if worker is not None:
             await worker.kill()
+        await self._egress_serving.aclose()
         await asyncio.to_thread(self.cgroup.remove)
         if self.launcher.gvisor is not None:
             await asyncio.to_thread(kill_containers, self.launcher.gvisor.directory)
@@ -390,6 +404,7 @@ class LocalSession(Session):
             worker = await self._ready_worker()
             notices = [self._restart_notice] if self._restart_notice else []
             self._restart_notice = None
+            denied_before = len(self._egress.denied) if self._egress is not None else 0
             async with self._quota.guard(worker.kill):
                 outcome = await self._request(
                     worker,
@@ -404,6 +419,8 @@ class LocalSession(Session):
             over_quota = self._quota.notice()
             if over_quota is not None:
                 notices.append(over_quota)
+            if self._egress is not None:
+                notices.extend(denied_notice(self._egress.denied[denied_before:]))
         try:
             return self._result(kind, outcome, streams, notices)
         except _MALFORMED as exc:
