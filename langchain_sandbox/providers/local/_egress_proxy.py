@@ -275,7 +275,10 @@ class EgressProxy:
             (b"connection", b"close"),
         ]
         with contextlib.suppress(h11.LocalProtocolError):
-            writer.write(client.send(h11.Response(status_code=status, headers=headers)))
+            # The reason in the status line too: a client shows only that for a refused CONNECT.
+            phrase = reason.encode("ascii", "replace")[:200]
+            response = h11.Response(status_code=status, headers=headers, reason=phrase)
+            writer.write(client.send(response))
             writer.write(client.send(h11.Data(data=body)))
             writer.write(client.send(h11.EndOfMessage()))
             await writer.drain()

@@ -20,6 +20,7 @@ EGRESS_FORWARDER = (
     RELAY + "target, command = sys.argv[1], sys.argv[2:]\n"
     f"listener = socket.create_server(('127.0.0.1', {EGRESS_PORT}))\n"
     "if os.fork() == 0:\n"
+    "    os.setsid()\n"
     "    null = os.open(os.devnull, os.O_RDWR)\n"
     "    for fd in (0, 1, 2):\n"
     "        os.dup2(null, fd)\n"
@@ -32,7 +33,8 @@ EGRESS_FORWARDER = (
 )
 """Python that starts a session's worker (``argv[2:]``) with the relay to the proxy's socket
 (``argv[1]``) running beside it in the same sandbox: a forked process holding only the listener
-(not the worker's channels, so the host still sees the worker end). It dies with the sandbox."""
+(not the worker's channels, so the host still sees the worker end), in a session of its own
+(the worker ends what a cell leaves in its process group). It dies with the sandbox."""
 
 EGRESS_SOCKET = f"{EGRESS_DIR}/proxy.sock"
 """The proxy's unix socket inside the sandbox."""
