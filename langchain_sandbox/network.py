@@ -187,6 +187,17 @@ def network_record(network: bool | NetworkPolicy) -> bool | dict[str, Any]:
     return network.record() if isinstance(network, NetworkPolicy) else bool(network)
 
 
+def refuse_policy(network: bool | NetworkPolicy, provider: str, *, offers: str) -> None:
+    """Raise `ConfigurationError` for a `NetworkPolicy` on a provider that cannot enforce one
+    yet (``offers``: what the platform has, for the message), rather than run the session with
+    more network than the policy allows."""
+    if isinstance(network, NetworkPolicy):
+        raise ConfigurationError(
+            f"The {provider} provider does not enforce a NetworkPolicy ({offers}); use "
+            "network=False or True there, or the local provider for a policy (docs/network.md)."
+        )
+
+
 def denied_notice(reasons: Sequence[str]) -> list[str]:
     """The notice a result carries for requests the egress proxy refused during the call."""
     if not reasons:
@@ -203,4 +214,5 @@ __all__ = [
     "ip_literal",
     "network_record",
     "normal_host",
+    "refuse_policy",
 ]
