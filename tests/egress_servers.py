@@ -88,6 +88,9 @@ def _certificates(directory: Path, names: Sequence[str]) -> tuple[Path, Path]:
 def _handler(seen: list[Seen]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # One write per response, sent at once: no delayed-ACK stall to time by mistake.
+        disable_nagle_algorithm = True
+        wbufsize = 65536
 
         def do_GET(self) -> None:
             headers = {name.lower(): value for name, value in self.headers.items()}

@@ -68,6 +68,7 @@ RELAY = (
     "def forward(listener, target):\n"
     "    while True:\n"
     "        connection, _ = listener.accept()\n"
+    "        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n"
     "        threading.Thread(target=relay, args=(connection, target), daemon=True).start()\n"
 )
 """Python for inside a sandbox: ``forward(listener, target)`` copies every connection made to
