@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from egress_servers import serve_upstreams  # noqa: E402
+from egress_servers import serve_upstreams
 
-from langchain_sandbox import NetworkPolicy, SessionSpec  # noqa: E402
-from langchain_sandbox.providers.local import EgressUpstream, LocalProvider  # noqa: E402
+from langchain_sandbox import NetworkPolicy, SessionSpec
+from langchain_sandbox.providers.local import EgressUpstream, LocalProvider
 
 CLIENT = """
 import http.client, json, ssl, statistics, time
