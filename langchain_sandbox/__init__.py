@@ -41,6 +41,7 @@ from langchain_sandbox.errors import (
     UnknownArgumentError,
     UnsafeArchiveError,
 )
+from langchain_sandbox.network import NetworkPolicy, Secret
 from langchain_sandbox.providers import get_provider
 from langchain_sandbox.providers.base import (
     Capabilities,
@@ -167,6 +168,7 @@ __all__ = [
     "LocalDirectoryBlobStore",
     "LocalProvider",
     "MissingDependencyError",
+    "NetworkPolicy",
     "Outcome",
     "OutputCallback",
     "PackageIndex",
@@ -197,6 +199,7 @@ __all__ = [
     "SandboxToolNode",
     "SandboxToolkit",
     "SandboxWriteFileTool",
+    "Secret",
     "Session",
     "SessionClosedError",
     "SessionRecord",

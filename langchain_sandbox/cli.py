@@ -129,8 +129,24 @@ def _doctor() -> int:
         else:
             state = "ready"
         print(f"  {name:8} {state}")
+    _print_network_policies(report.bubblewrap_usable)
     _print_environments()
     return 0 if report.bubblewrap_usable else 1
+
+
+def _print_network_policies(local_usable: bool) -> None:
+    """Which providers enforce a ``NetworkPolicy`` (allowed hosts, secrets) here."""
+    egress = [m for m in ("cryptography", "h11") if importlib.util.find_spec(m) is None]
+    if not local_usable:
+        local = "no (bubblewrap isolation is not available)"
+    elif egress:
+        local = "no: pip install 'langchain-sandbox[egress]'"
+    else:
+        local = "yes (isolation='bubblewrap'; not under gVisor yet)"
+    print("network policies (SessionSpec(network=NetworkPolicy(...))):")
+    print(f"  {LOCAL:8} {local}")
+    print(f"  {E2B:8} refused (its allow_out lists are not mapped yet)")
+    print(f"  {RUNLOOP:8} refused (its network policies are not mapped yet)")
 
 
 def _print_environments() -> None:

@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Literal, TypedDict
 
 from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import ConfigurationError, InvalidInputError, SandboxError
+from langchain_sandbox.network import NetworkPolicy
 from langchain_sandbox.providers.guest import repr_failure
 from langchain_sandbox.providers.guest_facts import variable_names, variable_reasons
 from langchain_sandbox.providers.tool_channel import ToolHost
@@ -125,7 +126,10 @@ class SessionSpec:
         template: Provider image / template / blueprint name; ``None`` for the provider default.
         env: Variables visible inside the sandbox. Only these: the host's environment never is.
         limits: Resource limits.
-        network: Whether sandboxed code may reach the network.
+        network: ``False``: no network; ``True``: the provider's open network; a
+            [`NetworkPolicy`][langchain_sandbox.NetworkPolicy]: the hosts it allows and nothing
+            else, with secrets the code uses but never reads (refused at creation by a provider
+            that cannot enforce it).
         packages: Requirements installed when the session is created.
         metadata: Tags stored with the sandbox (``thread_id`` among them) so ``gc`` can find
             orphans. JSON-safe strings only, never secrets.
@@ -134,7 +138,7 @@ class SessionSpec:
     template: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
-    network: bool = False
+    network: bool | NetworkPolicy = False
     packages: tuple[str, ...] = ()
     metadata: Mapping[str, str] = field(default_factory=dict)
 

@@ -262,7 +262,9 @@ class Machine:
         launcher = session.launcher
         async with entered_off_loop(
             lambda: launcher.spawnable(
-                launcher.wrap(argv, network=session.spec.network, read_write=[(self._tmp, "/tmp")])
+                launcher.wrap(
+                    argv, network=session.spec.network is True, read_write=[(self._tmp, "/tmp")]
+                )
             )
         ) as (command, fds):
             return await asyncio.create_subprocess_exec(

@@ -10,6 +10,7 @@ network.
 
 from __future__ import annotations
 
+from langchain_sandbox.network import NetworkPolicy
 from langchain_sandbox.providers.base import Capabilities, SessionSpec
 
 
@@ -22,6 +23,13 @@ def network_sentence(capabilities: Capabilities | None, spec: SessionSpec | None
         )
     if not capabilities.network_control:
         return "The network is reachable: this sandbox's provider does not restrict it."
+    if isinstance(spec.network, NetworkPolicy):
+        hosts = ", ".join(spec.network.allow) or "none"
+        names = ", ".join(s.name for s in spec.network.secrets)
+        keys = (
+            f" API keys in the environment ({names}) work only toward their hosts." if names else ""
+        )
+        return f"Network access is limited to these hosts: {hosts}.{keys}"
     if spec.network:
         return "Network access is enabled."
     return "There is no network access."

@@ -56,6 +56,7 @@ from langchain_sandbox.errors import (
     SandboxTimeoutError,
     SessionClosedError,
 )
+from langchain_sandbox.network import refuse_policy
 from langchain_sandbox.providers import guest_changes, kernel_state
 from langchain_sandbox.providers.base import (
     Capabilities,
@@ -823,6 +824,9 @@ class E2BProvider(RemoteProvider):
 
     async def create(self, spec: SessionSpec | None = None) -> Session:
         spec = spec or SessionSpec()
+        refuse_policy(
+            spec.network, "E2B", offers="its allow_out lists and header rules are not mapped yet"
+        )
         session_id = uuid.uuid4().hex
         metadata = tag_metadata(spec.metadata, session_id)
         env = validate_env(spec.env)

@@ -5,6 +5,7 @@ See ``docs/local-provider.md`` for the settings and ``docs/isolation.md`` for wh
 
 from __future__ import annotations
 
+from langchain_sandbox.providers.local._egress_proxy import EgressUpstream
 from langchain_sandbox.providers.local._packages import PackageIndex
 from langchain_sandbox.providers.local._probe import (
     IsolationReport,
@@ -32,6 +33,7 @@ __all__ = [
     "INTERRUPT_GRACE",
     "LOCAL_CAPABILITIES",
     "WORKER_RESTARTED",
+    "EgressUpstream",
     "EnvironmentStatus",
     "IsolationReport",
     "LocalProvider",

@@ -20,10 +20,11 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
-import os
 import socket
 from collections.abc import AsyncIterator, Collection
 from urllib.parse import urlsplit
+
+from langchain_sandbox.providers.local._unix_server import RELAY, serving_unix
 
 _MAX_HEAD = 64 * 1024
 _FORBIDDEN = b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -47,31 +48,9 @@ and puts ``--proxy`` right after the ``install`` subcommand (``argv[1]`` once th
 gone)."""
 
 RELAY_FORWARDER = (
-    "import socket, sys, threading\n"
-    "target = sys.argv.pop(1)\n"
+    RELAY + "target = sys.argv.pop(1)\n"
     "listener = socket.create_server(('127.0.0.1', 0))\n"
-    "def pump(source, sink):\n"
-    "    try:\n"
-    "        while data := source.recv(65536):\n"
-    "            sink.sendall(data)\n"
-    "        sink.shutdown(socket.SHUT_WR)\n"
-    "    except OSError:\n"
-    "        pass\n"
-    "def relay(connection):\n"
-    "    with connection, socket.socket(socket.AF_UNIX) as upstream:\n"
-    "        try:\n"
-    "            upstream.connect(target)\n"
-    "        except OSError:\n"
-    "            return\n"
-    "        back = threading.Thread(target=pump, args=(upstream, connection), daemon=True)\n"
-    "        back.start()\n"
-    "        pump(connection, upstream)\n"
-    "        back.join()\n"
-    "def forward():\n"
-    "    while True:\n"
-    "        connection, _ = listener.accept()\n"
-    "        threading.Thread(target=relay, args=(connection,), daemon=True).start()\n"
-    "threading.Thread(target=forward, daemon=True).start()\n"
+    "threading.Thread(target=forward, args=(listener, target), daemon=True).start()\n"
     "sys.argv[2:2] = ['--proxy', 'http://127.0.0.1:%d' % listener.getsockname()[1]]\n"
 )
 """The forwarder of a sandbox that cannot pass descriptors (gVisor): ``argv[1]`` is the proxy's
@@ -137,34 +116,10 @@ class IndexProxy:
 
     @contextlib.asynccontextmanager
     async def _listening(self, path: str) -> AsyncIterator[None]:
-        # Bound through the directory's descriptor: a unix socket's path is at most 107 bytes,
-        # and the session's directory may be longer.
-        directory = await asyncio.to_thread(os.open, os.path.dirname(path), os.O_PATH)
-        short = f"/proc/self/fd/{directory}/{os.path.basename(path)}"
-
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            if task is not None:
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-            await self._serve_streams(reader, writer)
-
         try:
-            server = await asyncio.start_unix_server(serve, path=short)
-            # Whatever uid pip runs as in its sandbox connects; only its sandbox sees the socket.
-            await asyncio.to_thread(os.chmod, short, 0o666)
-        except BaseException:
-            os.close(directory)
-            raise
-        try:
-            yield
+            async with serving_unix(path, self._serve_streams):
+                yield
         finally:
-            server.close()
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            await server.wait_closed()
-            os.close(directory)
             self._host_end.close()
             self._sandbox_end.close()
 

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from langchain_sandbox.providers.local._bubblewrap import (
     SANDBOX_RUNTIME_DIR,
@@ -29,10 +29,18 @@ from langchain_sandbox.providers.local._bubblewrap import (
     sealed_file,
 )
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
+from langchain_sandbox.providers.local._egress_sandbox import (
+    EGRESS_DIR,
+    EGRESS_FORWARDER,
+    EGRESS_SOCKET,
+)
 from langchain_sandbox.providers.local._gvisor import CHANNEL_DIR, SANDBOX_OWNER, GvisorSandbox
 from langchain_sandbox.providers.local._host_user import host_owner
 from langchain_sandbox.providers.shipped_pickler import cloudpickle_path
 from langchain_sandbox.workspace import WORKSPACE_ROOT
+
+if TYPE_CHECKING:
+    from langchain_sandbox.network import NetworkPolicy
 
 Isolation = Literal["bubblewrap", "gvisor", "none"]
 
@@ -76,6 +84,10 @@ class Launcher:
             root), or ``None``: bubblewrap maps the sandbox to the host's own user.
         gvisor: Where the session's gVisor containers live (with ``"gvisor"``); the filter is
             then in its root, installed by each container's first process.
+        policy: The session's network policy (``network`` is then ``False``: the sandbox's
+            only way out is the egress proxy), which pip's installs obey too.
+        egress_dir: Host directory of the egress proxy's socket and CA certificate, bound
+            read-only at `EGRESS_DIR`; the worker starts behind `EGRESS_FORWARDER`.
     """
 
     isolation: Isolation
@@ -92,6 +104,8 @@ class Launcher:
     seccomp: bytes | None = None
     user_namespace: int | None = None
     gvisor: GvisorSandbox | None = None
+    policy: NetworkPolicy | None = None
+    egress_dir: str | None = None
 
     @property
     def isolated(self) -> bool:
@@ -199,7 +213,10 @@ class Launcher:
             )
         fds = [str(request_fd), str(event_fd), str(control_fd)]
         inner = [self.python_executable, "-I", "-S", worker, *fds, *after_fds]
-        return self.wrap(inner, network=self.network)
+        if self.egress_dir is None:
+            return self.wrap(inner, network=self.network)
+        relay = [self.python_executable, "-I", "-S", "-c", EGRESS_FORWARDER, EGRESS_SOCKET]
+        return self.wrap([*relay, *inner], network=False, read_only=[(self.egress_dir, EGRESS_DIR)])
 
     @property
     def workspace_owner(self) -> tuple[int, int] | None:

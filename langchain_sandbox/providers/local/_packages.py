@@ -237,8 +237,11 @@ def _pip_command(
         if launcher.gvisor is not None:
             channel = launcher.gvisor.channel()
             socket_path = os.path.join(channel, INDEX_SOCKET)
+        allowed = allowed_endpoints(index.urls())
+        if launcher.policy is not None:  # pip obeys the session's network policy too
+            allowed = frozenset(e for e in allowed if launcher.policy.allows(*e))
         proxy = IndexProxy(
-            allowed_endpoints(index.urls()),
+            allowed,
             socket_path=socket_path if channel is not None else None,
         )
         bundle = system_ca_bundle()

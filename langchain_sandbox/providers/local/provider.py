@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from langchain_sandbox.environment import validate_env
-from langchain_sandbox.errors import InvalidInputError, SandboxError
+from langchain_sandbox.errors import ConfigurationError, InvalidInputError, SandboxError
+from langchain_sandbox.network import NetworkPolicy
 from langchain_sandbox.paths import HOME_ENV, state_dir
 from langchain_sandbox.paths import environments_dir as default_environments_dir
 from langchain_sandbox.providers.base import (
@@ -47,6 +48,12 @@ from langchain_sandbox.providers.local._cgroups import (
     SessionCgroup,
     detect_cgroups,
 )
+from langchain_sandbox.providers.local._egress_proxy import (
+    EgressProxy,
+    EgressUpstream,
+    prepare_egress,
+)
+from langchain_sandbox.providers.local._egress_sandbox import egress_env
 from langchain_sandbox.providers.local._gvisor import (
     GvisorSandbox,
     host_limits,
@@ -125,6 +132,9 @@ class LocalProvider(Provider):
             namespaces, mounts, kernel keyring, ``bpf``...; see ``docs/isolation.md``); without
             libseccomp sessions then refuse to start. ``"none"`` runs without it; it must be
             asked for by name, because the sandbox then reaches the whole kernel interface.
+        egress_upstream: How the egress proxy of sessions with a
+            [`NetworkPolicy`][langchain_sandbox.NetworkPolicy] verifies and finds upstream
+            servers (default: the host's trust store and resolver; see ``docs/network.md``).
 
     Raises:
         IsolationUnavailableError: with ``isolation="bubblewrap"``, bubblewrap is missing or
@@ -150,6 +160,7 @@ class LocalProvider(Provider):
         environments_dir: str | os.PathLike[str] | None = None,
         progress: Progress | None = None,
         syscall_filter: SyscallFilter = "seccomp",
+        egress_upstream: EgressUpstream | None = None,
     ) -> None:
         if isolation not in ("bubblewrap", "gvisor", "none"):
             raise InvalidInputError(
@@ -176,6 +187,7 @@ class LocalProvider(Provider):
         )
         self.progress = progress or print_progress
         self.syscall_filter: SyscallFilter = syscall_filter
+        self.egress_upstream = egress_upstream
         # Checked now, so a machine that cannot isolate fails when the provider is built.
         self._bwrap_path = usable_bubblewrap(bwrap) if isolation == "bubblewrap" else None
         self._runsc_path = usable_runsc(runsc) if isolation == "gvisor" else None
@@ -217,6 +229,14 @@ class LocalProvider(Provider):
     async def create(self, spec: SessionSpec | None = None) -> LocalSession:
         spec = spec or SessionSpec()
         env = validate_env(spec.env)
+        policy = spec.network if isinstance(spec.network, NetworkPolicy) else None
+        if policy is not None:
+            if self.isolation != "bubblewrap":
+                raise ConfigurationError(
+                    "A NetworkPolicy needs LocalProvider(isolation='bubblewrap'): "
+                    f"isolation={self.isolation!r} cannot route the sandbox through its proxy."
+                )
+            env = {**env, **policy.sandbox_env(), **egress_env()}
         bwrap = self._bwrap_path
         seccomp: bytes | None = None
         user_namespace: int | None = None
@@ -260,6 +280,12 @@ class LocalProvider(Provider):
                 memory_bytes=host_memory,
                 max_processes=host_processes,
             )
+            egress: EgressProxy | None = None
+            egress_dir: str | None = None
+            if policy is not None:
+                egress, egress_dir = await asyncio.to_thread(
+                    prepare_egress, str(directory), policy, self.egress_upstream
+                )
             gvisor = None
             if self._runsc_path is not None:
                 gvisor = GvisorSandbox(
@@ -275,7 +301,7 @@ class LocalProvider(Provider):
                 python=python,
                 workspace_dir=str(directory / "workspace"),
                 bwrap=bwrap,
-                network=spec.network,
+                network=spec.network is True,
                 files=self._sandbox_files,
                 extra_env=env,
                 tmp_size_bytes=spec.limits.tmp_bytes or memory_bytes,
@@ -285,6 +311,8 @@ class LocalProvider(Provider):
                 seccomp=seccomp,
                 user_namespace=user_namespace,
                 gvisor=gvisor,
+                policy=policy,
+                egress_dir=egress_dir,
             )
             session = LocalSession(
                 session_id=session_id,
@@ -295,6 +323,7 @@ class LocalProvider(Provider):
                 package_index=self.package_index,
                 created_at=created_at,
                 on_close=self._forget,
+                egress=egress,
             )
             await session.start()
         except BaseException:

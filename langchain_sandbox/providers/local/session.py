@@ -24,13 +24,14 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_sandbox.errors import (
     InvalidInputError,
     SandboxError,
     SessionClosedError,
 )
+from langchain_sandbox.network import denied_notice, network_record
 from langchain_sandbox.providers.base import (
     Capabilities,
     ChangeListing,
@@ -61,6 +62,9 @@ from langchain_sandbox.providers.persistent_shell import SHELL_SETUP, shell_scri
 from langchain_sandbox.providers.tool_channel import ToolEvents, ToolHost
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
+
+if TYPE_CHECKING:
+    from langchain_sandbox.providers.local._egress_proxy import EgressProxy
 
 INTERRUPT_GRACE = 2.0
 """Seconds a timed-out call gets to stop after the interrupt before its worker is killed."""
@@ -109,6 +113,7 @@ class LocalSession(Session):
         package_index: PackageIndex,
         created_at: float,
         on_close: Callable[[LocalSession], None],
+        egress: EgressProxy | None = None,
     ) -> None:
         self.session_id = session_id
         self.spec = spec
@@ -118,6 +123,8 @@ class LocalSession(Session):
         self.package_index = package_index
         self.created_at = created_at
         self._on_close = on_close
+        self._egress = egress
+        self._egress_serving = contextlib.AsyncExitStack()
         self._files = HostWorkspace(
             launcher.workspace_dir,
             max_file_bytes=spec.limits.max_file_bytes,
@@ -142,7 +149,10 @@ class LocalSession(Session):
             "sandbox_id": self.session_id,
             "created_at": self.created_at,
             "metadata": dict(self.spec.metadata),
-            "state": {"isolation": self.launcher.isolation, "network": self.spec.network},
+            "state": {
+                "isolation": self.launcher.isolation,
+                "network": network_record(self.spec.network),
+            },
         }
 
     @property
@@ -158,6 +168,8 @@ class LocalSession(Session):
     async def start(self) -> None:
         """Start the worker (called once by the provider before handing the session out)."""
         async with self._lock:
+            if self._egress is not None:
+                await self._egress_serving.enter_async_context(self._egress.serving())
             self._worker = await self._start_worker()
 
     async def _start_worker(self) -> WorkerProcess:
@@ -209,6 +221,7 @@ class LocalSession(Session):
         worker, self._worker = self._worker, None
         if worker is not None:
             await worker.kill()
+        await self._egress_serving.aclose()
         await asyncio.to_thread(self.cgroup.remove)
         if self.launcher.gvisor is not None:
             await asyncio.to_thread(kill_containers, self.launcher.gvisor.directory)
@@ -413,6 +426,7 @@ class LocalSession(Session):
             worker = await self._ready_worker()
             notices = [self._restart_notice] if self._restart_notice else []
             self._restart_notice = None
+            denied_before = len(self._egress.denied) if self._egress is not None else 0
             async with self._quota.guard(worker.kill), _tool_events(worker, tools) as tool_events:
                 outcome = await self._request(
                     worker,
@@ -427,6 +441,8 @@ class LocalSession(Session):
             over_quota = self._quota.notice()
             if over_quota is not None:
                 notices.append(over_quota)
+            if self._egress is not None:
+                notices.extend(denied_notice(self._egress.denied[denied_before:]))
         try:
             return self._result(kind, outcome, streams, notices)
         except _MALFORMED as exc:

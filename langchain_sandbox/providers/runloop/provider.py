@@ -57,6 +57,7 @@ from langchain_sandbox.errors import (
     SandboxTimeoutError,
     SessionClosedError,
 )
+from langchain_sandbox.network import refuse_policy
 from langchain_sandbox.providers import guest, guest_changes, kernel_state
 from langchain_sandbox.providers.base import (
     Capabilities,
@@ -366,6 +367,12 @@ class RunloopProvider(RemoteProvider):
         return await self._create(spec or SessionSpec(), {"snapshot_id": snapshot_id})
 
     async def _create(self, spec: SessionSpec, image: dict[str, str]) -> RunloopSession:
+        refuse_policy(
+            spec.network,
+            "Runloop",
+            offers="its network policies (allowed host names) are not mapped yet, and it has "
+            "no secret placeholders",
+        )
         session_id = uuid.uuid4().hex
         metadata = tag_metadata(spec.metadata, session_id)
         params: dict[str, Any] = {

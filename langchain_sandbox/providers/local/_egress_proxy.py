@@ -1,0 +1,384 @@
+"""The host side of a session's network policy: an HTTP(S) proxy that is the sandbox's only way out.
+
+The sandbox has a network namespace of its own with no route anywhere. Its processes reach this
+proxy through the sandbox's loopback (`_egress_sandbox`: a relay copies each connection to a
+unix socket bound into the sandbox). For every request the proxy:
+
+* takes the target from the request (a ``CONNECT`` authority, or an absolute ``http://`` URL), and
+  refuses it (``403`` with the reason) unless the session's `NetworkPolicy` allows that host and
+  port; inside a tunnel every request's ``Host`` must name the tunnel's own host;
+* resolves the name on the host, refuses a name that resolves to a loopback, private, link-local
+  or otherwise non-public address unless the policy allows that address itself, and connects to
+  the address it checked (no second lookup for a rebinding DNS to answer differently);
+* terminates TLS with a certificate from the session's own CA (`SessionCA`), HTTP/1.1 only, and
+  verifies the upstream server with the host's trust store (or `EgressUpstream.ca_file`);
+* replaces each secret's placeholder in the request's headers with its value, toward that secret's
+  hosts only; refuses protocol upgrades (WebSocket), which it could not inspect afterwards.
+
+HTTP/1.1 is parsed by ``h11`` (the ``egress`` extra) on both sides: the proxy never frames a
+message by hand, so a request the two sides could read differently is an error, not a bypass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import socket
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_sandbox.errors import MissingDependencyError
+from langchain_sandbox.network import NetworkPolicy, ip_literal, normal_host
+from langchain_sandbox.providers.local._egress_ca import SessionCA
+from langchain_sandbox.providers.local._egress_sandbox import CA_FILE, EGRESS_SOCKET
+from langchain_sandbox.providers.local._unix_server import serving_unix
+
+_MAX_BODY_CHUNK = 65536
+_HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"te", b"upgrade"}
+)
+
+
+def _h11() -> Any:
+    try:
+        import h11
+    except ImportError:
+        raise MissingDependencyError(
+            "h11", "egress", purpose="A NetworkPolicy on the local provider"
+        ) from None
+    return h11
+
+
+@dataclass(frozen=True)
+class EgressUpstream:
+    """How the egress proxy reaches upstream servers (the defaults suit nearly everyone).
+
+    Attributes:
+        ca_file: Certificates to verify upstream servers with instead of the host's trust store
+            (a corporate CA; a test server's CA).
+        hosts: Fixed name-to-address answers used instead of the host's resolver (as
+            ``/etc/hosts`` would, for this proxy only). The address checks still apply.
+    """
+
+    ca_file: str | None = None
+    hosts: Mapping[str, str] = field(default_factory=dict)
+
+
+class _Denied(Exception):
+    """A request the policy refuses; its message is the reason the sandbox's code reads."""
+
+
+class EgressProxy:
+    """One session's egress proxy; see the module docstring.
+
+    Attributes:
+        denied: Each refused request's reason, in order (the session turns new ones into notices).
+    """
+
+    def __init__(
+        self,
+        policy: NetworkPolicy,
+        *,
+        socket_path: str,
+        ca: SessionCA,
+        upstream: EgressUpstream | None = None,
+    ) -> None:
+        self.policy = policy
+        self.socket_path = socket_path
+        self.ca = ca
+        self.upstream = upstream or EgressUpstream()
+        self.denied: list[str] = []
+        self._h11 = _h11()
+        self._client_context = ssl.create_default_context(cafile=self.upstream.ca_file)
+        self._client_context.set_alpn_protocols(["http/1.1"])
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[EgressProxy]:
+        """Serve while the session lives."""
+        async with serving_unix(self.socket_path, self._serve):
+            yield self
+
+    # ------------------------------------------------------------------ policy
+
+    async def _address(self, host: str, port: int) -> str:
+        """The checked address to connect to for ``host:port``, or raise `_Denied`."""
+        if not self.policy.allows(host, port):
+            raise _Denied(
+                f"{_authority(host, port)} is not allowed by the session's network policy"
+            )
+        if ip_literal(host) is not None:
+            return host
+        if host in self.upstream.hosts:
+            candidates = [self.upstream.hosts[host]]
+        else:
+            try:
+                infos = await asyncio.get_running_loop().getaddrinfo(
+                    host, port, type=socket.SOCK_STREAM
+                )
+            except OSError:
+                raise _Denied(f"{host} does not resolve") from None
+            candidates = [str(info[4][0]) for info in infos]
+        for address in candidates:
+            if ipaddress.ip_address(address).is_global or self.policy.allows(address, port):
+                return address
+        raise _Denied(
+            f"{host} resolves to {candidates[0]}, a non-public address the policy does not allow"
+        )
+
+    def _headers(self, headers: Any, host: str, port: int) -> list[tuple[bytes, bytes]]:
+        """The request's headers as they go upstream: hop-by-hop ones dropped, placeholders of
+        secrets bound to ``host`` replaced (and only those)."""
+        swaps = [
+            (secret.placeholder.encode(), secret.value.encode())
+            for secret in self.policy.secrets
+            if secret.sent_to(host, port)
+        ]
+        kept = []
+        for name, value in headers:
+            if name in _HOP_BY_HOP:
+                continue
+            for placeholder, real in swaps:
+                value = value.replace(placeholder, real)
+            kept.append((name, value))
+        return kept
+
+    # ------------------------------------------------------------------ connections
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        h11 = self._h11
+        client = h11.Connection(h11.SERVER)
+        upstream: _Upstream | None = None
+        try:
+            request = await _next(client, reader)
+            if not isinstance(request, h11.Request):
+                return
+            if request.method == b"CONNECT":
+                host, port = _split_authority(request.target.decode("latin-1"), 443)
+                try:
+                    address = await self._address(host, port)
+                except _Denied as denied:
+                    await self._deny(client, writer, str(denied))
+                    return
+                writer.write(client.send(h11.Response(status_code=200, headers=[])))
+                await writer.drain()
+                await writer.start_tls(self.ca.server_context(host))
+                client = h11.Connection(h11.SERVER)
+                request = await _next(client, reader)
+                tunnel: tuple[str, int, str] | None = (host, port, address)
+            else:
+                tunnel = None
+            while isinstance(request, h11.Request):
+                upstream = await self._exchange(client, reader, writer, request, tunnel, upstream)
+                if upstream is None or client.our_state is not h11.DONE:
+                    return
+                client.start_next_cycle()
+                request = await _next(client, reader)
+        except (OSError, ssl.SSLError, h11.ProtocolError, asyncio.IncompleteReadError):
+            return
+        finally:
+            if upstream is not None:
+                upstream.close()
+            writer.close()
+
+    async def _exchange(
+        self,
+        client: Any,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        request: Any,
+        tunnel: tuple[str, int, str] | None,
+        upstream: _Upstream | None,
+    ) -> _Upstream | None:
+        """Answer one request (forwarded or refused); the upstream connection to keep, or
+        ``None`` when the client's connection must end."""
+        h11 = self._h11
+        try:
+            host, port, address, target = await self._target(request, tunnel)
+        except _Denied as denied:
+            await self._deny(client, writer, str(denied))
+            return None
+        if upstream is None or not upstream.reusable(host, port):
+            if upstream is not None:
+                upstream.close()
+            try:
+                upstream = await _Upstream.open(
+                    h11, host, port, address, self._client_context if tunnel else None
+                )
+            except ssl.SSLCertVerificationError as exc:
+                reason = f"{_authority(host, port)} presented a certificate that does not verify"
+                await self._deny(client, writer, f"{reason} ({exc.verify_message})", status=502)
+                return None
+            except (OSError, TimeoutError):
+                reason = f"{_authority(host, port)} could not be reached"
+                await self._deny(client, writer, reason, status=502)
+                return None
+        headers = self._headers(request.headers, host, port)
+        await upstream.send(h11.Request(method=request.method, target=target, headers=headers))
+        while not isinstance(event := await _next(client, reader), h11.EndOfMessage):
+            if isinstance(event, h11.Data):
+                await upstream.send(h11.Data(data=event.data))
+        await upstream.send(h11.EndOfMessage())
+        response = await upstream.next()
+        while isinstance(response, h11.InformationalResponse):
+            response = await upstream.next()
+        if not isinstance(response, h11.Response):
+            raise h11.RemoteProtocolError("no response from upstream")
+        kept = [(n, v) for n, v in response.headers if n not in _HOP_BY_HOP]
+        writer.write(client.send(h11.Response(status_code=response.status_code, headers=kept)))
+        while not isinstance(event := await upstream.next(), h11.EndOfMessage):
+            if isinstance(event, h11.Data):
+                writer.write(client.send(h11.Data(data=event.data)))
+                await writer.drain()
+        writer.write(client.send(h11.EndOfMessage()))
+        await writer.drain()
+        return upstream
+
+    async def _target(
+        self, request: Any, tunnel: tuple[str, int, str] | None
+    ) -> tuple[str, int, str, bytes]:
+        """``(host, port, address, origin-form target)`` of a request, or raise `_Denied`."""
+        if any(name == b"upgrade" for name, _ in request.headers):
+            raise _Denied("protocol upgrades (WebSocket) are not supported by the egress proxy")
+        named = [value.decode("latin-1") for name, value in request.headers if name == b"host"]
+        if tunnel is not None:
+            host, port, address = tunnel
+            target = request.target
+            if not target.startswith(b"/"):
+                raise _Denied("a request inside a tunnel must use a path, not a URL")
+        else:
+            url = request.target.decode("latin-1")
+            if not url.lower().startswith("http://"):
+                raise _Denied("send plain HTTP as an absolute http:// URL; HTTPS through CONNECT")
+            authority, _, path = url[7:].partition("/")
+            host, port = _split_authority(authority, 80)
+            address = await self._address(host, port)
+            target = ("/" + path).encode("latin-1")
+        if named and _split_authority(named[0], port) != (host, port):
+            raise _Denied(f"the Host header {named[0]!r} is not {_authority(host, port)}")
+        return host, port, address, target
+
+    async def _deny(
+        self, client: Any, writer: asyncio.StreamWriter, reason: str, *, status: int = 403
+    ) -> None:
+        """Answer with ``status`` and ``reason`` (a refusal, ``403``, is counted in `denied`)."""
+        h11 = self._h11
+        if status == 403:
+            self.denied.append(reason)
+        body = f"langchain-sandbox egress proxy: {reason}.\n".encode()
+        headers = [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        with contextlib.suppress(h11.LocalProtocolError):
+            # The reason in the status line too: a client shows only that for a refused CONNECT.
+            phrase = reason.encode("ascii", "replace")[:200]
+            response = h11.Response(status_code=status, headers=headers, reason=phrase)
+            writer.write(client.send(response))
+            writer.write(client.send(h11.Data(data=body)))
+            writer.write(client.send(h11.EndOfMessage()))
+            await writer.drain()
+
+
+class _Upstream:
+    """An HTTP/1.1 client connection to one upstream server, kept while requests go there."""
+
+    def __init__(
+        self,
+        h11: Any,
+        host: str,
+        port: int,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self._h11 = h11
+        self.endpoint = (host, port)
+        self.connection = h11.Connection(h11.CLIENT)
+        self._reader = reader
+        self._writer = writer
+
+    @classmethod
+    async def open(
+        cls, h11: Any, host: str, port: int, address: str, context: ssl.SSLContext | None
+    ) -> _Upstream:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                address, port, ssl=context, server_hostname=host if context else None
+            ),
+            30,
+        )
+        return cls(h11, host, port, reader, writer)
+
+    def reusable(self, host: str, port: int) -> bool:
+        h11 = self._h11
+        if self.endpoint != (host, port) or self.connection.our_state is not h11.DONE:
+            return False
+        if self.connection.their_state is not h11.DONE:
+            return False
+        self.connection.start_next_cycle()
+        return True
+
+    async def send(self, event: Any) -> None:
+        data = self.connection.send(event)
+        if data:
+            self._writer.write(data)
+            await self._writer.drain()
+
+    async def next(self) -> Any:
+        return await _next(self.connection, self._reader)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+async def _next(connection: Any, reader: asyncio.StreamReader) -> Any:
+    """The next h11 event of ``connection``, reading from ``reader`` as it needs."""
+    need_data = _h11().NEED_DATA
+    while (event := connection.next_event()) is need_data:
+        connection.receive_data(await reader.read(_MAX_BODY_CHUNK))
+    return event
+
+
+def _split_authority(authority: str, default_port: int) -> tuple[str, int]:
+    """``host[:port]`` (``[v6]:port`` too) as a normal host and a port (``-1`` if invalid)."""
+    text = authority.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest.removeprefix(":")
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    else:
+        host, port_text = text, ""
+    if not port_text:
+        return normal_host(host), default_port
+    return normal_host(host), int(port_text) if port_text.isdigit() else -1
+
+
+def _authority(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def prepare_egress(
+    directory: str, policy: NetworkPolicy, upstream: EgressUpstream | None
+) -> tuple[EgressProxy, str]:
+    """A session's proxy and the host directory to bind at `EGRESS_DIR` (its socket and the
+    CA's certificate); the CA's key stays in this process (touches the disk: off the loop)."""
+    egress_dir = os.path.join(directory, "egress")
+    scratch = os.path.join(directory, "egress-keys")
+    os.mkdir(egress_dir, 0o755)
+    os.chmod(egress_dir, 0o755)  # whatever the umask: the sandbox's user reads it
+    os.mkdir(scratch, 0o700)
+    ca = SessionCA(scratch)
+    certificate = os.path.join(egress_dir, CA_FILE)
+    with open(certificate, "wb") as handle:
+        handle.write(ca.certificate_pem)
+    os.chmod(certificate, 0o644)
+    socket_path = os.path.join(egress_dir, os.path.basename(EGRESS_SOCKET))
+    return EgressProxy(policy, socket_path=socket_path, ca=ca, upstream=upstream), egress_dir
+
+
+__all__ = ["EgressProxy", "EgressUpstream", "prepare_egress"]
