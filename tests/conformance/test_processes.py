@@ -174,14 +174,15 @@ async def test_the_ring_keeps_head_and_tail_and_counts_what_it_dropped(
         kept_from = total - OUTPUT_TAIL
         assert tail.dropped == kept_from - OUTPUT_HEAD
         line = tail.text.split("\n", 2)[1]  # the first whole line after the cut
-        assert int(line) % 16 == 0 and int(line) >= kept_from
+        assert int(line) % 16 == 0
+        assert int(line) >= kept_from
         offset, read = head.next_offset + tail.dropped + len(tail.text), tail
         while read.next_offset < total:
             read = await session.process_output("flood", since=read.next_offset)
             assert read.dropped == 0
             offset += len(read.text)
         assert offset == total
-        assert read.text.endswith("%015d\n" % (total - 16))
+        assert read.text.endswith(f"{total - 16:015d}\n")
 
 
 async def test_a_web_server_answers_through_expose_port_with_the_network_off(
