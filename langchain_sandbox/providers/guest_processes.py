@@ -19,6 +19,9 @@ per process with its spec, its state, the supervisor's identity (pid and start t
 that is gone, or whose pid was reused, makes the process ``lost``) and the ring: the first
 `HEAD` bytes in ``head``, the last `TAIL` in the circular ``ring``, the byte count in
 ``written``, all under an ``flock``. Refusals print ``{"error": ..., "kind": ...}`` and exit 2.
+
+Past 500 lines on purpose: it is sent to the sandbox as one ``-c`` program, so it cannot import a
+module of its own.
 """
 
 from __future__ import annotations
