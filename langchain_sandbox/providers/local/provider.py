@@ -74,6 +74,7 @@ from langchain_sandbox.providers.local._packages import PackageIndex
 from langchain_sandbox.providers.local._probe import usable_bubblewrap
 from langchain_sandbox.providers.local._seccomp import SyscallFilter, seccomp_program
 from langchain_sandbox.providers.local._workspace_fs import (
+    mount_ports,
     mount_workspace,
     release_directory,
     unavailable_reason,
@@ -96,6 +97,7 @@ logger = logging.getLogger(__name__)
 
 _SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 _RECORD_FILE = "session.json"
+_PORTS_DIR_NAME = "ports"
 # Inodes of a workspace file system whose file count is not limited (Limits.workspace_files=None):
 # ext4's own default for a 16 GiB file system.
 _UNLIMITED_FILES = 1 << 20
@@ -135,6 +137,10 @@ class LocalProvider(Provider):
         egress_upstream: How the egress proxy of sessions with a
             [`NetworkPolicy`][langchain_sandbox.NetworkPolicy] verifies and finds upstream
             servers (default: the host's trust store and resolver; see ``docs/network.md``).
+        expose_host: The host address `Session.expose_port` listens on (default
+            ``"127.0.0.1"``: only this machine can open the URLs). Another address (e.g.
+            ``"0.0.0.0"``) makes exposed ports reachable from wherever that address is; see
+            ``docs/local-provider.md``.
 
     Raises:
         IsolationUnavailableError: with ``isolation="bubblewrap"``, bubblewrap is missing or
@@ -161,6 +167,7 @@ class LocalProvider(Provider):
         progress: Progress | None = None,
         syscall_filter: SyscallFilter = "seccomp",
         egress_upstream: EgressUpstream | None = None,
+        expose_host: str = "127.0.0.1",
     ) -> None:
         if isolation not in ("bubblewrap", "gvisor", "none"):
             raise InvalidInputError(
@@ -188,6 +195,9 @@ class LocalProvider(Provider):
         self.progress = progress or print_progress
         self.syscall_filter: SyscallFilter = syscall_filter
         self.egress_upstream = egress_upstream
+        if not isinstance(expose_host, str) or not expose_host:
+            raise InvalidInputError(f"expose_host must be a host address, not {expose_host!r}.")
+        self.expose_host = expose_host
         # Checked now, so a machine that cannot isolate fails when the provider is built.
         self._bwrap_path = usable_bubblewrap(bwrap) if isolation == "bubblewrap" else None
         self._runsc_path = usable_runsc(runsc) if isolation == "gvisor" else None
@@ -313,6 +323,7 @@ class LocalProvider(Provider):
                 gvisor=gvisor,
                 policy=policy,
                 egress_dir=egress_dir,
+                ports_dir=str(directory / _PORTS_DIR_NAME),
             )
             session = LocalSession(
                 session_id=session_id,
@@ -324,6 +335,7 @@ class LocalProvider(Provider):
                 created_at=created_at,
                 on_close=self._forget,
                 egress=egress,
+                expose_host=self.expose_host,
             )
             await session.start()
         except BaseException:
@@ -441,13 +453,22 @@ class LocalProvider(Provider):
                 # No loop device left, say: the quota is then measured, as where not root.
                 logger.warning("workspace quota measured only, no file system of its own: %s", exc)
         (workspace / PACKAGES_DIR).mkdir(mode=0o755)
+        # Where the sandbox's port relays listen (its own: no other sandbox binds it).
+        ports = directory / _PORTS_DIR_NAME
+        ports.mkdir(mode=0o700)
+        if os.geteuid() == 0 and unavailable_reason() is None:
+            try:
+                mount_ports(ports)
+            except OSError as exc:  # the bind then shows the directory's host path inside
+                logger.warning("port directory not a file system of its own: %s", exc)
         owner = host_owner()
         if owner is not None:
             # The sandbox runs as an unprivileged host user: its workspace is that user's.
-            for path in (workspace, workspace / PACKAGES_DIR):
+            for path in (workspace, workspace / PACKAGES_DIR, ports):
                 os.chown(path, *owner)
         if self.isolation == "gvisor":
             make_owned(str(workspace))
+            make_owned(str(ports))
         record: dict[str, Any] = {
             "provider": LOCAL,
             "session_id": session_id,

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_sandbox.errors import (
+    CapabilityError,
     InvalidInputError,
     SandboxError,
     SessionClosedError,
@@ -42,6 +43,7 @@ from langchain_sandbox.providers.base import (
     SessionRecord,
     SessionSpec,
     VariablesDump,
+    check_port,
     checked_timeout,
 )
 from langchain_sandbox.providers.guest_facts import failure_text, figure_notices
@@ -53,6 +55,7 @@ from langchain_sandbox.providers.local._packages import (
     PackageIndex,
     install_packages,
 )
+from langchain_sandbox.providers.local._port_relay import PortRelays
 from langchain_sandbox.providers.local._quota import WorkspaceQuota
 from langchain_sandbox.providers.local._streams import OutputStreams
 from langchain_sandbox.providers.local._worker_process import WorkerDied, WorkerProcess
@@ -82,6 +85,8 @@ LOCAL_CAPABILITIES = Capabilities(
     attach_across_processes=False,
     native_snapshots=False,
     tools_from_code=True,
+    processes=True,
+    ports=True,
 )
 
 
@@ -114,6 +119,7 @@ class LocalSession(Session):
         created_at: float,
         on_close: Callable[[LocalSession], None],
         egress: EgressProxy | None = None,
+        expose_host: str = "127.0.0.1",
     ) -> None:
         self.session_id = session_id
         self.spec = spec
@@ -138,6 +144,7 @@ class LocalSession(Session):
         self._closed = False
         self._capture_expected = False
         self._queued_dump: _QueuedDump | None = None
+        self._ports = PortRelays(launcher.ports_dir, expose_host) if launcher.ports_dir else None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -159,6 +166,10 @@ class LocalSession(Session):
     def workspace_dir(self) -> str:
         """Host directory of the workspace (bound at ``/home/user`` inside)."""
         return self.launcher.workspace_dir
+
+    @property
+    def guest_python(self) -> str:
+        return self.launcher.python_executable
 
     @property
     def worker_pid(self) -> int | None:
@@ -219,6 +230,8 @@ class LocalSession(Session):
             return
         self._closed = True
         worker, self._worker = self._worker, None
+        if self._ports is not None:
+            await self._ports.close()
         if worker is not None:
             await worker.kill()
         await self._egress_serving.aclose()
@@ -227,6 +240,15 @@ class LocalSession(Session):
             await asyncio.to_thread(kill_containers, self.launcher.gvisor.directory)
         await asyncio.to_thread(release_directory, self.directory)
         self._on_close(self)
+
+    async def expose_port(self, port: int) -> str:
+        """The URL of ``port`` through the session's relay (``_port_relay``): the sandbox's
+        network stays off; the host listens on the provider's ``expose_host``."""
+        check_port(port)
+        self._check_open()
+        if self._ports is None:
+            raise CapabilityError("This local session has no port directory.", provider=LOCAL)
+        return await self._ports.expose(self, port)
 
     # ------------------------------------------------------------------ requests
 
