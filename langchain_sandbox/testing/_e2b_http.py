@@ -23,7 +23,9 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from langchain_sandbox.testing._e2b_wire import parse_envelope, read_body
+from langchain_sandbox.testing._edge import port_host
 
+_SERVICE_PORTS = (49983, 49999)  # envd, Jupyter: what the SDK itself talks to
 _REDACTED_HEADERS = ("x-api-key", "x-access-token", "e2b-traffic-access-token", "authorization")
 
 
@@ -104,6 +106,8 @@ class Backend(Protocol):
 
     def handle_sandbox(self, handler: Handler, method: str, path: str, body: bytes) -> None: ...
 
+    def handle_port(self, handler: Handler, sandbox_id: str, port: int, body: bytes) -> int: ...
+
 
 def _json_of(body: bytes, content_type: str) -> Any:
     try:
@@ -175,7 +179,23 @@ class Handler(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:
         self._dispatch()
 
+    def _port(self) -> tuple[int, str] | None:
+        """The sandbox port a request is for, as E2B's edge routes: the host name
+        ``PORT-SANDBOXID.domain``, or the edge headers with a port other than envd's and
+        Jupyter's."""
+        named = port_host(self.headers.get("Host", ""))
+        if named is not None:
+            return named
+        port = self.headers.get("E2b-Sandbox-Port", "")
+        sandbox_id = self.headers.get("E2b-Sandbox-Id")
+        if sandbox_id and port.isdigit() and int(port) not in _SERVICE_PORTS:
+            return int(port), sandbox_id
+        return None
+
     def _route(self, path: str) -> tuple[str, str | None]:
+        port = self._port()
+        if port is not None:
+            return f"port {port[0]}", port[1]
         sandbox_id = self.headers.get("E2b-Sandbox-Id")
         if sandbox_id is None:
             return f"{self.command} {path}", None
@@ -228,7 +248,10 @@ class Handler(BaseHTTPRequestHandler):
                     )
             if fault is not None and fault.lose_response:
                 self._swallow = True
-            if sandbox_id is None:
+            port = self._port()
+            if port is not None:
+                self._status = emulator.handle_port(self, port[1], port[0], body)
+            elif sandbox_id is None:
                 emulator.handle_api(self, self.command, path, body)
             else:
                 emulator.handle_sandbox(self, self.command, path, body)

@@ -20,7 +20,12 @@ sandbox, the rest to the control plane):
   ``GET|DELETE /sandboxes/{id}``, ``POST /sandboxes/{id}/timeout``, ``POST /sandboxes/{id}/pause``;
 * envd: ``GET|POST /files``, ``GET /health``, Connect ``process.Process/{Start,SendSignal}``,
   ``filesystem.Filesystem/{ListDir,Stat,Remove,MakeDir,Move}``;
-* code interpreter: ``POST /execute`` (NDJSON stream), ``GET|POST /contexts``.
+* code interpreter: ``POST /execute`` (NDJSON stream), ``GET|POST /contexts``;
+* a sandbox's ports: a request whose ``Host`` is ``PORT-SANDBOXID.<domain>`` (what
+  ``get_host(port)`` names), or that carries the edge headers with another port than envd's
+  and Jupyter's, is forwarded to that port inside the sandbox (502 when nothing listens there).
+  A test cannot resolve that host name: `E2BEmulator.open(url)` sends a request for such a URL
+  to the emulator with its ``Host``.
 
 Tests read [`E2BEmulator.requests`][langchain_sandbox.testing.e2b_emulator.E2BEmulator.requests] (every request, with its route and status) and use the
 fault switches: [`E2BEmulator.inject`][langchain_sandbox.testing.e2b_emulator.E2BEmulator.inject] (a status such as 429/503, a dropped connection, a
@@ -65,6 +70,7 @@ from langchain_sandbox.testing._e2b_http import (
     EmulatorServer,
     Fault,
     Handler,
+    HttpError,
     RecordedRequest,
     api_error,
     connect_error,
@@ -77,6 +83,7 @@ from langchain_sandbox.testing._e2b_wire import (
     parse_envelope,
     parse_multipart,
 )
+from langchain_sandbox.testing._edge import EdgeResponse, forward, open_url
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 T = TypeVar("T")
@@ -273,6 +280,18 @@ class E2BEmulator:
             sandbox = self._sandboxes.pop(sandbox_id, None)
         if sandbox is not None:
             self._discard(sandbox)
+
+    def open(
+        self,
+        url: str,
+        *,
+        method: str = "GET",
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> EdgeResponse:
+        """Send a request for a sandbox's port URL (``https://PORT-SANDBOXID.e2b.app/...``, what
+        ``get_host`` names) through the emulator, as E2B's edge routes it: on the host name."""
+        return open_url(self.url, url, method=method, body=body, headers=headers)
 
     def sandbox_ids(self, state: str | None = None) -> list[str]:
         self._sweep()
@@ -634,6 +653,23 @@ class E2BEmulator:
         except (FileNotFoundError, NotADirectoryError):
             raise connect_error(404, "not_found", "path not found") from None
         raise connect_error(404, "unimplemented", f"filesystem.Filesystem/{method}")
+
+    def handle_port(self, handler: Handler, sandbox_id: str, port: int, body: bytes) -> int:
+        """Forward a request for ``port`` of a running sandbox there. E2B's edge answers 502
+        when the sandbox is not running or nothing listens on the port."""
+        self._sweep()
+        with self._lock:
+            sandbox = self._sandboxes.get(sandbox_id)
+        if sandbox is None or sandbox.state != "running":
+            raise api_error(502, f"The sandbox {sandbox_id} was not found")
+        try:
+            upstream = sandbox.machine.connect(port)
+        except ConnectionRefusedError:
+            raise HttpError(
+                502,
+                {"message": "The sandbox is running but port is not open", "port": port},
+            ) from None
+        return forward(handler, upstream, body)
 
     def _start_process(self, handler: Handler, sandbox: _Sandbox, request: dict[str, Any]) -> None:
         process = request.get("process") or {}
