@@ -117,6 +117,7 @@ class Devbox:
     machine: Session | None = None
     disk: bytes | None = None
     executions: dict[str, Execution] = field(default_factory=dict)
+    tunnel: dict[str, Any] | None = None  # its TunnelView, once enabled (_runloop_tunnels)
 
     def view(self) -> dict[str, Any]:
         """``DevboxView`` as Runloop returns it."""
@@ -131,7 +132,7 @@ class Devbox:
             "state_transitions": self.transitions,
             "initiator_type": "api",
         }
-        for key in ("blueprint_id", "snapshot_id", "end_time_ms", "shutdown_reason"):
+        for key in ("blueprint_id", "snapshot_id", "end_time_ms", "shutdown_reason", "tunnel"):
             if getattr(self, key) is not None:
                 view[key] = getattr(self, key)
         return view
@@ -183,7 +184,7 @@ class Account:
     ) -> None:
         self._loop = loop
         self._machines = machines
-        self._network = network
+        self.network = network
         self.boot_delay = boot_delay
         self._lock = threading.RLock()
         self.changed = threading.Condition(self._lock)
@@ -250,7 +251,7 @@ class Account:
     def _start_machine(self, devbox: Devbox, disk: bytes | None) -> None:
         spec = SessionSpec(
             env=devbox.env,
-            network=self._network,
+            network=self.network,
             limits=Limits(timeout=_EXECUTION_LIMIT_SECONDS, max_output_bytes=64 * 1024 * 1024),
         )
         machine = self._run(self._machines.create(spec))

@@ -67,6 +67,7 @@ from langchain_sandbox.providers.base import (
     SessionRecord,
     SessionSpec,
     VariablesDump,
+    check_port,
     install_spec_packages,
 )
 from langchain_sandbox.providers.names import E2B as PROVIDER_NAME
@@ -659,6 +660,14 @@ class E2BSession(RemoteSession):
             return bool(await self._sandbox.is_running(request_timeout=10))
         except Exception:
             return False
+
+    async def expose_port(self, port: int) -> str:
+        """``https://{port}-{sandbox_id}.{domain}`` (``sandbox.get_host``, no API call): E2B's
+        edge routes that host name to the port, for anyone who has the URL. A paused sandbox
+        is resumed first (its processes, kept in its memory, still listen)."""
+        check_port(port)
+        await self._ready()
+        return f"https://{self._sandbox.get_host(port)}"
 
     async def pause(self) -> None:
         if self._closed:
