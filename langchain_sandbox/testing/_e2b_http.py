@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
@@ -106,7 +107,14 @@ class Backend(Protocol):
 
     def handle_sandbox(self, handler: Handler, method: str, path: str, body: bytes) -> None: ...
 
-    def handle_port(self, handler: Handler, sandbox_id: str, port: int, body: bytes) -> int: ...
+    def handle_port(
+        self,
+        handler: Handler,
+        sandbox_id: str,
+        port: int,
+        body: bytes,
+        on_status: Callable[[int], None],
+    ) -> None: ...
 
 
 def _json_of(body: bytes, content_type: str) -> Any:
@@ -250,7 +258,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._swallow = True
             port = self._port()
             if port is not None:
-                self._status = emulator.handle_port(self, port[1], port[0], body)
+                emulator.handle_port(self, port[1], port[0], body, self._answered(index))
             elif sandbox_id is None:
                 emulator.handle_api(self, self.command, path, body)
             else:
@@ -265,6 +273,15 @@ class Handler(BaseHTTPRequestHandler):
             if self._swallow:
                 self.abort()
             emulator._update(index, status=self._status)
+
+    def _answered(self, index: int) -> Callable[[int], None]:
+        """Log a forwarded answer's status as soon as it is known (before the client has it)."""
+
+        def answered(status: int) -> None:
+            self._status = status
+            self.server.emulator._update(index, status=status)
+
+        return answered
 
     def _fail(self, error: Exception) -> None:
         """An error neither the request nor the API's rules explain. The client gone (or the

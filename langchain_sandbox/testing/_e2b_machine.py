@@ -307,7 +307,11 @@ class Machine:
     async def run_command(
         self, command: str, env: Mapping[str, str], cwd: str, sink: OutputSink
     ) -> int:
-        """Run ``bash -c command`` in ``cwd``; cancelling kills it."""
+        """Run ``bash -c command`` in ``cwd``; cancelling kills its process group.
+
+        A command that ends leaves what it started running, as envd does (it waits for the
+        output pipes to close, so a background job must redirect them to be left behind).
+        """
         self.host_path(cwd)
         assignments = [f"{key}={value}" for key, value in env.items()]
         argv = ["/bin/bash", "-c", _COMMAND_SHIM, "shim", cwd, *assignments]
@@ -319,9 +323,10 @@ class Machine:
                 _pump(proc.stderr, lambda text: sink("stderr", text)),
             )
             return int(await proc.wait())
-        finally:
-            proc.kill()  # what it left in its group; a daemon it setsid'd lives on, as on E2B
+        except BaseException:
+            proc.kill()
             await proc.wait()
+            raise
 
     async def run_cell(
         self,

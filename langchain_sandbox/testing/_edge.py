@@ -16,6 +16,7 @@ from __future__ import annotations
 import http.client
 import re
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,9 +37,12 @@ def port_host(host: str) -> tuple[int, str] | None:
     return int(match.group(1)), match.group(2)
 
 
-def forward(handler: Any, upstream: socket.socket, body: bytes) -> int:
+def forward(
+    handler: Any, upstream: socket.socket, body: bytes, on_status: Callable[[int], None]
+) -> None:
     """Send ``handler``'s request (its body already read: ``body``) on ``upstream`` and copy the
-    answer back to the client as it comes; returns the answer's status (0 if there was none).
+    answer back to the client as it comes. ``on_status`` hears the answer's status (0 if there
+    was none) before the client gets any of it, so a request log is complete when it has.
 
     ``handler`` is a ``BaseHTTPRequestHandler``; its connection is closed afterwards.
     """
@@ -48,13 +52,15 @@ def forward(handler: Any, upstream: socket.socket, body: bytes) -> int:
         head += [f"{k}: {v}" for k, v in handler.headers.items() if k.lower() not in _HOP_BY_HOP]
         head += [f"Content-Length: {len(body)}", "Connection: close"]
         upstream.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
-        status = 0
+        first = True
         while chunk := upstream.recv(65536):
-            if not status:
-                status = _status_of(chunk)
+            if first:
+                on_status(_status_of(chunk))
+                first = False
             handler.wfile.write(chunk)
             handler.wfile.flush()
-        return status
+        if first:
+            on_status(0)
 
 
 def _status_of(first: bytes) -> int:

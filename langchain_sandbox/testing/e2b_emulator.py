@@ -654,7 +654,14 @@ class E2BEmulator:
             raise connect_error(404, "not_found", "path not found") from None
         raise connect_error(404, "unimplemented", f"filesystem.Filesystem/{method}")
 
-    def handle_port(self, handler: Handler, sandbox_id: str, port: int, body: bytes) -> int:
+    def handle_port(
+        self,
+        handler: Handler,
+        sandbox_id: str,
+        port: int,
+        body: bytes,
+        on_status: Callable[[int], None],
+    ) -> None:
         """Forward a request for ``port`` of a running sandbox there. E2B's edge answers 502
         when the sandbox is not running or nothing listens on the port."""
         self._sweep()
@@ -669,7 +676,7 @@ class E2BEmulator:
                 502,
                 {"message": "The sandbox is running but port is not open", "port": port},
             ) from None
-        return forward(handler, upstream, body)
+        forward(handler, upstream, body, on_status)
 
     def _start_process(self, handler: Handler, sandbox: _Sandbox, request: dict[str, Any]) -> None:
         process = request.get("process") or {}

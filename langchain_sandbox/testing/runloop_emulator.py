@@ -373,8 +373,12 @@ class RunloopEmulator:
             self._record(method, url.path, url.query, error.status, headers, body)
             self._send(handler, _Reply({"message": error.message}, status=error.status), {})
             return
-        status = forward(handler, upstream, body)
-        self._record(method, url.path, url.query, status, headers, body)
+        forward(
+            handler,
+            upstream,
+            body,
+            lambda status: self._record(method, url.path, url.query, status, headers, body),
+        )
 
     def open(
         self,
