@@ -40,6 +40,7 @@ from langchain_sandbox.providers.base import Limits, SessionSpec
 from langchain_sandbox.providers.local import INTERRUPT_GRACE, LocalProvider, LocalSession
 from langchain_sandbox.testing._machine_init import (
     EDGE_SOCKET,
+    INIT_LINE_LIMIT,
     Child,
     InitProcess,
     connect_port,
@@ -278,6 +279,7 @@ class Machine:
         ) as (command, fds):
             proc = await asyncio.create_subprocess_exec(
                 *command,
+                limit=INIT_LINE_LIMIT,
                 pass_fds=fds,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,

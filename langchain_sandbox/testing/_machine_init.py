@@ -28,6 +28,9 @@ from typing import Any
 EDGE_SOCKET = ".e2b-emulator-edge"
 """Name of the init's Unix socket in the machine's ``/tmp``."""
 
+INIT_LINE_LIMIT = 1024 * 1024
+"""Longest line the init sends (a 64 KiB chunk of output in base64, and its envelope)."""
+
 # Stdlib only: it runs with the sandbox's python. Children start in a session of their own (one
 # group to signal); their orphans are reaped by bubblewrap, pid 1 of the namespace.
 _INIT = r"""
@@ -261,4 +264,4 @@ def connect_port(socket_path: str, port: int, *, timeout: float = 10.0) -> socke
     return conn
 
 
-__all__ = ["EDGE_SOCKET", "Child", "InitProcess", "connect_port", "init_argv"]
+__all__ = ["EDGE_SOCKET", "INIT_LINE_LIMIT", "Child", "InitProcess", "connect_port", "init_argv"]
