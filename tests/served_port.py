@@ -41,3 +41,13 @@ def host_processes_with(marker: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+async def wait_until_gone(marker: str) -> list[int]:
+    """Wait (a bounded number of polls) until no host process has ``marker`` in its command
+    line; returns those still there."""
+    for _ in range(200):
+        if not host_processes_with(marker):
+            break
+        await asyncio.sleep(0.05)
+    return host_processes_with(marker)

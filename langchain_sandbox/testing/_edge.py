@@ -13,6 +13,7 @@ A test cannot resolve those host names; `open_url` sends a request to the emulat
 
 from __future__ import annotations
 
+import abc
 import http.client
 import re
 import socket
@@ -105,4 +106,26 @@ def open_url(
         conn.close()
 
 
-__all__ = ["EdgeResponse", "forward", "open_url", "port_host"]
+class EdgeClient(abc.ABC):
+    """What an emulator (with its base ``url``) offers a test to reach a sandbox's port."""
+
+    @property
+    @abc.abstractmethod
+    def url(self) -> str:
+        """The emulator's base URL."""
+
+    def open(
+        self,
+        url: str,
+        *,
+        method: str = "GET",
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> EdgeResponse:
+        """Send a request for a sandbox's public port URL (``https://PORT-KEY.<domain>/...``:
+        E2B's ``get_host``, Runloop's ``get_tunnel_url``) through the emulator, routed on its
+        host name as the real edge routes it, and read the whole answer."""
+        return open_url(self.url, url, method=method, body=body, headers=headers)
+
+
+__all__ = ["EdgeClient", "EdgeResponse", "forward", "open_url", "port_host"]

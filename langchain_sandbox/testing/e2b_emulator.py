@@ -83,7 +83,7 @@ from langchain_sandbox.testing._e2b_wire import (
     parse_envelope,
     parse_multipart,
 )
-from langchain_sandbox.testing._edge import EdgeResponse, forward, open_url
+from langchain_sandbox.testing._edge import EdgeClient, forward
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 T = TypeVar("T")
@@ -110,7 +110,7 @@ class _Sandbox:
     contexts: dict[str, str] = field(default_factory=lambda: {"default": WORKSPACE_ROOT})
 
 
-class E2BEmulator:
+class E2BEmulator(EdgeClient):
     """The emulator; start it with ``with`` (or `start` / `stop`).
 
     Args:
@@ -280,18 +280,6 @@ class E2BEmulator:
             sandbox = self._sandboxes.pop(sandbox_id, None)
         if sandbox is not None:
             self._discard(sandbox)
-
-    def open(
-        self,
-        url: str,
-        *,
-        method: str = "GET",
-        body: bytes | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> EdgeResponse:
-        """Send a request for a sandbox's port URL (``https://PORT-SANDBOXID.e2b.app/...``, what
-        ``get_host`` names) through the emulator, as E2B's edge routes it: on the host name."""
-        return open_url(self.url, url, method=method, body=body, headers=headers)
 
     def sandbox_ids(self, state: str | None = None) -> list[str]:
         self._sweep()

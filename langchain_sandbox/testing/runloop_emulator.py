@@ -56,7 +56,7 @@ from urllib.parse import parse_qs, urlsplit
 from langchain_sandbox._event_loop import LoopThread
 from langchain_sandbox.providers.base import Provider
 from langchain_sandbox.testing import _runloop_tunnels
-from langchain_sandbox.testing._edge import EdgeResponse, forward, open_url, port_host
+from langchain_sandbox.testing._edge import EdgeClient, forward, port_host
 from langchain_sandbox.testing._runloop_devboxes import Account, ApiError, Devbox, Execution
 
 _DEFAULT_HOLD = 25.0
@@ -176,7 +176,7 @@ class _Reply:
 Route = Callable[..., _Reply]
 
 
-class RunloopEmulator:
+class RunloopEmulator(EdgeClient):
     """The emulated Runloop API on ``127.0.0.1:<free port>``; see the module docstring.
 
     Args:
@@ -379,18 +379,6 @@ class RunloopEmulator:
             body,
             lambda status: self._record(method, url.path, url.query, status, headers, body),
         )
-
-    def open(
-        self,
-        url: str,
-        *,
-        method: str = "GET",
-        body: bytes | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> EdgeResponse:
-        """Send a request for a tunnel URL (``https://PORT-KEY.tunnel.<domain>/...``, what the
-        SDK's ``get_tunnel_url`` builds) through the emulator, routed on its host name."""
-        return open_url(self.url, url, method=method, body=body, headers=headers)
 
     def _take_fault(self, method: str, path: str) -> Fault | None:
         with self._lock:

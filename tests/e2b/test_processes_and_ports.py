@@ -12,7 +12,7 @@ import asyncio
 
 import pytest
 from e2b_code_interpreter import AsyncSandbox
-from served_port import PAGE, SERVER, host_processes_with, start_server
+from served_port import PAGE, SERVER, host_processes_with, start_server, wait_until_gone
 
 from langchain_sandbox.errors import InvalidInputError
 from langchain_sandbox.providers.e2b import E2BProvider
@@ -31,11 +31,7 @@ async def test_a_setsid_daemon_outlives_its_command_and_dies_with_the_sandbox(
     assert alive.stdout == "alive\n"
     assert host_processes_with("sleep 3141") != []
     await sandbox.kill()
-    for _ in range(200):
-        if not host_processes_with("sleep 3141"):
-            break
-        await asyncio.sleep(0.05)
-    assert host_processes_with("sleep 3141") == []
+    assert await wait_until_gone("sleep 3141") == []
 
 
 async def test_a_port_is_one_port_for_commands_the_kernel_and_the_edge(

@@ -14,7 +14,7 @@ import re
 from collections.abc import AsyncIterator
 
 import pytest
-from served_port import PAGE, SERVER, host_processes_with, start_server
+from served_port import PAGE, SERVER, host_processes_with, start_server, wait_until_gone
 
 from langchain_sandbox.providers.runloop import RunloopProvider
 from langchain_sandbox.testing.runloop_emulator import RunloopEmulator
@@ -41,11 +41,7 @@ async def test_a_setsid_daemon_outlives_its_execution_and_dies_with_the_devbox(
     assert alive.stdout == "alive\n"
     assert host_processes_with("sleep 3143") != []
     await session.close()
-    for _ in range(200):
-        if not host_processes_with("sleep 3143"):
-            break
-        await asyncio.sleep(0.05)
-    assert host_processes_with("sleep 3143") == []
+    assert await wait_until_gone("sleep 3143") == []
 
 
 async def test_processes_and_a_tunnel_through_the_provider(networked: RunloopEmulator) -> None:
