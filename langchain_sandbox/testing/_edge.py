@@ -42,8 +42,9 @@ def forward(
     handler: Any, upstream: socket.socket, body: bytes, on_status: Callable[[int], None]
 ) -> None:
     """Send ``handler``'s request (its body already read: ``body``) on ``upstream`` and copy the
-    answer back to the client as it comes. ``on_status`` hears the answer's status (0 if there
-    was none) before the client gets any of it, so a request log is complete when it has.
+    answer back to the client as it comes. ``on_status`` hears the answer's status (502 if there
+    was none: then the client gets a 502, as when nothing listens) before the client gets any
+    of it, so a request log is complete when it has.
 
     ``handler`` is a ``BaseHTTPRequestHandler``; its connection is closed afterwards.
     """
@@ -60,8 +61,13 @@ def forward(
                 first = False
             handler.wfile.write(chunk)
             handler.wfile.flush()
-        if first:
-            on_status(0)
+        if first:  # a relay that took the connection, with nothing listening behind it
+            on_status(502)
+            message = b'{"message": "Nothing listens on this port"}'
+            handler.wfile.write(
+                b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(message), message)
+            )
 
 
 def _status_of(first: bytes) -> int:

@@ -184,7 +184,7 @@ class Account:
     ) -> None:
         self._loop = loop
         self._machines = machines
-        self.network = network
+        self._network = network
         self.boot_delay = boot_delay
         self._lock = threading.RLock()
         self.changed = threading.Condition(self._lock)
@@ -251,7 +251,7 @@ class Account:
     def _start_machine(self, devbox: Devbox, disk: bytes | None) -> None:
         spec = SessionSpec(
             env=devbox.env,
-            network=self.network,
+            network=self._network,
             limits=Limits(timeout=_EXECUTION_LIMIT_SECONDS, max_output_bytes=64 * 1024 * 1024),
         )
         machine = self._run(self._machines.create(spec))

@@ -3,11 +3,10 @@
 ``POST /v1/devboxes/{id}/enable_tunnel`` gives the devbox a ``TunnelView`` whose ``tunnel_key``
 names it; the SDK builds a port's URL as ``https://{port}-{tunnel_key}.tunnel.{domain}``, and
 Runloop's edge routes on that host name. The emulator answers such a request (by its ``Host``)
-by forwarding it to the port in the devbox's machine: through the machine's own
-``expose_port`` when its provider has one (the local provider: a relay into the sandbox's
-network namespace), else, when the emulator runs devboxes with the network on (they share the
-host's), to the host's loopback. A devbox that is not running answers 502, as does a port
-nothing listens on.
+by forwarding it to the port in the devbox's machine, through the machine's own
+``expose_port`` (the local provider's: a relay into the sandbox's network namespace, so it
+works with the network off). A devbox that is not running answers 502, as does a port nothing
+listens on, or a machine whose provider cannot expose ports.
 
 Assumption (not documented by Runloop): enabling a second tunnel on a devbox that has one is
 refused (400), since "each Devbox can have one tunnel".
@@ -68,15 +67,13 @@ def connect(account: Account, key: str, port: int, headers: Any) -> socket.socke
         _, machine = account.running(devbox.id)
     except ApiError:
         raise ApiError(502, f"Devbox {devbox.id} is not running") from None
+    if not machine.capabilities.ports:
+        raise ApiError(502, "The emulator's machines cannot expose ports")
     try:
-        if machine.capabilities.ports:
-            url = urlsplit(account._run(machine.expose_port(port)))
-            return socket.create_connection((url.hostname or "127.0.0.1", url.port or 80), 10)
-        if account.network:
-            return socket.create_connection(("127.0.0.1", port), 10)
+        url = urlsplit(account._run(machine.expose_port(port)))
+        return socket.create_connection((url.hostname or "127.0.0.1", url.port or 80), 10)
     except OSError:
         raise ApiError(502, f"Nothing listens on port {port} of devbox {devbox.id}") from None
-    raise ApiError(502, "The emulator cannot reach ports of devboxes without a network")
 
 
 __all__ = ["connect", "enable", "remove"]
