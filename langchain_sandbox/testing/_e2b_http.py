@@ -234,7 +234,6 @@ class Handler(BaseHTTPRequestHandler):
             )
         )
         self._status = 0
-        self._index = index
         self._swallow = False
         try:
             body = read_body(self.rfile, self.headers)
@@ -302,8 +301,6 @@ class Handler(BaseHTTPRequestHandler):
 
     def _head(self, status: int, headers: dict[str, str]) -> None:
         self._status = status
-        # Logged before the client can have the answer (and look at the log).
-        self.server.emulator._update(self._index, status=status)
         if self._swallow:
             self.wfile = io.BytesIO()  # handled, but the answer never leaves
         self.send_response(status)
