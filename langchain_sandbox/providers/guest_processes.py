@@ -285,13 +285,7 @@ def _supervise(directory: str, command: str, cwd: str, env: dict[str, Any]) -> N
                 ring.append(chunk)
             else:
                 open_output = False
-        while True:
-            try:
-                pid, child_status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
+        for pid, child_status in _reap():
             if pid == leader:
                 status = child_status
                 # What the command left in its group ends with it, as a command's does.
@@ -314,6 +308,19 @@ def _supervise(directory: str, command: str, cwd: str, env: dict[str, Any]) -> N
     ring.close()
 
 
+def _reap() -> list[tuple[int, int]]:
+    """Reap every child that has ended: ``(pid, wait status)`` of each."""
+    ended: list[tuple[int, int]] = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return ended
+        if pid == 0:
+            return ended
+        ended.append((pid, status))
+
+
 def _group_runs(group: int) -> bool:
     """Whether a process of the group still runs (a zombie does not: without a subreaper, as
     under gVisor, the ended ones wait for the sandbox's first process to reap them)."""
@@ -334,13 +341,7 @@ def _end_group(group: int) -> None:
             os.killpg(group, signal.SIGKILL)
         except OSError:
             return
-        while True:
-            try:
-                pid, _status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
+        _reap()
         if not _group_runs(group):
             return
         time.sleep(0.005)

@@ -12,6 +12,7 @@ must be the only place a host path shows.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import langchain_sandbox
 from langchain_sandbox.providers.local import LocalProvider, LocalSession
-from langchain_sandbox.providers.local._launcher import SANDBOX_ENVIRONMENT_DIR
+from langchain_sandbox.providers.local._launcher import PORTS_DIR, SANDBOX_ENVIRONMENT_DIR
 
 _INSPECT = r"""
 import json, os, subprocess
@@ -71,6 +72,10 @@ def _documented_binds(session: LocalSession) -> set[tuple[str, str]]:
     """(host directory, sandbox path) of the directory binds whose source the kernel shows."""
     launcher = session.launcher
     binds = {(session.workspace_dir, "/home/user"), *launcher.python.binds()}
+    if launcher.ports_dir is not None and not os.path.ismount(launcher.ports_dir):
+        # Not root: the port directory is a bind like the workspace beside it, and shows the
+        # same session directory the workspace does.
+        binds.add((launcher.ports_dir, PORTS_DIR))
     if launcher.sandbox_environment is not None:
         binds.add((launcher.sandbox_environment, SANDBOX_ENVIRONMENT_DIR))
     return binds
@@ -106,6 +111,9 @@ async def test_no_host_path_is_visible_in_proc(
             assert leaked == [], f"mountinfo shows host paths {leaked} in {line!r}"
     # What the exception covers really is only those binds: the session directory shows only
     # through its workspace.
-    assert {bind for bind in documented if bind[0].startswith(session.directory)} == {
-        (session.workspace_dir, "/home/user")
+    assert {bind for bind in documented if bind[0].startswith(session.directory)} <= {
+        (session.workspace_dir, "/home/user"),
+        (str(session.launcher.ports_dir), PORTS_DIR),
     }
+    if os.geteuid() == 0:  # the port directory is a file system of its own: no host path
+        assert await asyncio.to_thread(os.path.ismount, str(session.launcher.ports_dir))

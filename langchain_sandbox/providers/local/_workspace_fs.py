@@ -134,9 +134,20 @@ def unmount_workspace(workspace: str | os.PathLike[str]) -> None:
             logger.warning("could not unmount a session's workspace: %s", exc)
 
 
+def mount_ports(ports: str | os.PathLike[str]) -> None:
+    """Mount a small tmpfs on a session's port directory (the host is root): a bind of a
+    directory shows its host path in the sandbox's ``mountinfo``, a file system's own root
+    shows as ``/``, so the sandbox does not learn where its session directory is."""
+    _run(
+        "mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=1024,mode=0700", "tmpfs", os.fspath(ports)
+    )
+
+
 def release_directory(directory: str | os.PathLike[str]) -> None:
-    """Remove a session's directory (at close, by ``gc``), its workspace unmounted first."""
+    """Remove a session's directory (at close, by ``gc``), its workspace and port directory
+    unmounted first."""
     unmount_workspace(Path(directory) / "workspace")
+    unmount_workspace(Path(directory) / "ports")
     remove_directory(directory)
 
 
@@ -159,6 +170,7 @@ def _run(*argv: str) -> None:
 __all__ = [
     "IMAGE_FILE",
     "image_bytes",
+    "mount_ports",
     "mount_workspace",
     "release_directory",
     "unavailable_reason",

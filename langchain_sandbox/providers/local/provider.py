@@ -67,6 +67,7 @@ from langchain_sandbox.providers.local._packages import PackageIndex
 from langchain_sandbox.providers.local._probe import usable_bubblewrap
 from langchain_sandbox.providers.local._seccomp import SyscallFilter, seccomp_program
 from langchain_sandbox.providers.local._workspace_fs import (
+    mount_ports,
     mount_workspace,
     release_directory,
     unavailable_reason,
@@ -426,6 +427,11 @@ class LocalProvider(Provider):
         # Where the sandbox's port relays listen (its own: no other sandbox binds it).
         ports = directory / _PORTS_DIR_NAME
         ports.mkdir(mode=0o700)
+        if os.geteuid() == 0 and unavailable_reason() is None:
+            try:
+                mount_ports(ports)
+            except OSError as exc:  # the bind then shows the directory's host path inside
+                logger.warning("port directory not a file system of its own: %s", exc)
         owner = host_owner()
         if owner is not None:
             # The sandbox runs as an unprivileged host user: its workspace is that user's.
