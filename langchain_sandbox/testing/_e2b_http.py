@@ -17,13 +17,16 @@ import socket
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from langchain_sandbox.testing._e2b_wire import parse_envelope, read_body
+from langchain_sandbox.testing._edge import port_host
 
+_SERVICE_PORTS = (49983, 49999)  # envd, Jupyter: what the SDK itself talks to
 _REDACTED_HEADERS = ("x-api-key", "x-access-token", "e2b-traffic-access-token", "authorization")
 
 
@@ -104,6 +107,15 @@ class Backend(Protocol):
 
     def handle_sandbox(self, handler: Handler, method: str, path: str, body: bytes) -> None: ...
 
+    def handle_port(
+        self,
+        handler: Handler,
+        sandbox_id: str,
+        port: int,
+        body: bytes,
+        on_status: Callable[[int], None],
+    ) -> None: ...
+
 
 def _json_of(body: bytes, content_type: str) -> Any:
     try:
@@ -175,7 +187,23 @@ class Handler(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:
         self._dispatch()
 
+    def _port(self) -> tuple[int, str] | None:
+        """The sandbox port a request is for, as E2B's edge routes: the host name
+        ``PORT-SANDBOXID.domain``, or the edge headers with a port other than envd's and
+        Jupyter's."""
+        named = port_host(self.headers.get("Host", ""))
+        if named is not None:
+            return named
+        port = self.headers.get("E2b-Sandbox-Port", "")
+        sandbox_id = self.headers.get("E2b-Sandbox-Id")
+        if sandbox_id and port.isdigit() and int(port) not in _SERVICE_PORTS:
+            return int(port), sandbox_id
+        return None
+
     def _route(self, path: str) -> tuple[str, str | None]:
+        port = self._port()
+        if port is not None:
+            return f"port {port[0]}", port[1]
         sandbox_id = self.headers.get("E2b-Sandbox-Id")
         if sandbox_id is None:
             return f"{self.command} {path}", None
@@ -228,7 +256,10 @@ class Handler(BaseHTTPRequestHandler):
                     )
             if fault is not None and fault.lose_response:
                 self._swallow = True
-            if sandbox_id is None:
+            port = self._port()
+            if port is not None:
+                emulator.handle_port(self, port[1], port[0], body, self._answered(index))
+            elif sandbox_id is None:
                 emulator.handle_api(self, self.command, path, body)
             else:
                 emulator.handle_sandbox(self, self.command, path, body)
@@ -242,6 +273,15 @@ class Handler(BaseHTTPRequestHandler):
             if self._swallow:
                 self.abort()
             emulator._update(index, status=self._status)
+
+    def _answered(self, index: int) -> Callable[[int], None]:
+        """Log a forwarded answer's status as soon as it is known (before the client has it)."""
+
+        def answered(status: int) -> None:
+            self._status = status
+            self.server.emulator._update(index, status=status)
+
+        return answered
 
     def _fail(self, error: Exception) -> None:
         """An error neither the request nor the API's rules explain. The client gone (or the

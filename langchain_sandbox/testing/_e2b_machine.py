@@ -4,12 +4,13 @@ Each machine is a `LocalSession`: its bubblewrap sandbox
 (private ``/home/user``, non-root user, allow-listed environment, no network unless asked, cgroup
 limits) is where everything runs. E2B's protocol needs two things that session's own calls do not
 offer: a cell that is *interrupted* when the client closes the ``/execute`` stream, and a command
-that can be *killed* by pid (``SendSignal``). So the machine starts its own processes inside that
-same sandbox, through the session's launcher: a persistent Python worker per code-interpreter
-context (variables survive between cells, like E2B's Jupyter kernel, and an interrupt request
-raises ``KeyboardInterrupt`` in it) and ``bash -c`` for commands (killed with their sandbox).
-Those processes share one ``/tmp`` (a host directory of the machine's), as the processes of an
-E2B sandbox share its VM's: a file one command leaves there, the next one reads.
+that can be *killed* by pid (``SendSignal``). So the machine runs one more sandbox of that session
+(through its launcher), whose first process is an init (`_machine_init`) that starts every
+command (``bash -c``) and every code-interpreter context's persistent Python worker (variables
+survive between cells, like E2B's Jupyter kernel, and an interrupt request raises
+``KeyboardInterrupt`` in it). They share one VM's worth of namespaces, as on E2B: one ``/tmp``,
+one process tree (a daemon a command ``setsid``s outlives the command and dies with the sandbox)
+and one loopback (a server one command starts, the next one, a cell and the emulator's edge reach).
 
 Host-side file operations (envd's file API) stay inside the workspace: symlinks that lead out are
 not followed.
@@ -25,6 +26,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import tempfile
 from collections.abc import Callable, Mapping
@@ -36,6 +38,14 @@ from langchain_sandbox._event_loop import entered_off_loop
 from langchain_sandbox.providers import guest
 from langchain_sandbox.providers.base import Limits, SessionSpec
 from langchain_sandbox.providers.local import INTERRUPT_GRACE, LocalProvider, LocalSession
+from langchain_sandbox.testing._machine_init import (
+    EDGE_SOCKET,
+    INIT_LINE_LIMIT,
+    Child,
+    InitProcess,
+    connect_port,
+    init_argv,
+)
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 OutputSink = Callable[[str, str], None]
@@ -172,6 +182,7 @@ class Machine:
         self._real_workspace = os.path.realpath(self.workspace)
         self._workers: dict[str, _Worker] = {}
         self._closed = False
+        self._init: InitProcess | None = None
         self._tmp = tempfile.mkdtemp(prefix="e2b-machine-tmp-")
         os.chmod(self._tmp, 0o1777)  # like /tmp, whichever uid the sandbox's user maps to
 
@@ -257,9 +268,10 @@ class Machine:
 
     # -- processes, inside the session's sandbox ------------------------------------------
 
-    async def _spawn(self, argv: list[str]) -> Any:
+    async def _start_init(self) -> None:
         session = self._session
         launcher = session.launcher
+        argv = init_argv(launcher.python_executable, f"/tmp/{EDGE_SOCKET}")
         async with entered_off_loop(
             lambda: launcher.spawnable(
                 launcher.wrap(
@@ -267,9 +279,9 @@ class Machine:
                 )
             )
         ) as (command, fds):
-            return await asyncio.create_subprocess_exec(
+            proc = await asyncio.create_subprocess_exec(
                 *command,
-                limit=_MAX_KERNEL_LINE,
+                limit=INIT_LINE_LIMIT,
                 pass_fds=fds,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -279,11 +291,31 @@ class Machine:
                 preexec_fn=session.cgroup.preexec(),
                 start_new_session=True,  # one group to kill: bubblewrap takes its sandbox along
             )
+        self._init = InitProcess(proc)
+        await self._init.wait_ready()
+
+    async def _spawn(self, argv: list[str]) -> Child:
+        """Start ``argv`` inside the machine's one sandbox, beside everything else it runs."""
+        if self._init is None:
+            await self._start_init()
+        assert self._init is not None
+        return await self._init.spawn(argv, limit=_MAX_KERNEL_LINE)
+
+    def connect(self, port: int) -> socket.socket:
+        """A connection to ``port`` on the sandbox's loopback (``ConnectionRefusedError`` if
+        nothing listens there): what the emulator's edge forwards a request to."""
+        if self._init is None:
+            raise ConnectionRefusedError(f"nothing listens on port {port}")
+        return connect_port(os.path.join(self._tmp, EDGE_SOCKET), port)
 
     async def run_command(
         self, command: str, env: Mapping[str, str], cwd: str, sink: OutputSink
     ) -> int:
-        """Run ``bash -c command`` in ``cwd``; cancelling kills it."""
+        """Run ``bash -c command`` in ``cwd``; cancelling kills its process group.
+
+        A command that ends leaves what it started running, as envd does (it waits for the
+        output pipes to close, so a background job must redirect them to be left behind).
+        """
         self.host_path(cwd)
         assignments = [f"{key}={value}" for key, value in env.items()]
         argv = ["/bin/bash", "-c", _COMMAND_SHIM, "shim", cwd, *assignments]
@@ -295,10 +327,10 @@ class Machine:
                 _pump(proc.stderr, lambda text: sink("stderr", text)),
             )
             return int(await proc.wait())
-        finally:
-            _kill_group(proc.pid)
-            with contextlib.suppress(ProcessLookupError):
-                await proc.wait()
+        except BaseException:
+            proc.kill()
+            await proc.wait()
+            raise
 
     async def run_cell(
         self,
@@ -332,19 +364,23 @@ class Machine:
         for worker in self._workers.values():
             await worker.stop()
         self._workers.clear()
+        if self._init is not None:
+            _kill_group(self._init.proc.pid)  # the sandbox, and every process left in it
+            with contextlib.suppress(ProcessLookupError):
+                await self._init.proc.wait()
         await self._session.close()
         await asyncio.to_thread(shutil.rmtree, self._tmp, True)
 
 
 class _Worker:
-    def __init__(self, proc: Any, cwd: str) -> None:
+    def __init__(self, proc: Child, cwd: str) -> None:
         self.proc = proc
         self._cwd: str | None = cwd  # sent with the first cell
         self._count = 0
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def start(cls, proc: Any, cwd: str) -> _Worker:
+    async def start(cls, proc: Child, cwd: str) -> _Worker:
         line = await proc.stdout.readline()
         if not line:
             stderr = (await proc.stderr.read()).decode(errors="replace")
@@ -401,10 +437,9 @@ class _Worker:
             await self.stop()
 
     async def stop(self) -> None:
-        _kill_group(self.proc.pid)
-        self.proc.stdin.close()  # with every pipe closed, asyncio releases the transport now
-        with contextlib.suppress(ProcessLookupError):
-            await self.proc.wait()
+        self.proc.kill()
+        self.proc.stdin.close()
+        await self.proc.wait()
 
 
 async def _pump(stream: Any, write: Callable[[str], None]) -> None:

@@ -117,6 +117,7 @@ class Devbox:
     machine: Session | None = None
     disk: bytes | None = None
     executions: dict[str, Execution] = field(default_factory=dict)
+    tunnel: dict[str, Any] | None = None  # its TunnelView, once enabled (_runloop_tunnels)
 
     def view(self) -> dict[str, Any]:
         """``DevboxView`` as Runloop returns it."""
@@ -131,7 +132,7 @@ class Devbox:
             "state_transitions": self.transitions,
             "initiator_type": "api",
         }
-        for key in ("blueprint_id", "snapshot_id", "end_time_ms", "shutdown_reason"):
+        for key in ("blueprint_id", "snapshot_id", "end_time_ms", "shutdown_reason", "tunnel"):
             if getattr(self, key) is not None:
                 view[key] = getattr(self, key)
         return view

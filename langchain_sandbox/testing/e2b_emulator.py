@@ -20,7 +20,12 @@ sandbox, the rest to the control plane):
   ``GET|DELETE /sandboxes/{id}``, ``POST /sandboxes/{id}/timeout``, ``POST /sandboxes/{id}/pause``;
 * envd: ``GET|POST /files``, ``GET /health``, Connect ``process.Process/{Start,SendSignal}``,
   ``filesystem.Filesystem/{ListDir,Stat,Remove,MakeDir,Move}``;
-* code interpreter: ``POST /execute`` (NDJSON stream), ``GET|POST /contexts``.
+* code interpreter: ``POST /execute`` (NDJSON stream), ``GET|POST /contexts``;
+* a sandbox's ports: a request whose ``Host`` is ``PORT-SANDBOXID.<domain>`` (what
+  ``get_host(port)`` names), or that carries the edge headers with another port than envd's
+  and Jupyter's, is forwarded to that port inside the sandbox (502 when nothing listens there).
+  A test cannot resolve that host name: `E2BEmulator.open(url)` sends a request for such a URL
+  to the emulator with its ``Host``.
 
 Tests read [`E2BEmulator.requests`][langchain_sandbox.testing.e2b_emulator.E2BEmulator.requests] (every request, with its route and status) and use the
 fault switches: [`E2BEmulator.inject`][langchain_sandbox.testing.e2b_emulator.E2BEmulator.inject] (a status such as 429/503, a dropped connection, a
@@ -65,6 +70,7 @@ from langchain_sandbox.testing._e2b_http import (
     EmulatorServer,
     Fault,
     Handler,
+    HttpError,
     RecordedRequest,
     api_error,
     connect_error,
@@ -77,6 +83,7 @@ from langchain_sandbox.testing._e2b_wire import (
     parse_envelope,
     parse_multipart,
 )
+from langchain_sandbox.testing._edge import EdgeClient, forward
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 T = TypeVar("T")
@@ -103,7 +110,7 @@ class _Sandbox:
     contexts: dict[str, str] = field(default_factory=lambda: {"default": WORKSPACE_ROOT})
 
 
-class E2BEmulator:
+class E2BEmulator(EdgeClient):
     """The emulator; start it with ``with`` (or `start` / `stop`).
 
     Args:
@@ -634,6 +641,30 @@ class E2BEmulator:
         except (FileNotFoundError, NotADirectoryError):
             raise connect_error(404, "not_found", "path not found") from None
         raise connect_error(404, "unimplemented", f"filesystem.Filesystem/{method}")
+
+    def handle_port(
+        self,
+        handler: Handler,
+        sandbox_id: str,
+        port: int,
+        body: bytes,
+        on_status: Callable[[int], None],
+    ) -> None:
+        """Forward a request for ``port`` of a running sandbox there. E2B's edge answers 502
+        when the sandbox is not running or nothing listens on the port."""
+        self._sweep()
+        with self._lock:
+            sandbox = self._sandboxes.get(sandbox_id)
+        if sandbox is None or sandbox.state != "running":
+            raise api_error(502, f"The sandbox {sandbox_id} was not found")
+        try:
+            upstream = sandbox.machine.connect(port)
+        except ConnectionRefusedError:
+            raise HttpError(
+                502,
+                {"message": "The sandbox is running but port is not open", "port": port},
+            ) from None
+        forward(handler, upstream, body, on_status)
 
     def _start_process(self, handler: Handler, sandbox: _Sandbox, request: dict[str, Any]) -> None:
         process = request.get("process") or {}

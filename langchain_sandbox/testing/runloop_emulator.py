@@ -24,6 +24,11 @@ forgotten), `RunloopEmulator.max_hold` (long-polls answer 408 sooner),
 `RunloopEmulator.inline_output_bytes` (less output inline, the rest over SSE) and
 ``boot_delay`` (devboxes go through ``provisioning``).
 
+Tunnels (``enable_tunnel``, ``remove_tunnel``, the devbox's ``tunnel``): a request whose ``Host``
+is ``PORT-TUNNELKEY.tunnel.<domain>`` is forwarded to that port in the devbox (see
+``_runloop_tunnels``). A test cannot resolve that name: `RunloopEmulator.open(url)` sends a
+request for a tunnel URL to the emulator with its ``Host``.
+
 Why one module over 500 lines: it is the route table of one HTTP API, each route a short
 handler; the devboxes themselves live in ``_runloop_devboxes.py``.
 """
@@ -50,6 +55,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from langchain_sandbox._event_loop import LoopThread
 from langchain_sandbox.providers.base import Provider
+from langchain_sandbox.testing import _runloop_tunnels
+from langchain_sandbox.testing._edge import EdgeClient, forward, port_host
 from langchain_sandbox.testing._runloop_devboxes import Account, ApiError, Devbox, Execution
 
 _DEFAULT_HOLD = 25.0
@@ -136,6 +143,16 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.server.emulator._handle(self, "POST")
 
+    # What else a server behind a tunnel may be sent (the API itself has no such routes).
+    def do_PUT(self) -> None:
+        self.server.emulator._handle(self, "PUT")
+
+    def do_DELETE(self) -> None:
+        self.server.emulator._handle(self, "DELETE")
+
+    def do_PATCH(self) -> None:
+        self.server.emulator._handle(self, "PATCH")
+
 
 class _Reply:
     """What a route answers: JSON, raw bytes, or a server-sent event stream."""
@@ -159,7 +176,7 @@ class _Reply:
 Route = Callable[..., _Reply]
 
 
-class RunloopEmulator:
+class RunloopEmulator(EdgeClient):
     """The emulated Runloop API on ``127.0.0.1:<free port>``; see the module docstring.
 
     Args:
@@ -317,6 +334,11 @@ class RunloopEmulator:
         length = int(handler.headers.get("content-length") or 0)
         body = handler.rfile.read(length) if length else b""
         headers = {k.lower(): v for k, v in handler.headers.items() if k.lower() != "authorization"}
+        host = handler.headers.get("Host", "")
+        tunneled = port_host(host) if ".tunnel." in host else None
+        if tunneled is not None:
+            self._tunnel(handler, tunneled, method, url, headers, body)
+            return
         fault = self._take_fault(method, url.path)
         if fault is not None and fault.delay:
             time.sleep(fault.delay)
@@ -334,6 +356,29 @@ class RunloopEmulator:
             extra = {}
         self._record(method, url.path, url.query, reply.status, headers, body)
         self._send(handler, reply, extra)
+
+    def _tunnel(
+        self,
+        handler: _Handler,
+        target: tuple[int, str],
+        method: str,
+        url: Any,
+        headers: dict[str, str],
+        body: bytes,
+    ) -> None:
+        """A request for ``https://PORT-KEY.tunnel.<domain>``, forwarded into the devbox."""
+        try:
+            upstream = _runloop_tunnels.connect(self.account, target[1], target[0], handler.headers)
+        except ApiError as error:
+            self._record(method, url.path, url.query, error.status, headers, body)
+            self._send(handler, _Reply({"message": error.message}, status=error.status), {})
+            return
+        forward(
+            handler,
+            upstream,
+            body,
+            lambda status: self._record(method, url.path, url.query, status, headers, body),
+        )
 
     def _take_fault(self, method: str, path: str) -> Fault | None:
         with self._lock:
@@ -431,6 +476,8 @@ class RunloopEmulator:
             ("POST", dbx + "/resume", self._resume),
             ("POST", dbx + "/shutdown", self._shutdown),
             ("POST", dbx + "/keep_alive", self._keep_alive),
+            ("POST", dbx + "/enable_tunnel", self._enable_tunnel),
+            ("POST", dbx + "/remove_tunnel", self._remove_tunnel),
         ]
         return [(method, re.compile(pattern), route) for method, pattern, route in table]
 
@@ -611,6 +658,12 @@ class RunloopEmulator:
     def _keep_alive(self, devbox_id: str, **_: Any) -> _Reply:
         self.account.running(devbox_id)
         return _Reply({})
+
+    def _enable_tunnel(self, devbox_id: str, *, body: bytes, **_: Any) -> _Reply:
+        return _Reply(_runloop_tunnels.enable(self.account, devbox_id, _json(body)))
+
+    def _remove_tunnel(self, devbox_id: str, **_: Any) -> _Reply:
+        return _Reply(_runloop_tunnels.remove(self.account, devbox_id))
 
 
 def _json(body: bytes) -> dict[str, Any]:

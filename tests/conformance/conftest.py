@@ -4,12 +4,14 @@ E2B and Runloop (real SDKs against the emulators in ``langchain_sandbox.testing`
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import urllib.request
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
 from langchain_sandbox.providers.base import Provider
+from langchain_sandbox.testing._edge import EdgeClient
 
 
 @contextlib.asynccontextmanager
@@ -39,10 +41,18 @@ async def _local_gvisor(tmp_path: Path) -> AsyncIterator[Provider]:
 
 @contextlib.asynccontextmanager
 async def _e2b(tmp_path: Path) -> AsyncIterator[Provider]:
-    from langchain_sandbox.testing.e2b_emulator import emulated_e2b_provider
+    from langchain_sandbox.providers.e2b import E2BProvider
+    from langchain_sandbox.testing.e2b_emulator import E2BEmulator
 
-    async with emulated_e2b_provider() as provider:
-        yield provider
+    with E2BEmulator(api_key="e2b_conformance") as emulator:
+        provider = E2BProvider(
+            api_key="e2b_conformance", api_url=emulator.url, sandbox_url=emulator.url
+        )
+        _OPENERS[id(provider)] = _through(emulator)
+        try:
+            yield provider
+        finally:
+            await provider.aclose()
 
 
 @contextlib.asynccontextmanager
@@ -53,10 +63,33 @@ async def _runloop(tmp_path: Path) -> AsyncIterator[Provider]:
     # and the suite checks that the flag tells the truth.
     async with RunloopEmulator(network=True) as emulator:
         provider = emulator.provider()
+        _OPENERS[id(provider)] = _through(emulator)
         try:
             yield provider
         finally:
             await provider.aclose()
+
+
+URLOpener = Callable[[str], bytes]
+_OPENERS: dict[int, URLOpener] = {}
+
+
+def _direct(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return bytes(response.read())
+
+
+def _through(emulator: EdgeClient) -> URLOpener:
+    """A remote sandbox's public port URL cannot be resolved here: the emulator's edge routes
+    it on its host name, as the real one does."""
+
+    def get(url: str) -> bytes:
+        answer = emulator.open(url)
+        if answer.status != 200:
+            raise ConnectionRefusedError(f"{answer.status}: {answer.text()}")
+        return answer.body
+
+    return get
 
 
 _FACTORIES = {"local": _local, "local-gvisor": _local_gvisor, "e2b": _e2b, "runloop": _runloop}
@@ -66,3 +99,11 @@ _FACTORIES = {"local": _local, "local-gvisor": _local_gvisor, "e2b": _e2b, "runl
 async def provider(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Provider]:
     async with _FACTORIES[request.param](tmp_path) as made:
         yield made
+        _OPENERS.pop(id(made), None)
+
+
+@pytest.fixture
+def open_url(provider: Provider) -> URLOpener:
+    """GET a URL ``expose_port`` gave (``OSError`` while nothing answers there): directly for
+    the local provider, through the emulator's edge for E2B and Runloop."""
+    return _OPENERS.get(id(provider), _direct)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.request
+from collections.abc import Callable
 
 import pytest
 
@@ -196,7 +196,7 @@ async def test_the_ring_keeps_head_and_tail_and_counts_what_it_dropped(
 
 
 async def test_a_web_server_answers_through_expose_port_with_the_network_off(
-    provider: Provider,
+    provider: Provider, open_url: Callable[[str], bytes]
 ) -> None:
     async with await provider.create(SessionSpec(network=False)) as session:
         if not session.capabilities.ports:
@@ -211,13 +211,9 @@ async def test_a_web_server_answers_through_expose_port_with_the_network_off(
         assert await session.expose_port(8000) == url  # the same for the same port
         deadline = time.monotonic() + _WAIT
 
-        def get() -> bytes:
-            with urllib.request.urlopen(f"{url}/index.html", timeout=10) as response:
-                return bytes(response.read())
-
         while True:
             try:
-                body = await asyncio.to_thread(get)
+                body = await asyncio.to_thread(open_url, f"{url}/index.html")
                 break
             except OSError:  # the server may still be starting
                 assert time.monotonic() < deadline

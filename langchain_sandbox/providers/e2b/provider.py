@@ -68,6 +68,7 @@ from langchain_sandbox.providers.base import (
     SessionRecord,
     SessionSpec,
     VariablesDump,
+    check_port,
     install_spec_packages,
 )
 from langchain_sandbox.providers.names import E2B as PROVIDER_NAME
@@ -103,8 +104,8 @@ CAPABILITIES = Capabilities(
     pause_keeps_memory=True,
     attach_across_processes=True,
     native_snapshots=False,
-    # Background processes need the emulator and the SDK paths of issue 22's remote half.
-    processes=False,
+    processes=True,
+    ports=True,
 )
 
 _BACKSTOP = 30.0  # the SDK's own deadline sits behind ours, only to never hang
@@ -660,6 +661,14 @@ class E2BSession(RemoteSession):
             return bool(await self._sandbox.is_running(request_timeout=10))
         except Exception:
             return False
+
+    async def expose_port(self, port: int) -> str:
+        """``https://{port}-{sandbox_id}.{domain}`` (``sandbox.get_host``, no API call): E2B's
+        edge routes that host name to the port, for anyone who has the URL. A paused sandbox
+        is resumed first (its processes, kept in its memory, still listen)."""
+        check_port(port)
+        await self._ready()
+        return f"https://{self._sandbox.get_host(port)}"
 
     async def pause(self) -> None:
         if self._closed:

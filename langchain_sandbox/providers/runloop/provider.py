@@ -68,6 +68,7 @@ from langchain_sandbox.providers.base import (
     SessionRecord,
     SessionSpec,
     VariablesDump,
+    check_port,
     install_spec_packages,
 )
 from langchain_sandbox.providers.guest_facts import (
@@ -88,6 +89,7 @@ from langchain_sandbox.providers.remote import (
     read_tags,
     tag_metadata,
 )
+from langchain_sandbox.providers.runloop import _tunnels
 from langchain_sandbox.providers.runloop import _worker as _runloop_worker
 from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 from langchain_sandbox.results import (
@@ -142,8 +144,8 @@ CAPABILITIES = Capabilities(
     pause_keeps_memory=False,
     attach_across_processes=True,
     native_snapshots=True,
-    # Background processes need the emulator and the SDK paths of issue 22's remote half.
-    processes=False,
+    processes=True,
+    ports=True,
 )
 
 
@@ -1082,6 +1084,14 @@ class RunloopSession(RemoteSession):
         if status in _BOOTING_STATUSES:
             await self._provider._retry("resume", lambda: devboxes.await_running(self.devbox_id))
         self._paused = False
+
+    async def expose_port(self, port: int) -> str:
+        """``https://{port}-{tunnel_key}.tunnel.runloop.ai``: the devbox's tunnel (enabled
+        the first time, open to whoever has the URL; see `_tunnels`). Suspending the devbox
+        stops what listened on the port; the URL stays."""
+        check_port(port)
+        await self._ready()
+        return await _tunnels.tunnel_url(self, port)
 
     async def pause(self) -> None:
         """Suspend the devbox: its disk is kept and compute stops (no cost but storage).
