@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_sandbox.errors import (
     AuthenticationError,
+    CapabilityError,
     CheckpointerUnavailableError,
     ConfigurationError,
     EnvironmentBuildError,
@@ -28,6 +29,7 @@ from langchain_sandbox.errors import (
     InvalidPathError,
     IsolationUnavailableError,
     MissingDependencyError,
+    ProcessLimitError,
     ProviderUnavailableError,
     ProviderUnreachableError,
     QuotaExceededError,
@@ -41,6 +43,7 @@ from langchain_sandbox.errors import (
     UnknownArgumentError,
     UnsafeArchiveError,
 )
+from langchain_sandbox.processes import ProcessInfo, ProcessOutput, ProcessSpec, ProcessState
 from langchain_sandbox.providers import get_provider
 from langchain_sandbox.providers.base import (
     Capabilities,
@@ -150,6 +153,7 @@ __all__ = [
     "Artifact",
     "AuthenticationError",
     "Capabilities",
+    "CapabilityError",
     "ChangeListing",
     "CheckpointerUnavailableError",
     "ConfigurationError",
@@ -174,6 +178,11 @@ __all__ = [
     "PackageIndex",
     "PersistPolicy",
     "PostgresThreadLock",
+    "ProcessInfo",
+    "ProcessLimitError",
+    "ProcessOutput",
+    "ProcessSpec",
+    "ProcessState",
     "Provider",
     "ProviderUnavailableError",
     "ProviderUnreachableError",

@@ -57,6 +57,17 @@ class UnsafeArchiveError(InvalidInputError):
     """A snapshot or archive that would write outside the workspace, or is malformed or too large."""
 
 
+class CapabilityError(InvalidInputError):
+    """The provider (or this session of it) cannot do what was asked: its
+    [`Capabilities`][langchain_sandbox.Capabilities] flag for it is ``False``. The message says
+    which and what to use instead."""
+
+
+class ProcessLimitError(InvalidInputError):
+    """Starting one more background process would pass the session's
+    ``Limits.max_background_processes``; stop one first."""
+
+
 class SandboxTimeoutError(SandboxError):
     """An infrastructure operation (create, attach, upload...) ran past its deadline.
 
@@ -179,6 +190,7 @@ def is_retryable(exc: BaseException) -> bool:
 
 __all__ = [
     "AuthenticationError",
+    "CapabilityError",
     "CheckpointerUnavailableError",
     "ConfigurationError",
     "EnvironmentBuildError",
@@ -187,6 +199,7 @@ __all__ = [
     "InvalidPathError",
     "IsolationUnavailableError",
     "MissingDependencyError",
+    "ProcessLimitError",
     "ProviderUnavailableError",
     "ProviderUnreachableError",
     "QuotaExceededError",

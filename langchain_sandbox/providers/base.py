@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 from langchain_sandbox.environment import validate_env
-from langchain_sandbox.errors import InvalidInputError, SandboxError
+from langchain_sandbox.errors import CapabilityError, InvalidInputError, SandboxError
+from langchain_sandbox.processes import ProcessInfo, ProcessOutput, ProcessSpec
 from langchain_sandbox.providers.guest import repr_failure
 from langchain_sandbox.providers.guest_facts import variable_names, variable_reasons
 from langchain_sandbox.requirements import validate_requirements
@@ -68,6 +69,14 @@ def checked_timeout(timeout: float | None, default: float) -> float:
     return float(value)
 
 
+def check_port(port: object) -> int:
+    """``port`` if it is a TCP port number (1 to 65535), else raise
+    [`InvalidInputError`][langchain_sandbox.InvalidInputError]."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise InvalidInputError(f"port must be an integer from 1 to 65535, not {port!r}.")
+    return port
+
+
 def installed_notice(names: Sequence[str]) -> str:
     """The notice a successful ``install_packages`` result carries, on every provider."""
     return f"Installed: {', '.join(names)}."
@@ -96,6 +105,9 @@ class Limits:
             system; elsewhere it is not enforced. Remote providers have their own.
         tmp_bytes: Size of the private ``/tmp`` (local provider: a tmpfs of this size, which
             also counts against ``memory_mb``); ``None``: as large as ``memory_mb``.
+        max_background_processes: Named background processes (`Session.start_process`) that
+            may run at once; port relays are not counted. They count against ``memory_mb`` and
+            ``max_processes`` like everything else in the session.
     """
 
     timeout: float = 60.0
@@ -106,6 +118,7 @@ class Limits:
     workspace_bytes: int | None = 1024 * 1024 * 1024
     workspace_files: int | None = 100_000
     tmp_bytes: int | None = None
+    max_background_processes: int = 8
 
 
 @dataclass(frozen=True)
@@ -148,6 +161,9 @@ class Capabilities:
         attach_across_processes: ``attach`` works from another process (remote sandboxes do; a
             local sandbox lives and dies with the process that made it).
         native_snapshots: The provider can snapshot a disk itself (used as a fast path).
+        processes: Background processes work (`Session.start_process`, ``process_output``,
+            ``stop_process``, ``list_processes``).
+        ports: `Session.expose_port` gives a URL the host can open.
     """
 
     stateful_python: bool = True
@@ -160,6 +176,8 @@ class Capabilities:
     pause_keeps_memory: bool = False
     attach_across_processes: bool = False
     native_snapshots: bool = False
+    processes: bool = True
+    ports: bool = False
 
 
 class SessionRecord(TypedDict, total=False):
@@ -408,6 +426,77 @@ class Session(ABC):
         self, names: list[str], *, timeout: float, on_output: OutputCallback | None
     ) -> ExecutionResult:
         """`install_packages` with validated requirements; the notice is added for you."""
+
+    # ------------------------------------------------------------ background processes
+
+    @property
+    def guest_python(self) -> str:
+        """The interpreter that runs the process supervisor inside the sandbox (any Python 3
+        with its standard library)."""
+        return "python3"
+
+    def _require(self, capability: str, what: str) -> None:
+        if not getattr(self.capabilities, capability):
+            raise CapabilityError(
+                f"The {self.provider_name} provider cannot {what} (Capabilities.{capability} "
+                "is False).",
+                provider=self.provider_name,
+            )
+
+    async def start_process(self, spec: ProcessSpec) -> ProcessInfo:
+        """Start a named process that keeps running after this call (``bash -c command`` in
+        ``spec.cwd``, in a process group of its own), and return it with what it printed in
+        about its first half second. A finished or stopped process of the same name is
+        replaced; a running one is refused, as is one past ``Limits.max_background_processes``
+        ([`ProcessLimitError`][langchain_sandbox.ProcessLimitError]).
+
+        The default runs the guest supervisor through `run_command` (see `process_control`).
+        """
+        from langchain_sandbox.providers import process_control
+
+        self._require("processes", "run background processes")
+        if not isinstance(spec, ProcessSpec):
+            raise InvalidInputError("start_process takes a ProcessSpec.")
+        return await process_control.start_process(self, spec.checked())
+
+    async def process_output(self, name: str, *, since: int = 0) -> ProcessOutput:
+        """What process ``name`` wrote from byte offset ``since`` on (stdout and stderr merged);
+        pass the result's ``next_offset`` as ``since`` to read on. Bytes the bounded ring no
+        longer holds are counted in ``dropped``."""
+        from langchain_sandbox.providers import process_control
+
+        self._require("processes", "run background processes")
+        return await process_control.process_output(self, name, since)
+
+    async def stop_process(self, name: str, *, grace: float = 3.0) -> ProcessInfo:
+        """Stop process ``name`` and everything in its process group: ``SIGTERM``, then
+        ``SIGKILL`` after ``grace`` seconds. Stopping a process that already ended does
+        nothing; either way it stays listed with how it ended."""
+        from langchain_sandbox.providers import process_control
+
+        self._require("processes", "run background processes")
+        return await process_control.stop_process(self, name, grace)
+
+    async def list_processes(self) -> list[ProcessInfo]:
+        """The session's named processes, oldest first, running or not."""
+        from langchain_sandbox.providers import process_control
+
+        self._require("processes", "run background processes")
+        return await process_control.list_processes(self)
+
+    async def expose_port(self, port: int) -> str:
+        """A URL the host (and whoever it lets) can open to reach ``port`` inside the sandbox,
+        the same one for the same port while the session lives. Something in the sandbox must
+        listen on ``127.0.0.1:port`` (or all addresses) for it to answer.
+
+        Provider-specific; the default refuses
+        ([`CapabilityError`][langchain_sandbox.CapabilityError]).
+        """
+        check_port(port)
+        self._require("ports", "expose ports")
+        raise CapabilityError(
+            f"The {self.provider_name} provider cannot expose ports.", provider=self.provider_name
+        )
 
     async def run_shell(
         self,
@@ -668,6 +757,7 @@ __all__ = [
     "SessionSpec",
     "VariablesDump",
     "changes_between",
+    "check_port",
     "checked_timeout",
     "install_spec_packages",
     "installed_notice",

@@ -102,6 +102,8 @@ CAPABILITIES = Capabilities(
     pause_keeps_memory=True,
     attach_across_processes=True,
     native_snapshots=False,
+    # Background processes need the emulator and the SDK paths of issue 22's remote half.
+    processes=False,
 )
 
 _BACKSTOP = 30.0  # the SDK's own deadline sits behind ours, only to never hang

@@ -148,6 +148,10 @@ class LocalSession(Session):
         return self.launcher.workspace_dir
 
     @property
+    def guest_python(self) -> str:
+        return self.launcher.python_executable
+
+    @property
     def worker_pid(self) -> int | None:
         """Host pid of the process that runs the worker (bubblewrap's, when isolated)."""
         return self._worker.pid if self._worker is not None and self._worker.alive else None

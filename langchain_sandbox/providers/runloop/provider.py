@@ -141,6 +141,8 @@ CAPABILITIES = Capabilities(
     pause_keeps_memory=False,
     attach_across_processes=True,
     native_snapshots=True,
+    # Background processes need the emulator and the SDK paths of issue 22's remote half.
+    processes=False,
 )
 
 
