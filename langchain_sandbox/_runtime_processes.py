@@ -20,8 +20,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from langchain_sandbox.errors import InvalidInputError
-from langchain_sandbox.processes import ProcessInfo, ProcessOutput, ProcessSpec
-from langchain_sandbox.providers.base import Session
+from langchain_sandbox.processes import (
+    ProcessInfo,
+    ProcessOutput,
+    ProcessSpec,
+    check_process_name,
+)
+from langchain_sandbox.providers.base import Session, check_port
 from langchain_sandbox.rehydration import Outcome, StepCall, ThreadSandbox
 from langchain_sandbox.state import SandboxState
 from langchain_sandbox.workspace import WORKSPACE_ROOT
@@ -34,12 +39,6 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 S = TypeVar("S", bound="RuntimeProcesses")
-
-_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
-_NAME_HELP = (
-    "1 to 64 letters, digits, '_', '-' or '.', not starting with '.' "
-    "(names starting with '.' are the sandbox's own)"
-)
 
 
 def _blocking(
@@ -60,17 +59,10 @@ def _blocking(
 def default_process_name(command: str) -> str:
     """A name for a process started without one: its program's name and a short random tail
     (``python-3fa2``), readable in a listing and unlikely to collide."""
-    words = command.split()
+    words = command.split() if isinstance(command, str) else []
     program = posixpath.basename(words[0]) if words else "process"
     stem = re.sub(r"[^A-Za-z0-9_-]", "", program)[:40] or "process"
     return f"{stem}-{uuid.uuid4().hex[:4]}"
-
-
-def check_process_name(name: object) -> str:
-    """``name`` if it can name a process, else an `InvalidInputError` saying what can."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InvalidInputError(f"Invalid process name {name!r}: use {_NAME_HELP}.")
-    return name
 
 
 def _process_spec(
@@ -80,26 +72,14 @@ def _process_spec(
     env: Mapping[str, str] | None,
     restart: bool,
 ) -> ProcessSpec:
-    if not isinstance(command, str) or not command.strip():
-        raise InvalidInputError("The command of a process must be a non-empty command line.")
-    where = posixpath.normpath(posixpath.join(WORKSPACE_ROOT, cwd or "."))
-    if env is not None and not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-    ):
-        raise InvalidInputError("The env of a process maps variable names to strings.")
+    """The spec to start, checked before any sandbox is touched."""
     return ProcessSpec(
-        name=check_process_name(name) if name is not None else default_process_name(command),
+        name=name if name is not None else default_process_name(command),
         command=command,
-        cwd=where,
+        cwd=cwd or WORKSPACE_ROOT,
         env=dict(env or {}),
-        restart=bool(restart),
-    )
-
-
-def _check_port(port: object) -> int:
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise InvalidInputError(f"Invalid port {port!r}: a port is a number from 1 to 65535.")
-    return port
+        restart=restart,
+    ).checked()
 
 
 class RuntimeProcesses:
@@ -264,7 +244,7 @@ class RuntimeProcesses:
         """A URL the host (and the user) can open to reach ``port`` in the thread's sandbox; the
         same URL for the same port while the sandbox lives. The record keeps the port, so a
         restore exposes it again (at a new URL, which the model is told)."""
-        port = _check_port(port)
+        port = check_port(port)
 
         async def _expose(thread: ThreadSandbox, session: Session) -> str:
             url = await session.expose_port(port)
@@ -287,4 +267,4 @@ class RuntimeProcesses:
     expose_port = _blocking(aexpose_port)
 
 
-__all__ = ["RuntimeProcesses", "check_process_name", "default_process_name"]
+__all__ = ["RuntimeProcesses", "default_process_name"]

@@ -128,10 +128,7 @@ async def bring_back(
         except SandboxError as exc:
             failed.append(f"port {port} ({exc})")
     if started:
-        notices.append(
-            "Services of this checkpoint were started again in the new sandbox: "
-            f"{', '.join(started)}."
-        )
+        notices.append(f"Services of this checkpoint were started again: {', '.join(started)}.")
     if urls:
         notices.append(f"Exposed ports (a new sandbox serves them at new URLs): {', '.join(urls)}.")
     if failed:

@@ -38,5 +38,3 @@ def http_get(url: str, *, patience: float = 30.0) -> str:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{url} did not answer: {exc}") from exc
             time.sleep(0.1)
-
-

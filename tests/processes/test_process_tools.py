@@ -60,7 +60,8 @@ def test_an_agent_runs_a_web_server_in_the_background_and_reaches_it(
     assert "sandbox_process action='output' name='web'" in texts[1]
     url = _url(texts[2])
     assert texts[2].startswith(f"Port 8000 is served at {url}")
-    assert "next_offset=" in texts[3] and "process web: running" in texts[3], texts[3]
+    assert "next_offset=" in texts[3], texts[3]
+    assert "process web: running" in texts[3], texts[3]
     assert "web (running)" in texts[4]
     assert http_get(url + "/index.html") == "<h1>made by the agent</h1>"
     # The record in the graph's state names the service, so a restore brings it back.
@@ -91,6 +92,9 @@ def test_the_toolkit_and_the_middleware_give_the_model_the_process_tool(
     assert "sandbox_process" in names
     assert "sandbox_process" in [t.name for t in SandboxMiddleware(runtime=runtime).tools]
     shell = SandboxShellTool(runtime=runtime)
-    assert "background" in shell.args and "sandbox_process" in shell.description
+    assert "background" in shell.args
+    assert "sandbox_process" in shell.description
     described = SandboxProcessTool(runtime=runtime).description
-    assert "background=true" in described and "next_offset" in described and "URL" in described
+    assert "background=true" in described
+    assert "next_offset" in described
+    assert "URL" in described
