@@ -349,6 +349,8 @@ def start(request: dict[str, Any]) -> dict[str, Any]:
     fcntl.flock(lock, fcntl.LOCK_EX)  # one start at a time: the cap counts what runs
     try:
         if os.path.isdir(directory):
+            if _running(directory) and request.get("existing_ok"):
+                return _info(directory)  # a port relay asked for again
             if _running(directory):
                 raise Refused(
                     f"A process named {name!r} is already running; stop it first or pick "
@@ -497,8 +499,8 @@ def relay(request: dict[str, Any]) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # Only this sandbox's own directory holds it (gVisor refuses a chmod of a host socket).
     listener.bind(path)
-    os.chmod(path, 0o600)
     listener.listen(128)
     print(f"relaying to 127.0.0.1:{port}", flush=True)
 

@@ -100,9 +100,13 @@ def _info(reply: dict[str, Any]) -> ProcessInfo:
         raise SandboxError(f"The process supervisor sent a malformed reply ({exc!r}).") from None
 
 
-async def start_process(session: Session, spec: ProcessSpec) -> ProcessInfo:
-    """Start ``spec`` (already `ProcessSpec.checked`) in ``session``."""
+async def start_process(
+    session: Session, spec: ProcessSpec, *, existing_ok: bool = False
+) -> ProcessInfo:
+    """Start ``spec`` (already `ProcessSpec.checked`) in ``session``; with ``existing_ok``, a
+    process of that name that is running already is returned as it is instead of refused."""
     request = {
+        "existing_ok": existing_ok,
         "name": spec.name,
         "command": spec.command,
         "cwd": spec.cwd,
@@ -113,9 +117,11 @@ async def start_process(session: Session, spec: ProcessSpec) -> ProcessInfo:
     return _info(await call(session, "start", request, cwd=spec.cwd))
 
 
-async def process_output(session: Session, name: str, since: int) -> ProcessOutput:
+async def process_output(
+    session: Session, name: str, since: int, *, internal: bool = False
+) -> ProcessOutput:
     """Output of ``name`` from byte ``since`` on."""
-    check_process_name(name)
+    check_process_name(name, internal=internal)
     if isinstance(since, bool) or not isinstance(since, int) or since < 0:
         raise InvalidInputError(f"since must be a byte offset (an integer >= 0), not {since!r}.")
     # The reply carries the bytes in base64 and must fit the session's output capture.

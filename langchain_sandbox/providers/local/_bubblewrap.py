@@ -276,7 +276,8 @@ def bubblewrap_argv(
         network: Share the host's network (and its resolver and CA certificates).
         read_only: Extra ``(host, sandbox)`` read-only binds (the session's environment, a
             trusted package directory).
-        read_write: Extra ``(host, sandbox)`` writable binds (only an environment being built).
+        read_write: Extra ``(host, sandbox)`` writable binds (an environment being built, the
+            worker's port relay directory).
         tmp_size_bytes: Size cap of the private ``/tmp``.
         user_namespace: A descriptor of the user namespace the sandbox joins once bubblewrap
             (run as root) has set it up (`sandbox_user_namespace`); ``command`` then starts as uid 1000 in it through

@@ -300,6 +300,7 @@ class GvisorSandbox:
         channel: str | None = None,
         host_fifos: bool = False,
         host_sockets: bool = False,
+        socket_servers: bool = False,
     ) -> list[str]:
         """The host argv that runs ``command`` in a new container (its bundle written now).
 
@@ -318,6 +319,9 @@ class GvisorSandbox:
                 FIFO, in its channel).
             host_sockets: Let the container connect to the host unix sockets it sees (the
                 index proxy's, in its channel).
+            socket_servers: Let the container listen on unix sockets that are the host's (in
+                its writable binds: the port relays' directory), which host processes connect
+                to. It gives no way to the host's own sockets (that is ``host_sockets``).
         """
         inner = list(command) if boot is None else self.boot(boot, "exec", command)
         spec_mounts = self._mounts(mounts, workspace, read_write, channel, tmp_size_bytes)
@@ -332,7 +336,7 @@ class GvisorSandbox:
             "--ignore-cgroups",
             f"--network={'host' if network else 'none'}",
             *(["--host-fifo=open"] if host_fifos else []),
-            *(["--host-uds=open"] if host_sockets else []),
+            *_host_uds(open_sockets=host_sockets, create_sockets=socket_servers),
             "run",
             "--bundle",
             bundle,
@@ -433,6 +437,14 @@ class GvisorSandbox:
             # leave the Sentry's host sockets nowhere to go.
             "linux": {"namespaces": [{"type": kind} for kind in namespaces]},
         }
+
+
+def _host_uds(*, open_sockets: bool, create_sockets: bool) -> list[str]:
+    """runsc's ``--host-uds`` flag for what a container may do with host unix sockets."""
+    value = {(True, False): "open", (False, True): "create", (True, True): "all"}.get(
+        (open_sockets, create_sockets)
+    )
+    return [f"--host-uds={value}"] if value else []
 
 
 def _tmpfs(destination: str, size: list[str]) -> dict[str, object]:

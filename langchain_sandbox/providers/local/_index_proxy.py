@@ -225,7 +225,9 @@ class IndexProxy:
                 await writer.drain()
             else:
                 upstream_writer.write(_origin_form(head))
-            await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+            await asyncio.gather(
+                pipe_streams(reader, upstream_writer), pipe_streams(upstream_reader, writer)
+            )
         except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             return
         finally:
@@ -257,7 +259,9 @@ def _origin_form(head: bytes) -> bytes:
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pipe_streams(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy ``reader`` to ``writer`` until its end, then end ``writer`` (the other way may
+    go on: a half-closed connection)."""
     try:
         while chunk := await reader.read(65536):
             writer.write(chunk)
@@ -270,4 +274,4 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
                 writer.write_eof()
 
 
-__all__ = ["FORWARDER", "RELAY_FORWARDER", "IndexProxy", "allowed_endpoints"]
+__all__ = ["FORWARDER", "RELAY_FORWARDER", "IndexProxy", "allowed_endpoints", "pipe_streams"]

@@ -39,6 +39,9 @@ Isolation = Literal["bubblewrap", "gvisor", "none"]
 PACKAGES_DIR = ".packages"
 """Workspace-relative directory that ``install_packages`` installs into (on ``sys.path``)."""
 
+PORTS_DIR = "/srv/ports"
+"""Where the worker's sandbox sees the session's port relay directory (its relays' sockets)."""
+
 SANDBOX_ENVIRONMENT_DIR = "/opt/environment"
 """Where a session's sandbox environment (a virtualenv) appears inside the sandbox."""
 
@@ -76,6 +79,8 @@ class Launcher:
             root), or ``None``: bubblewrap maps the sandbox to the host's own user.
         gvisor: Where the session's gVisor containers live (with ``"gvisor"``); the filter is
             then in its root, installed by each container's first process.
+        ports_dir: Host directory bound writable into the worker's sandbox at `PORTS_DIR`,
+            where its port relays listen (``_port_relay``); ``None``: none.
     """
 
     isolation: Isolation
@@ -92,6 +97,7 @@ class Launcher:
     seccomp: bytes | None = None
     user_namespace: int | None = None
     gvisor: GvisorSandbox | None = None
+    ports_dir: str | None = None
 
     @property
     def isolated(self) -> bool:
@@ -108,6 +114,16 @@ class Launcher:
         if self.isolated:
             return sandbox_path
         return self.workspace_dir + sandbox_path[len(WORKSPACE_ROOT) :]
+
+    @property
+    def sandbox_ports_dir(self) -> str | None:
+        """`ports_dir` as the session's processes see it."""
+        if self.ports_dir is None:
+            return None
+        return PORTS_DIR if self.isolated else self.ports_dir
+
+    def _ports_bind(self) -> list[tuple[str, str]]:
+        return [] if self.ports_dir is None else [(self.ports_dir, PORTS_DIR)]
 
     @property
     def python_executable(self) -> str:
@@ -194,12 +210,13 @@ class Launcher:
                 inner,
                 network=self.network,
                 environment=self.environment(),
+                read_write=self._ports_bind(),
                 channel=self.gvisor.worker_channel(control_fd),
                 worker=True,
             )
         fds = [str(request_fd), str(event_fd), str(control_fd)]
         inner = [self.python_executable, "-I", "-S", worker, *fds, *after_fds]
-        return self.wrap(inner, network=self.network)
+        return self.wrap(inner, network=self.network, read_write=self._ports_bind())
 
     @property
     def workspace_owner(self) -> tuple[int, int] | None:
@@ -299,6 +316,7 @@ class Launcher:
             channel=channel,
             host_fifos=worker,
             host_sockets=not worker and channel is not None,
+            socket_servers=worker and self.ports_dir is not None,
         )
 
     @contextlib.contextmanager
@@ -403,6 +421,7 @@ def _guest_bytecode(worker_bytecode: str) -> str:
 
 __all__ = [
     "PACKAGES_DIR",
+    "PORTS_DIR",
     "SANDBOX_ENVIRONMENT_DIR",
     "Isolation",
     "Launcher",

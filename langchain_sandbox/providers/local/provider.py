@@ -89,6 +89,7 @@ logger = logging.getLogger(__name__)
 
 _SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 _RECORD_FILE = "session.json"
+_PORTS_DIR_NAME = "ports"
 # Inodes of a workspace file system whose file count is not limited (Limits.workspace_files=None):
 # ext4's own default for a 16 GiB file system.
 _UNLIMITED_FILES = 1 << 20
@@ -125,6 +126,10 @@ class LocalProvider(Provider):
             namespaces, mounts, kernel keyring, ``bpf``...; see ``docs/isolation.md``); without
             libseccomp sessions then refuse to start. ``"none"`` runs without it; it must be
             asked for by name, because the sandbox then reaches the whole kernel interface.
+        expose_host: The host address `Session.expose_port` listens on (default
+            ``"127.0.0.1"``: only this machine can open the URLs). Another address (e.g.
+            ``"0.0.0.0"``) makes exposed ports reachable from wherever that address is; see
+            ``docs/local-provider.md``.
 
     Raises:
         IsolationUnavailableError: with ``isolation="bubblewrap"``, bubblewrap is missing or
@@ -150,6 +155,7 @@ class LocalProvider(Provider):
         environments_dir: str | os.PathLike[str] | None = None,
         progress: Progress | None = None,
         syscall_filter: SyscallFilter = "seccomp",
+        expose_host: str = "127.0.0.1",
     ) -> None:
         if isolation not in ("bubblewrap", "gvisor", "none"):
             raise InvalidInputError(
@@ -176,6 +182,9 @@ class LocalProvider(Provider):
         )
         self.progress = progress or print_progress
         self.syscall_filter: SyscallFilter = syscall_filter
+        if not isinstance(expose_host, str) or not expose_host:
+            raise InvalidInputError(f"expose_host must be a host address, not {expose_host!r}.")
+        self.expose_host = expose_host
         # Checked now, so a machine that cannot isolate fails when the provider is built.
         self._bwrap_path = usable_bubblewrap(bwrap) if isolation == "bubblewrap" else None
         self._runsc_path = usable_runsc(runsc) if isolation == "gvisor" else None
@@ -285,6 +294,7 @@ class LocalProvider(Provider):
                 seccomp=seccomp,
                 user_namespace=user_namespace,
                 gvisor=gvisor,
+                ports_dir=str(directory / _PORTS_DIR_NAME),
             )
             session = LocalSession(
                 session_id=session_id,
@@ -295,6 +305,7 @@ class LocalProvider(Provider):
                 package_index=self.package_index,
                 created_at=created_at,
                 on_close=self._forget,
+                expose_host=self.expose_host,
             )
             await session.start()
         except BaseException:
@@ -412,13 +423,17 @@ class LocalProvider(Provider):
                 # No loop device left, say: the quota is then measured, as where not root.
                 logger.warning("workspace quota measured only, no file system of its own: %s", exc)
         (workspace / PACKAGES_DIR).mkdir(mode=0o755)
+        # Where the sandbox's port relays listen (its own: no other sandbox binds it).
+        ports = directory / _PORTS_DIR_NAME
+        ports.mkdir(mode=0o700)
         owner = host_owner()
         if owner is not None:
             # The sandbox runs as an unprivileged host user: its workspace is that user's.
-            for path in (workspace, workspace / PACKAGES_DIR):
+            for path in (workspace, workspace / PACKAGES_DIR, ports):
                 os.chown(path, *owner)
         if self.isolation == "gvisor":
             make_owned(str(workspace))
+            make_owned(str(ports))
         record: dict[str, Any] = {
             "provider": LOCAL,
             "session_id": session_id,

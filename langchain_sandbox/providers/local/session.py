@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_sandbox.errors import (
+    CapabilityError,
     InvalidInputError,
     SandboxError,
     SessionClosedError,
@@ -40,6 +41,7 @@ from langchain_sandbox.providers.base import (
     SessionRecord,
     SessionSpec,
     VariablesDump,
+    check_port,
     checked_timeout,
 )
 from langchain_sandbox.providers.guest_facts import failure_text, figure_notices
@@ -51,6 +53,7 @@ from langchain_sandbox.providers.local._packages import (
     PackageIndex,
     install_packages,
 )
+from langchain_sandbox.providers.local._port_relay import PortRelays
 from langchain_sandbox.providers.local._quota import WorkspaceQuota
 from langchain_sandbox.providers.local._streams import OutputStreams
 from langchain_sandbox.providers.local._worker_process import WorkerDied, WorkerProcess
@@ -75,6 +78,8 @@ LOCAL_CAPABILITIES = Capabilities(
     pause=False,
     attach_across_processes=False,
     native_snapshots=False,
+    processes=True,
+    ports=True,
 )
 
 
@@ -106,6 +111,7 @@ class LocalSession(Session):
         package_index: PackageIndex,
         created_at: float,
         on_close: Callable[[LocalSession], None],
+        expose_host: str = "127.0.0.1",
     ) -> None:
         self.session_id = session_id
         self.spec = spec
@@ -128,6 +134,7 @@ class LocalSession(Session):
         self._closed = False
         self._capture_expected = False
         self._queued_dump: _QueuedDump | None = None
+        self._ports = PortRelays(launcher.ports_dir, expose_host) if launcher.ports_dir else None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -208,6 +215,8 @@ class LocalSession(Session):
             return
         self._closed = True
         worker, self._worker = self._worker, None
+        if self._ports is not None:
+            await self._ports.close()
         if worker is not None:
             await worker.kill()
         await asyncio.to_thread(self.cgroup.remove)
@@ -215,6 +224,15 @@ class LocalSession(Session):
             await asyncio.to_thread(kill_containers, self.launcher.gvisor.directory)
         await asyncio.to_thread(release_directory, self.directory)
         self._on_close(self)
+
+    async def expose_port(self, port: int) -> str:
+        """The URL of ``port`` through the session's relay (``_port_relay``): the sandbox's
+        network stays off; the host listens on the provider's ``expose_host``."""
+        check_port(port)
+        self._check_open()
+        if self._ports is None:
+            raise CapabilityError("This local session has no port directory.", provider=LOCAL)
+        return await self._ports.expose(self, port)
 
     # ------------------------------------------------------------------ requests
 
