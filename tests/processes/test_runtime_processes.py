@@ -119,9 +119,8 @@ def test_a_new_runtime_starts_the_services_of_a_record_again_and_names_the_new_u
     (new_url,) = [w.rstrip(".,") for w in notices.split() if w.startswith("http://")]
     assert new_url != old_url
     assert http_get(new_url + "/index.html") == "v1"
-    env = second.run_command(
-        "t", "cat /proc/$(pgrep -f http.server | head -1)/environ | tr '\\0' '\\n'"
-    )
+    pid = listed.value[0].pid  # the service's shell, started with the recorded env
+    env = second.run_command("t", f"tr '\\0' '\\n' < /proc/{pid}/environ")
     assert "GREETING=hi" in env.value.stdout
 
 
