@@ -98,9 +98,19 @@ async def bring_back(
     """
     if not services and (fresh or not stop_others):
         return []
+    if not session.capabilities.processes:
+        # A thread moved to a provider that runs no background processes.
+        return [
+            "This sandbox cannot run background processes: the services of this checkpoint "
+            f"({', '.join(p.name for p in services.processes) or 'ports only'}) were not started."
+        ]
     running: dict[str, ProcessInfo] = {}
     if not fresh:
-        running = {p.name: p for p in await session.list_processes() if p.state == "running"}
+        try:
+            listed = await session.list_processes()
+        except SandboxError as exc:
+            return [f"Could not list the sandbox's processes ({exc}); services were not started."]
+        running = {p.name: p for p in listed if p.state == "running"}
     wanted = {p.name: p for p in services.processes}
     notices: list[str] = []
     if stop_others:
