@@ -300,8 +300,7 @@ def _supervise(directory: str, command: str, cwd: str, env: dict[str, Any]) -> N
                 deadline = time.monotonic() + 1.0  # then read what is left in the pipe
     if status is None:  # the output closed first: wait for the leader
         _pid, status = os.waitpid(leader, 0)
-        with contextlib.suppress(OSError):
-            os.killpg(leader, signal.SIGKILL)
+    _end_group(leader)
     stopped = os.path.exists(os.path.join(directory, "stop"))
     _write_json(
         state_path,
@@ -313,6 +312,38 @@ def _supervise(directory: str, command: str, cwd: str, env: dict[str, Any]) -> N
         },
     )
     ring.close()
+
+
+def _group_runs(group: int) -> bool:
+    """Whether a process of the group still runs (a zombie does not: without a subreaper, as
+    under gVisor, the ended ones wait for the sandbox's first process to reap them)."""
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _stat(int(name))
+            if len(fields) > 2 and fields[2] == str(group).encode() and fields[0] != b"Z":
+                return True
+    return False
+
+
+def _end_group(group: int) -> None:
+    """Kill what is left of the process group and reap what is this subreaper's, so that a
+    process recorded as ended has no member left running."""
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            return
+        while True:
+            try:
+                pid, _status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        if not _group_runs(group):
+            return
+        time.sleep(0.005)
 
 
 def _daemonize(directory: str, command: str, env: dict[str, Any]) -> None:
@@ -478,14 +509,11 @@ def stop(request: dict[str, Any]) -> dict[str, Any]:
 
 def _group_ends(group: int, wait: float) -> bool:
     deadline = time.monotonic() + wait
-    while True:
-        try:
-            os.killpg(group, 0)
-        except OSError:
-            return True
+    while _group_runs(group):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.01)
+    return True
 
 
 def list_processes(request: dict[str, Any]) -> dict[str, Any]:
