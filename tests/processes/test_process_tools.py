@@ -100,3 +100,27 @@ def test_the_toolkit_and_the_middleware_give_the_model_the_process_tool(
     assert "background=true" in described
     assert "next_offset" in described
     assert "URL" in described
+
+
+def test_parallel_calls_of_one_step_keep_the_service_in_the_merged_record(
+    runtime: SandboxRuntime,
+) -> None:
+    """Each parallel call returns a record; the reducer keeps the highest revision's, which
+    saw the service whichever call started it."""
+    script: list[Any] = [
+        [
+            call("sandbox_shell", command="sleep 300", background=True, name="svc"),
+            call("sandbox_write_file", path="a.txt", content="a"),
+            call("sandbox_exec", code="print('side by side')"),
+        ],
+        "done",
+    ]
+    agent = create_agent(
+        ScriptedToolModel(script=script),
+        middleware=[SandboxMiddleware(runtime=runtime)],
+        checkpointer=InMemorySaver(),
+    )
+    config: Any = {"configurable": {"thread_id": "parallel"}}
+    state = agent.invoke({"messages": [HumanMessage("go")]}, config)
+    assert state["sandbox"]["revision"] == 3
+    assert [p["name"] for p in state["sandbox"]["services"]["processes"]] == ["svc"]
