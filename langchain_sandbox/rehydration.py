@@ -52,6 +52,7 @@ from typing import Generic, Literal, NamedTuple, Protocol, TypeVar
 from langchain_sandbox.errors import SandboxError, SandboxGoneError, SnapshotStoreUnavailable
 from langchain_sandbox.providers.base import Provider, Session
 from langchain_sandbox.retries import retry_async
+from langchain_sandbox.services import Services, bring_back
 from langchain_sandbox.state import SandboxState
 
 T = TypeVar("T")
@@ -201,6 +202,7 @@ class Position:
     revision: int = 0
     snapshot: str | None = None
     snapshot_revision: int = 0
+    services: Services = field(default_factory=Services)
 
     @property
     def known(self) -> bool:
@@ -212,6 +214,7 @@ class Position:
         self.revision = record.get("revision", 0)
         self.snapshot = record.get("snapshot")
         self.snapshot_revision = record.get("snapshot_revision", 0)
+        self.services = Services.of(record)
 
 
 @dataclass
@@ -281,6 +284,8 @@ class ThreadSandbox:
     spilled: str | None = None
     """The head the thread was at when its session was spilled (captured, then closed to make
     room): restoring that head again loses nothing, so it is done without a notice."""
+    ran_processes: bool = False
+    """A process was started in the live session: a rewind must stop those the record lacks."""
 
     async def settle(self) -> None:
         """Wait for the snapshot being written behind, if any: nothing may change or close the
@@ -300,6 +305,8 @@ class ThreadSandbox:
             snapshot_revision=position.snapshot_revision,
             exec_count=0,
         )
+        if position.services:
+            record["services"] = position.services.to_json()
         if self.session is not None:
             record["session"] = self.session.record
         return record
@@ -307,6 +314,7 @@ class ThreadSandbox:
     def take_session(self) -> Session | None:
         """Detach the live session (to close it); the thread then has none."""
         session, self.session = self.session, None
+        self.ran_processes = False
         return session
 
 
@@ -459,6 +467,9 @@ class RehydrationEngine:
             if await self._rewind(thread, record, notices):
                 thread.position.adopt(record)
                 thread.batch.start(thread.position.head, step_call)
+                await self._bring_back_services(
+                    thread, thread.session, fresh=False, notices=notices
+                )
                 return thread.session
             await self.discard(thread)
         record = await self._with_snapshot_written_behind(record)
@@ -471,6 +482,7 @@ class RehydrationEngine:
                 "snapshot_revision": thread.position.snapshot_revision,
             }
         session = await self._attach_matching(record)
+        fresh = session is None
         if session is None:
             session = await self._host.create(thread.thread_id)
             quiet = wanted_head is not None and thread.spilled == wanted_head
@@ -489,7 +501,20 @@ class RehydrationEngine:
         thread.spilled = None
         thread.position.adopt(record)
         thread.batch.start(thread.position.head, step_call)
+        await self._bring_back_services(thread, session, fresh=fresh, notices=notices)
         return session
+
+    async def _bring_back_services(
+        self, thread: ThreadSandbox, session: Session, *, fresh: bool, notices: list[str]
+    ) -> None:
+        """Start the record's services in a session just restored, attached or rewound (see
+        `langchain_sandbox.services`); a rewound one also stops the other branch's processes."""
+        stop_others, thread.ran_processes = thread.ran_processes, bool(thread.position.services)
+        notices.extend(
+            await bring_back(
+                session, thread.position.services, fresh=fresh, stop_others=stop_others
+            )
+        )
 
     async def _recover(
         self,

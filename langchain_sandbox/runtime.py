@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from langchain_sandbox._event_loop import LoopThread
+from langchain_sandbox._runtime_processes import RuntimeProcesses
 from langchain_sandbox.arguments import checked_init
 from langchain_sandbox.providers.base import (
     Capabilities,
@@ -66,8 +67,13 @@ def _default_snapshotter() -> SnapshotterLike:
     return Snapshotter()
 
 
-class SandboxRuntime:
+class SandboxRuntime(RuntimeProcesses):
     """Maps conversation threads to live sandbox sessions; see the module docstring.
+
+    Processes that outlive a call, exposed ports and the services that follow the checkpoint
+    (``astart_process``, ``aprocess_output``, ``astop_process``, ``alist_processes``,
+    ``aexpose_port`` and their blocking twins) come from
+    `langchain_sandbox._runtime_processes`; see ``docs/processes.md``.
 
     Args:
         provider: ``"local"`` (default), ``"e2b"``, ``"runloop"`` or a [`Provider`][langchain_sandbox.Provider].
@@ -98,6 +104,12 @@ class SandboxRuntime:
             finish. The default is 1,024, fewer where the process's open-file limit is low
             (`DEFAULT_MAX_SESSIONS`); ``None``: no cap.
             See ``docs/runtime.md`` for what a spilled thread costs.
+        keep_services_alive: Whether a thread whose record names a service (a process started
+            with ``restart=True``) counts as active for ``idle_ttl``. ``False`` (default): an
+            idle session is closed even with a service running, and the thread's next call
+            starts the service again in the restored sandbox; ``True``: the service keeps its
+            session (a dev server someone browses while the model is quiet), at the cost of a
+            live sandbox per such thread.
 
     Building a runtime never blocks an event loop: its loop thread starts without being waited
     for, and the default snapshot store touches the disk only when it first writes.
@@ -120,6 +132,7 @@ class SandboxRuntime:
         write_behind: bool | None = None,
         idle_ttl: float | None = 900.0,
         max_sessions: int | None = DEFAULT_MAX_SESSIONS,
+        keep_services_alive: bool = False,
     ) -> None:
         self.shared_thread_id = f"runtime-{uuid.uuid4().hex}"
         """The thread of calls made outside a graph, without a ``thread_id``, by tools given
@@ -132,6 +145,7 @@ class SandboxRuntime:
             spec=spec or SessionSpec(),
             max_sessions=max_sessions,
             idle_ttl=idle_ttl,
+            keep_services_alive=keep_services_alive,
         )
         self._engine = RehydrationEngine(
             self._pool,
@@ -211,6 +225,11 @@ class SandboxRuntime:
     @property
     def max_sessions(self) -> int | None:
         return self._pool.max_sessions
+
+    @property
+    def keep_services_alive(self) -> bool:
+        """Whether a thread's services keep its session from idle closing."""
+        return self._pool.keep_services_alive
 
     @property
     def capabilities(self) -> Capabilities:

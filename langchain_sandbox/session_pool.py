@@ -7,7 +7,9 @@ session a call runs in. Everything here runs on the runtime's event loop.
 * A cap (``max_sessions``) spills the least recently used idle session to make room: the engine
   captures it (files and variables) and the pool closes it; the thread's next call restores it.
   A busy session is never closed, so under load the cap can be exceeded until calls finish.
-* An idle reaper closes sessions unused for ``idle_ttl`` seconds.
+* An idle reaper closes sessions unused for ``idle_ttl`` seconds; a thread whose record names a
+  service is spared only with ``keep_services_alive`` (otherwise its next call starts the service
+  again in the restored sandbox).
 * Closing never fails a caller: failures are logged and ``gc`` reaps what is left.
 """
 
@@ -82,6 +84,7 @@ class SessionPool:
         spec: What each new session is created with; a ``thread_id`` tag is added.
         max_sessions: Live sessions kept at most (``None``: no cap).
         idle_ttl: Seconds after which an idle session is closed (``None``: never).
+        keep_services_alive: A thread with services is never idle.
     """
 
     def __init__(
@@ -92,6 +95,7 @@ class SessionPool:
         spec: SessionSpec,
         max_sessions: int | None,
         idle_ttl: float | None,
+        keep_services_alive: bool = False,
     ) -> None:
         if max_sessions is not None and max_sessions < 1:
             raise ValueError("max_sessions must be at least 1 (or None for no cap).")
@@ -109,6 +113,7 @@ class SessionPool:
         self.spec = spec
         self.max_sessions = max_sessions
         self.idle_ttl = idle_ttl
+        self.keep_services_alive = keep_services_alive
         self.closed = False
         self._slots: dict[str, _Slot] = {}
         self._reaper: asyncio.Task[None] | None = None
@@ -277,6 +282,8 @@ class SessionPool:
     async def _reap_idle(self, ttl: float) -> None:
         deadline = time.monotonic() - ttl
         for slot in list(self._slots.values()):
+            if self.keep_services_alive and slot.thread.position.services.processes:
+                continue
             if slot.thread.session is not None and slot.users == 0 and slot.last_used < deadline:
                 await self._discard(slot, f"after {ttl:g} s idle (the runtime's idle_ttl)")
 

@@ -15,6 +15,7 @@ import logging
 from typing import TypedDict
 
 from langchain_sandbox.providers.base import SessionRecord
+from langchain_sandbox.services import ServicesRecord
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +32,8 @@ class SandboxState(TypedDict, total=False):
         snapshot: Reference of the workspace snapshot taken at ``snapshot_revision``, or ``None``.
         snapshot_revision: The revision ``snapshot`` captures.
         exec_count: Number of executions; sent as a *delta* in updates, summed by the reducer.
+        services: The processes to start again and the ports to expose again after a restore
+            (`langchain_sandbox.services`); absent when there are none.
     """
 
     session: SessionRecord | None
@@ -39,6 +42,7 @@ class SandboxState(TypedDict, total=False):
     snapshot: str | None
     snapshot_revision: int
     exec_count: int
+    services: ServicesRecord
 
 
 def merge_sandbox_state(left: SandboxState | None, right: SandboxState | None) -> SandboxState:
@@ -46,7 +50,9 @@ def merge_sandbox_state(left: SandboxState | None, right: SandboxState | None) -
 
     Parallel tool calls of one step each return an update; calls of one thread are serialized by
     the runtime's lock, so the update with the highest ``revision`` saw every other one and wins.
-    ``exec_count`` is a delta and is summed.
+    ``exec_count`` is a delta and is summed. ``services`` is part of the position like
+    ``head``: a winning record without it has none (the last service was stopped), so it does
+    not keep the loser's.
     """
     if not left:
         return dict(right or {})  # type: ignore[return-value]
@@ -64,6 +70,8 @@ def merge_sandbox_state(left: SandboxState | None, right: SandboxState | None) -
         )  # fmt: skip
     if right.get("revision", 0) >= left.get("revision", 0):
         merged.update({k: v for k, v in right.items() if k != "exec_count"})  # type: ignore[typeddict-item]
+        if "revision" in right and "services" not in right:
+            merged.pop("services", None)
     merged["exec_count"] = left.get("exec_count", 0) + right.get("exec_count", 0)
     return merged
 

@@ -121,6 +121,15 @@ def test_providers(tmp_path: Path, user_venv: Callable[..., Path]) -> None:
     assert "sandboxes left: {'e2b': [], 'runloop': []}" in text
 
 
+def test_services(tmp_path: Path, user_venv: Callable[..., Path]) -> None:
+    text, _ = execute("services", tmp_path, user_venv)
+    assert "Started in the background: web (running): python3 -u app.py" in text
+    assert text.count("-> hello from the agent's app") == 2  # served before and after the resume
+    assert "[notice] Services of this checkpoint were started again: 'web'" in text
+    assert "[notice] Exposed ports (a new sandbox serves them at new URLs): 8000 at" in text
+    assert "a new URL: True" in text
+
+
 @pytest.mark.timeout(1800)  # hang guard: its venv (Deep Agents and its model SDKs) installs first
 def test_deep_agents(tmp_path: Path, user_venv: Callable[..., Path]) -> None:
     text, _ = execute("deep_agents", tmp_path, user_venv)
@@ -132,7 +141,9 @@ def test_deep_agents(tmp_path: Path, user_venv: Callable[..., Path]) -> None:
     assert "on e2b: total: 358 kEUR, in /home/user/report" in text
 
 
-@pytest.mark.parametrize("name", ["quickstart", "durable_sessions", "providers", "deep_agents"])
+@pytest.mark.parametrize(
+    "name", ["quickstart", "durable_sessions", "providers", "services", "deep_agents"]
+)
 def test_committed_notebooks_keep_their_outputs(name: str) -> None:
     notebook = nbformat.read(COOKBOOK / f"{name}.ipynb", as_version=4)
     code_cells = [c for c in notebook.cells if c.cell_type == "code"]

@@ -64,6 +64,7 @@ from deepagents.backends.protocol import (
 )
 from deepagents.backends.sandbox import BaseSandbox
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
 
 from langchain_sandbox._event_loop import on_event_loop
 from langchain_sandbox.arguments import check_provider_options, checked_init
@@ -333,6 +334,17 @@ class SandboxBackend(BaseSandbox):
         owned, self._owned = self._owned, None
         if owned is not None:
             await owned.aclose()
+
+    def process_tools(self) -> list[BaseTool]:
+        """Tools for processes that keep running and their ports, to pass to
+        ``create_deep_agent(tools=backend.process_tools(), backend=backend)``: ``sandbox_shell``
+        (with ``background=true`` it starts a named process) and ``sandbox_process`` (list,
+        output, stop, expose a port as a URL). They go through this backend, so the services
+        they start are part of the thread's records and come back after a resume or a fork
+        (``docs/processes.md``)."""
+        from langchain_sandbox.deepagents._process_tools import process_tools
+
+        return process_tools(self)
 
     # -- execute -----------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from langchain_sandbox.tools.files import (
     SandboxWriteFileTool,
 )
 from langchain_sandbox.tools.packages import SandboxInstallPackagesTool
+from langchain_sandbox.tools.processes import SandboxProcessTool
 from langchain_sandbox.tools.shell import SandboxShellTool
 from langchain_sandbox.tools.toolkit import SandboxToolkit
 
@@ -15,6 +16,7 @@ __all__ = [
     "SandboxExecTool",
     "SandboxInstallPackagesTool",
     "SandboxListFilesTool",
+    "SandboxProcessTool",
     "SandboxReadFileTool",
     "SandboxShellTool",
     "SandboxTool",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -12,8 +13,10 @@ from langchain_sandbox.tools.base import (
     SandboxToolArgs,
     ToolReply,
     execution_reply,
+    notice_lines,
 )
 from langchain_sandbox.tools.descriptions import sandbox_facts
+from langchain_sandbox.tools.processes import info_line
 from langchain_sandbox.tools.streaming import listener
 
 
@@ -36,6 +39,18 @@ class SandboxShellArgs(SandboxToolArgs):
             "operator (also the default); a larger value is lowered to that limit."
         ),
     )
+    background: bool = Field(
+        default=False,
+        description=(
+            "Start the command as a background process that keeps running (a server, a "
+            "watcher) and return at once with its name and first output; manage it with "
+            "sandbox_process. It runs in a new bash (exports of this shell do not apply)."
+        ),
+    )
+    name: str | None = Field(
+        default=None,
+        description="With background=true: a name for the process (default: from the program).",
+    )
 
 
 _ABOUT = (
@@ -43,7 +58,8 @@ _ABOUT = (
     "exit code. Use it for file management, git, grep, running scripts. Files live under "
     "/home/user and are shared with the Python tool. The shell is persistent: the working "
     "directory (cd) and exported variables (export) carry over to later commands; shell "
-    "functions, aliases and unexported variables do not."
+    "functions, aliases and unexported variables do not. For a server or anything that "
+    "keeps running, set background=true and manage it with sandbox_process."
 )
 
 
@@ -59,6 +75,8 @@ class SandboxShellTool(SandboxTool):
     streams_output: ClassVar[bool] = True
 
     async def _acall(self, call: SandboxCall, args: dict[str, Any]) -> ToolReply:
+        if args.get("background"):
+            return await start_in_background(call, args)
         outcome = await call.runtime.arun_shell(
             call.thread_id,
             args["command"],
@@ -74,4 +92,26 @@ class SandboxShellTool(SandboxTool):
         )
 
 
-__all__ = ["SandboxShellArgs", "SandboxShellTool"]
+async def start_in_background(call: SandboxCall, args: dict[str, Any]) -> ToolReply:
+    """Start the shell tool's command as a service (it is started again after a restore)."""
+    started = await call.runtime.astart_process(
+        call.thread_id,
+        args["command"],
+        name=args.get("name"),
+        cwd=args.get("cwd"),
+        record=call.record,
+        step_call=call.step_call,
+        resumable=call.resumable,
+    )
+    info = started.value
+    text = (
+        f"Started in the background: {info_line(info)}\n"
+        f"First output:\n{info.output or '(none yet)'}\n"
+        f"Read more with sandbox_process action='output' name={info.name!r} "
+        f"since={len(info.output.encode())}."
+    )
+    result = {"process": dataclasses.asdict(info)}
+    return ToolReply(notice_lines(started.notices) + text, result, started.record)
+
+
+__all__ = ["SandboxShellArgs", "SandboxShellTool", "start_in_background"]

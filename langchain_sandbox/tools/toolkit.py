@@ -19,11 +19,12 @@ from langchain_sandbox.tools.files import (
 )
 from langchain_sandbox.tools.ownership import RuntimeOwner
 from langchain_sandbox.tools.packages import SandboxInstallPackagesTool
+from langchain_sandbox.tools.processes import SandboxProcessTool
 from langchain_sandbox.tools.shell import SandboxShellTool
 
 
 class SandboxToolkit(BaseToolkit):
-    """The sandbox tools (Python, shell, files, packages) sharing one runtime.
+    """The sandbox tools (Python, shell, files, packages, processes) sharing one runtime.
 
     Args:
         runtime: The runtime every tool uses. Without it, the tools find one per call (the run's
@@ -87,6 +88,7 @@ class SandboxToolkit(BaseToolkit):
                 SandboxReadFileTool,
                 SandboxListFilesTool,
                 SandboxInstallPackagesTool,
+                SandboxProcessTool,
             )
         ]
         if self.include is None:

@@ -24,6 +24,9 @@ Stories (``--story``):
 * ``hitl``: create_agent with HumanInTheLoopMiddleware gating ``sandbox_exec``;
 * ``count``: every human message increments a counter variable and appends to a file;
 * ``code``: every human message is Python code the model runs as it is;
+* ``tools``: every human message is a JSON tool call ``{"tool": name, "args": {...}}`` the model
+  makes as it is (background processes and ports, through ``sandbox_shell`` and
+  ``sandbox_process``);
 * ``behind``: two steps that change a variable and a file (the second also makes a lock, to tell an
   attach from a restore), then a step that prints them (snapshots written behind, on E2B).
 
@@ -144,6 +147,13 @@ def code_script(messages: list[BaseMessage]) -> Any:
     return call("sandbox_exec", code=messages[-1].text)
 
 
+def tools_script(messages: list[BaseMessage]) -> Any:
+    if isinstance(messages[-1], ToolMessage):
+        return "ran"
+    asked = json.loads(messages[-1].text)
+    return call(asked["tool"], **asked["args"])
+
+
 APPROVAL_STEPS: list[Any] = [
     [
         call("sandbox_exec", code="open('effects.txt', 'a').write('effect\\n')\nz = 'set once'"),
@@ -248,6 +258,7 @@ def build(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -> Any:
         "fork": fork_script,
         "count": count_script,
         "code": code_script,
+        "tools": tools_script,
         "hitl": HITL_STEPS,
     }[args.story]
     from langchain.agents import create_agent

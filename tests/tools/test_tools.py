@@ -338,6 +338,7 @@ def test_toolkit_shares_one_runtime_and_filters(tmp_path: Path) -> None:
         "sandbox_read_file",
         "sandbox_list_files",
         "sandbox_install_packages",
+        "sandbox_process",
     }
     runtimes = {id(t.runtime) for t in tools}  # type: ignore[attr-defined]
     assert len(runtimes) == 1

@@ -1,0 +1,270 @@
+"""The runtime's processes and ports: named processes that outlive a call, and URLs to their ports.
+
+A mixin of [`SandboxRuntime`][langchain_sandbox.SandboxRuntime], in a module of its own so the
+runtime's facade stays one idea per module. Each operation is one async method; its blocking twin
+is made by `_blocking` (it runs the async method on the runtime's loop), so no twin repeats the
+keyword arguments of another.
+
+Starting a process with ``restart=True`` and exposing a port change the thread's *services*
+(`langchain_sandbox.services`), which its record carries: after a restore the runtime starts them
+again before the next call and tells the model the new URLs. Stopping a process removes it.
+"""
+
+from __future__ import annotations
+
+import functools
+import posixpath
+import re
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+
+from langchain_sandbox.errors import InvalidInputError
+from langchain_sandbox.processes import (
+    ProcessInfo,
+    ProcessOutput,
+    ProcessSpec,
+    check_process_name,
+)
+from langchain_sandbox.providers.base import Session, check_port
+from langchain_sandbox.rehydration import Outcome, StepCall, ThreadSandbox
+from langchain_sandbox.state import SandboxState
+from langchain_sandbox.workspace import WORKSPACE_ROOT
+
+if TYPE_CHECKING:
+    from langchain_sandbox._event_loop import LoopThread
+    from langchain_sandbox.rehydration import RehydrationEngine
+    from langchain_sandbox.session_pool import SessionPool
+
+P = ParamSpec("P")
+R = TypeVar("R")
+S = TypeVar("S", bound="RuntimeProcesses")
+
+
+def _blocking(
+    method: Callable[Concatenate[S, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[S, P], R]:
+    """The blocking twin of an async runtime method: the same call, run on the runtime's loop
+    (for sync code and ToolNode worker threads)."""
+
+    @functools.wraps(method)
+    def twin(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._loop.run_sync(method(self, *args, **kwargs))
+
+    twin.__name__ = twin.__qualname__ = method.__name__.removeprefix("a")
+    twin.__doc__ = f"Blocking twin of `{method.__name__}`."
+    return twin
+
+
+def default_process_name(command: str) -> str:
+    """A name for a process started without one: its program's name and a short random tail
+    (``python-3fa2``), readable in a listing and unlikely to collide."""
+    words = command.split() if isinstance(command, str) else []
+    program = posixpath.basename(words[0]) if words else "process"
+    stem = re.sub(r"[^A-Za-z0-9_-]", "", program)[:40] or "process"
+    return f"{stem}-{uuid.uuid4().hex[:4]}"
+
+
+def _process_spec(
+    command: str,
+    name: str | None,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    restart: bool,
+) -> ProcessSpec:
+    """The spec to start, checked before any sandbox is touched."""
+    return ProcessSpec(
+        name=name if name is not None else default_process_name(command),
+        command=command,
+        cwd=cwd or WORKSPACE_ROOT,
+        env=dict(env or {}),
+        restart=restart,
+    ).checked()
+
+
+class RuntimeProcesses:
+    """Processes and ports of a thread's sandbox; mixed into `SandboxRuntime`."""
+
+    _loop: LoopThread
+    _pool: SessionPool
+    _engine: RehydrationEngine
+
+    async def _on_thread(
+        self,
+        thread_id: str,
+        operation: Callable[[ThreadSandbox, Session], Awaitable[R]],
+        *,
+        record: SandboxState | None,
+        step_call: StepCall | None,
+        resumable: bool = False,
+        mutates: bool,
+        repeatable: bool = True,
+    ) -> Outcome[R]:
+        """Run ``operation(thread, session)`` as `SandboxRuntime.aexecute` runs an operation;
+        it gets the thread too, to change the services its record is issued with."""
+
+        async def _run() -> Outcome[R]:
+            async with self._pool.use(thread_id) as thread:
+                return await self._engine.run(
+                    thread,
+                    functools.partial(operation, thread),
+                    record=record,
+                    mutates=mutates,
+                    repeatable=repeatable,
+                    step_call=step_call,
+                    resumable=resumable,
+                )
+
+        return await self._loop.run_async(_run())
+
+    async def astart_process(
+        self,
+        thread_id: str,
+        command: str,
+        *,
+        name: str | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        restart: bool = True,
+        record: SandboxState | None = None,
+        step_call: StepCall | None = None,
+        resumable: bool = False,
+    ) -> Outcome[ProcessInfo]:
+        """Start ``command`` (a bash command line) as a named process that keeps running after
+        the call; the result says its name, state and what it printed in its first moments.
+
+        Args:
+            thread_id: The conversation thread.
+            command: The command line, run by ``bash -c`` in a process group of its own.
+            name: Its name (default: from the program's name, e.g. ``python-3fa2``); a second
+                running process of the same name is refused.
+            cwd: Where it runs, relative to the workspace (``/home/user``) or absolute.
+            env: Variables added to the sandbox's environment for it (kept in the record to
+                start it again: never put a secret here).
+            restart: A service: the record keeps it, and a restore (a resume in a new process,
+                a fork, a lost sandbox) starts it again before the next call.
+            record, step_call, resumable: As for `SandboxRuntime.aexecute`.
+
+        Raises:
+            InvalidInputError: a bad name, cwd, env, or a running process of that name.
+        """
+        spec = _process_spec(command, name, cwd, env, restart)
+
+        async def _start(thread: ThreadSandbox, session: Session) -> ProcessInfo:
+            info = await session.start_process(spec)
+            thread.ran_processes = True
+            thread.position.services = thread.position.services.with_process(spec)
+            return info
+
+        # Not repeatable: a command is user code, never run twice silently.
+        return await self._on_thread(
+            thread_id,
+            _start,
+            record=record,
+            step_call=step_call,
+            resumable=resumable,
+            mutates=True,
+            repeatable=False,
+        )
+
+    async def aprocess_output(
+        self,
+        thread_id: str,
+        name: str,
+        *,
+        since: int = 0,
+        record: SandboxState | None = None,
+        step_call: StepCall | None = None,
+    ) -> Outcome[ProcessOutput]:
+        """What process ``name`` printed (stdout and stderr in order) from byte offset ``since``;
+        pass the result's ``next_offset`` as ``since`` to read only what came after."""
+        check_process_name(name)
+        if isinstance(since, bool) or not isinstance(since, int) or since < 0:
+            raise InvalidInputError(f"since must be a byte offset of 0 or more, not {since!r}.")
+
+        async def _output(thread: ThreadSandbox, session: Session) -> ProcessOutput:
+            return await session.process_output(name, since=since)
+
+        return await self._on_thread(
+            thread_id, _output, record=record, step_call=step_call, mutates=False
+        )
+
+    async def astop_process(
+        self,
+        thread_id: str,
+        name: str,
+        *,
+        record: SandboxState | None = None,
+        step_call: StepCall | None = None,
+        resumable: bool = False,
+    ) -> Outcome[ProcessInfo]:
+        """Stop process ``name`` and its whole process group (TERM, then KILL after a grace
+        period); it stops being a service, so no restore starts it again."""
+        check_process_name(name)
+
+        async def _stop(thread: ThreadSandbox, session: Session) -> ProcessInfo:
+            info = await session.stop_process(name)
+            thread.position.services = thread.position.services.without_process(name)
+            return info
+
+        return await self._on_thread(
+            thread_id,
+            _stop,
+            record=record,
+            step_call=step_call,
+            resumable=resumable,
+            mutates=True,
+        )
+
+    async def alist_processes(
+        self,
+        thread_id: str,
+        *,
+        record: SandboxState | None = None,
+        step_call: StepCall | None = None,
+    ) -> Outcome[list[ProcessInfo]]:
+        """The named processes of the thread's sandbox, running or finished."""
+
+        async def _list(thread: ThreadSandbox, session: Session) -> list[ProcessInfo]:
+            return await session.list_processes()
+
+        return await self._on_thread(
+            thread_id, _list, record=record, step_call=step_call, mutates=False
+        )
+
+    async def aexpose_port(
+        self,
+        thread_id: str,
+        port: int,
+        *,
+        record: SandboxState | None = None,
+        step_call: StepCall | None = None,
+        resumable: bool = False,
+    ) -> Outcome[str]:
+        """A URL the host (and the user) can open to reach ``port`` in the thread's sandbox; the
+        same URL for the same port while the sandbox lives. The record keeps the port, so a
+        restore exposes it again (at a new URL, which the model is told)."""
+        port = check_port(port)
+
+        async def _expose(thread: ThreadSandbox, session: Session) -> str:
+            url = await session.expose_port(port)
+            thread.position.services = thread.position.services.with_port(port)
+            return url
+
+        return await self._on_thread(
+            thread_id,
+            _expose,
+            record=record,
+            step_call=step_call,
+            resumable=resumable,
+            mutates=True,
+        )
+
+    start_process = _blocking(astart_process)
+    process_output = _blocking(aprocess_output)
+    stop_process = _blocking(astop_process)
+    list_processes = _blocking(alist_processes)
+    expose_port = _blocking(aexpose_port)
+
+
+__all__ = ["RuntimeProcesses", "default_process_name"]
