@@ -96,11 +96,13 @@ def unconfirmed(scope: RewindScope, entries: Mapping[str, FileEntry]) -> set[str
     """The blobs a rewind asks the store about: those of the scope's files, the variables and
     the target's parts the head does not hold. A file outside the scope, or one the session
     already holds with the same content, has a blob the store was confirmed to hold with the
-    session's head (while `_Known.trusted`), so it is not asked about again."""
+    session's head (while `_Known.trusted`), so it is not asked about again. A file packed
+    into its manifest part has no blob to ask about."""
     keys = {
         entry.sha256
         for path, entry in scope.manifest.files.items()
-        if (held := entries.get(path)) is None or held.sha256 != entry.sha256
+        if entry.data is None
+        and ((held := entries.get(path)) is None or held.sha256 != entry.sha256)
     }
     if scope.manifest.variables is not None:
         keys.add(scope.manifest.variables.sha256)

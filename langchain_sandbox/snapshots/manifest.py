@@ -21,6 +21,9 @@ A part is ``{"files": {"data/a.csv": {"sha256": "...", "size": 120, "mode": 420,
 "format": 2}``, its paths sorted, every path of a part after every path of the part before it.
 ``fifos`` (named pipes, recreated empty) is left out when there are none. An entry may also carry ``"link": "<path>"`` (a hard link of that file) and ``"sparse": true``
 (it had holes); both are left out when unset, so entries written before they existed still read.
+A small file (at most `PACKED_MAX_BYTES`) carries its bytes in the part, ``"data": "<base64>"``,
+instead of a blob of its own (see `langchain_sandbox.snapshots.packs`); an entry without
+``data`` names a blob, as every entry did before.
 Format 1 (one blob, the ``files`` object in place of ``parts``) is still read, and
 `Manifest.encode` still writes it.
 
@@ -31,6 +34,9 @@ restore could not apply safely (the path and size rules below) with
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import json
 import re
 import zlib
@@ -52,6 +58,11 @@ multiple of this, so boundaries move only where paths are added or removed."""
 
 PART_MAX_FILES = 512
 """A part is cut here whatever the paths say (bounds one part's size)."""
+
+PACKED_MAX_BYTES = 512
+"""Files up to this size are packed into the manifest part that lists them, not stored as a
+blob of their own: a blob is a file (or a row) whose fixed cost (a 4 KiB block, an inode)
+dwarfs a small file's bytes, while in a part such a file costs its base64 (4/3 of its size)."""
 
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 _WINDOWS_DRIVE = re.compile(r"[A-Za-z]:")
@@ -76,7 +87,7 @@ class SnapshotLimits:
             fetches again (verifying again) while writing, so memory stays bounded.
     """
 
-    max_files: int = 100_000
+    max_files: int = 1_000_000
     max_file_bytes: int = 1024 * 1024 * 1024
     max_total_bytes: int = 8 * 1024 * 1024 * 1024
     max_manifest_bytes: int = 64 * 1024 * 1024
@@ -84,7 +95,7 @@ class SnapshotLimits:
     restore_memory_bytes: int = 512 * 1024 * 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileEntry:
     """One regular file of a snapshot: its content's blob and the metadata restored with it.
 
@@ -96,6 +107,9 @@ class FileEntry:
         link: The path this file was a hard link of (the first, in path order, of the paths
             sharing its inode; that path's own ``link`` is ``None``), or ``None``.
         sparse: It had holes (took fewer blocks than its size) when captured.
+        data: Its bytes, for a file packed into its manifest part (at most
+            `PACKED_MAX_BYTES`, checked against ``sha256`` when the part is read); ``None``:
+            they are the blob ``sha256``.
     """
 
     sha256: str
@@ -104,6 +118,7 @@ class FileEntry:
     mtime_ns: int
     link: str | None = None
     sparse: bool = False
+    data: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -165,9 +180,10 @@ class Manifest:
         return sum(entry.size for entry in self.files.values())
 
     def blob_keys(self) -> set[str]:
-        """Every blob this snapshot needs besides its root: file contents, variables and the
-        manifest parts it was read from. Garbage collection keeps exactly these (plus the ref)."""
-        keys = {entry.sha256 for entry in self.files.values()}
+        """Every blob this snapshot needs besides its root: the contents of files not packed
+        into a part, the variables and the manifest parts it was read from. Garbage collection
+        keeps exactly these (plus the ref)."""
+        keys = {entry.sha256 for entry in self.files.values() if entry.data is None}
         keys.update(part.sha256 for part in self.parts)
         if self.variables is not None:
             keys.add(self.variables.sha256)
@@ -247,6 +263,8 @@ def _entry_doc(entry: FileEntry) -> dict[str, int | str | bool]:
         "mode": entry.mode,
         "mtime_ns": entry.mtime_ns,
     }
+    if entry.data is not None:
+        doc["data"] = base64.b64encode(entry.data).decode("ascii")
     # Written only when set, so an entry without them has the bytes it always had.
     if entry.link is not None:
         doc["link"] = entry.link
@@ -624,7 +642,7 @@ def _file_entry(path: str, value: object, limits: SnapshotLimits) -> FileEntry:
         value,
         f"entry {path!r}",
         required={"sha256", "size", "mode", "mtime_ns"},
-        optional={"link", "sparse"},
+        optional={"link", "sparse", "data"},
     )
     size = _integer(doc["size"], f"{path}.size", minimum=0)
     if size > limits.max_file_bytes:
@@ -632,14 +650,34 @@ def _file_entry(path: str, value: object, limits: SnapshotLimits) -> FileEntry:
             f"Snapshot file {path!r} is {size} bytes, over the limit of {limits.max_file_bytes} "
             "(SnapshotLimits.max_file_bytes)."
         )
+    sha256 = _digest(doc["sha256"], f"{path}.sha256")
     return FileEntry(
-        sha256=_digest(doc["sha256"], f"{path}.sha256"),
+        sha256=sha256,
         size=size,
         mode=_integer(doc["mode"], f"{path}.mode", minimum=0, maximum=0o7777),
         mtime_ns=_integer(doc["mtime_ns"], f"{path}.mtime_ns"),
         link=_link(doc.get("link"), path),
         sparse=_flag(doc.get("sparse", False), f"{path}.sparse"),
+        data=_packed_data(doc.get("data"), path, sha256, size),
     )
+
+
+def _packed_data(value: object, path: str, sha256: str, size: int) -> bytes | None:
+    """The bytes of a packed file, verified against its entry: the part's own hash only says
+    the part is the one its root named, not that the entry's hash is the content's."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > (PACKED_MAX_BYTES + 2) // 3 * 4:
+        raise UnsafeArchiveError(f"Snapshot field '{path}.data' is not a small file's base64.")
+    try:
+        data = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise UnsafeArchiveError(f"Snapshot field '{path}.data' is not base64.") from None
+    if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
+        raise UnsafeArchiveError(
+            f"Snapshot file {path!r} packed in its manifest part does not match its sha256."
+        )
+    return data
 
 
 def _link(value: object, path: str) -> str | None:
@@ -686,6 +724,7 @@ def _variables_entry(value: object, limits: SnapshotLimits) -> VariablesEntry | 
 
 __all__ = [
     "FORMAT",
+    "PACKED_MAX_BYTES",
     "PART_MAX_FILES",
     "PART_TARGET_FILES",
     "FileEntry",

@@ -98,6 +98,13 @@ from langchain_sandbox.snapshots.manifest import (
     parse_root,
     split_paths,
 )
+from langchain_sandbox.snapshots.packs import (
+    blob_sizes,
+    build_entries,
+    contents_of,
+    split_small,
+    stored_hashes,
+)
 from langchain_sandbox.snapshots.store import BlobStore, digest
 
 logger = logging.getLogger(__name__)
@@ -571,6 +578,7 @@ class Snapshotter:
             sizes = {path: listing.files[path].size for path in hashes}
             omitted = dict(listing.omitted)
             bytes_read = 0
+            packed: dict[str, bytes] = {}
             async for contents in _contents(
                 session, bundled, rest, self.limits.batch_bytes, omitted
             ):
@@ -582,19 +590,16 @@ class Snapshotter:
                     sizes[path] = len(data)
                 digests = await _digest_all({p: d for p, d in contents.items() if p not in omitted})
                 hashes.update(digests)
+                small, blobs = split_small(digests, contents)
+                packed.update(small)
                 if puts:
                     await puts[-1]
-                puts.append(
-                    asyncio.ensure_future(
-                        self._put_new(
-                            {digests[p]: contents[p] for p in digests}, verify_stored=True
-                        )
-                    )
-                )
+                puts.append(asyncio.ensure_future(self._put_new(blobs, verify_stored=True)))
 
             rebuilt = stale | hashes.keys() | {info.path for info in to_read}
-            files, same_paths = _entries(
-                known.entries if known is not None else {}, rebuilt, hashes, sizes, listing
+            previous = known.entries if known is not None else {}
+            files, same_paths = build_entries(
+                previous, rebuilt, hashes, sizes, listing, packed, base_manifest
             )
             rebuilt |= mark_links(files, listing.files, rebuilt)
             unread = sum(1 for info in to_read if info.path not in hashes)
@@ -750,7 +755,9 @@ class Snapshotter:
                     break
         if not trusted:
             reused = {path: seen[path][2] for path in files if path not in need}
-            absent = await self.store.missing({*reused.values(), *hashes.values()})
+            sources = [known.entries] if known is not None else []
+            sources += [base.files] if base is not None else []
+            absent = await self.store.missing(stored_hashes({**reused, **hashes}, *sources))
             need.update(path for path, sha in reused.items() if sha in absent)
             hashes = {path: sha for path, sha in hashes.items() if sha not in absent}
         return hashes, [files[path] for path in sorted(need - hashes.keys())]
@@ -881,7 +888,7 @@ class Snapshotter:
         # removed through it; it is left in place and reported rather than failing the restore.
         stuck = {path: "could not be removed" for path in removals if not portable(path)}
         removals = [path for path in removals if path not in stuck]
-        needed = {manifest.files[path].sha256: manifest.files[path].size for path in writes}
+        needed = blob_sizes(manifest, writes)
         if manifest.variables is not None:
             needed[manifest.variables.sha256] = manifest.variables.size
         # Every blob is looked up, not only those to write: a capture after this restore reuses
@@ -910,7 +917,7 @@ class Snapshotter:
         else:
             for batch in _batches(list(present.items()), _second, self.limits.batch_bytes):
                 bad |= (await self._fetch_checked(dict(batch)))[1]
-        lost_files = {path for path in writes if manifest.files[path].sha256 in bad}
+        lost_files = {path for path in writes if blob_sizes(manifest, [path]).keys() & bad}
         writes = [path for path in writes if path not in lost_files]
         # What the session holds at a lost path is not the snapshot's content: it goes too.
         doomed = set(removals)
@@ -934,9 +941,10 @@ class Snapshotter:
                 _second,
                 self.limits.batch_bytes,
             ):
-                wanted = {manifest.files[path].sha256: size for path, size in batch}
+                paths = [path for path, _ in batch]
+                wanted = blob_sizes(manifest, paths)
                 contents = blobs if in_memory else await self._fetch_verified(wanted)
-                files = {path: contents[manifest.files[path].sha256] for path, _ in batch}
+                files = contents_of(manifest, paths, contents)
                 if keeps:
                     untimed.extend(
                         await session.write_restored(files, metadata_of(manifest, files))
@@ -1005,6 +1013,7 @@ class Snapshotter:
                 now.files[path].mode & 0o7777,
                 trusted[1],
                 sparse=now.files[path].sparse,
+                data=plan.files[path].data if plan.files[path].sha256 == trusted[2] else None,
             )
             for path in observed
             if (trusted := seen.files.get(path)) is not None
@@ -1317,35 +1326,6 @@ def _check_quota(total: int, quota: int | None) -> None:
             f"over its quota of {quota} (Limits.workspace_bytes); no snapshot was taken. "
             "Delete files you do not need."
         )
-
-
-def _entries(
-    previous: Mapping[str, FileEntry],
-    rebuilt: Iterable[str],
-    hashes: Mapping[str, str],
-    sizes: Mapping[str, int],
-    listing: Listing,
-) -> tuple[dict[str, FileEntry], bool]:
-    """The manifest's file entries, in path order: ``previous`` with the entries of the
-    ``rebuilt`` paths made again (or dropped: gone, no longer a file, not read); and whether
-    the set of paths is the same as in ``previous``. An entry equal to the previous one is that
-    same object, so comparing manifest parts costs next to nothing."""
-    files = dict(previous)
-    added = removed = False
-    for path in rebuilt:
-        info = listing.files.get(path)
-        sha = hashes.get(path)
-        if info is None or sha is None:
-            removed = files.pop(path, None) is not None or removed
-            continue
-        entry = FileEntry(sha, sizes[path], info.mode & 0o7777, info.mtime_ns, sparse=info.sparse)
-        old = files.get(path)
-        added = added or old is None
-        if old != entry:
-            files[path] = entry
-    if added:
-        files = dict(sorted(files.items()))
-    return files, not (added or removed)
 
 
 def _encode_parts(

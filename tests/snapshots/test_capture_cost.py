@@ -5,6 +5,7 @@ one-blob manifests still load. Costs are counted (store calls, blobs written), n
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import os
 import time
@@ -28,6 +29,8 @@ from langchain_sandbox.snapshots.store import digest
 
 SessionFactory = Callable[[], Awaitable[Session]]
 FILES = 600
+KEPT = b"kept" * 200
+CONTENT_A, CONTENT_B = b"content a" * 100, b"content b" * 100
 
 
 class CountingBlobStore(BlobStore):
@@ -102,7 +105,8 @@ async def test_unchanged_files_cost_no_read_no_hash_and_no_store_lookup(
     assert second.bytes_read == 100
     assert not unchanged & set(counting_store.looked_up)
     assert not unchanged & set(counting_store.written)
-    assert digest(changed) in counting_store.looked_up
+    # The changed file is small: packed into the one part written, with no blob to look up.
+    assert [part for part in _parts(counting_store) if base64.b64encode(changed) in part]
     # The base is the snapshot the session already knows: it is not even fetched, nor are the
     # variables, dumped again with the same bytes as the blob this snapshotter stored.
     assert counting_store.fetched == []
@@ -198,7 +202,8 @@ async def test_gc_keeps_every_part_of_a_live_snapshot(
     needed = await snapshotter.referenced_blobs(second.ref)
     manifest = await snapshotter.load_manifest(second.ref)
     assert {part.sha256 for part in manifest.parts} <= needed
-    assert len(needed) == 1 + len(manifest.parts) + FILES + 1  # root, parts, files, variables
+    # The root, the parts (the 100-byte files are packed into them) and the variables.
+    assert len(needed) == 1 + len(manifest.parts) + 1
 
     report = await snapshotter.collect_garbage([second.ref], grace_seconds=0)
     assert report.deleted_blobs >= 2  # the first root and the part the change replaced
@@ -220,7 +225,8 @@ async def test_a_blob_gc_removed_under_a_live_session_is_written_again(
     a gc through the same snapshotter is noticed at once."""
     live = Snapshotter(counting_store)
     session = await new_session()
-    await session.write_files({"keep.txt": b"kept", "other.txt": b"other"})
+    # Files too big to be packed: their blobs are what gc removes.
+    await session.write_files({"keep.txt": KEPT, "other.txt": b"other" * 200})
     first = await live.capture(session, revision=1)
 
     # gc through the same snapshotter, with nothing live: the next capture stores everything again.
@@ -233,7 +239,7 @@ async def test_a_blob_gc_removed_under_a_live_session_is_written_again(
     monkeypatch.setattr(snapshotter, "STORE_RECHECK_SECONDS", 0.0)
     counting_store.reset()
     third = await live.capture(session, base=second.ref, revision=3)
-    assert digest(b"kept") in counting_store.looked_up
+    assert digest(KEPT) in counting_store.looked_up
     report = await live.restore(await new_session(), third.ref)
     assert report.files_written == 2
 
@@ -245,18 +251,18 @@ async def test_a_session_whose_blob_went_bad_is_checked_again(
     again instead of reusing what it believed stored, and read the damaged file again."""
     live = Snapshotter(counting_store)
     session = await new_session()
-    await session.write_files({"a.txt": b"content a", "b.txt": b"content b"})
+    await session.write_files({"a.txt": CONTENT_A, "b.txt": CONTENT_B})  # blobs, not packed
     first = await live.capture(session, revision=1)
-    blob = store.root / digest(b"content a")[:2] / digest(b"content a")[2:]
+    blob = store.root / digest(CONTENT_A)[:2] / digest(CONTENT_A)[2:]
     blob.write_bytes(b"tampered!")
     report = await live.restore(await new_session(), first.ref)
     assert report.files_lost == ("a.txt",)
 
     counting_store.reset()
     second = await live.capture(session, base=first.ref, revision=2)
-    assert digest(b"content b") in counting_store.looked_up
-    assert second.bytes_read == len(b"content a")
-    assert blob.read_bytes() == b"content a"
+    assert digest(CONTENT_B) in counting_store.looked_up
+    assert second.bytes_read == len(CONTENT_A)
+    assert blob.read_bytes() == CONTENT_A
     with pytest.raises(SnapshotNotFoundError):
         await live.load_manifest(digest(b"no such snapshot"))
 
@@ -407,11 +413,11 @@ async def test_a_rewind_writes_only_the_changed_file_and_removes_extra_ones(
         p: m for p, m in before.items() if p in files and p != "d3/f0003.txt"
     }
     unchanged = {digest(data) for path, data in files.items() if path != "d3/f0003.txt"}
-    # Only the written file's blob is fetched, and the blobs this session already confirmed are
-    # not looked up again.
+    # No file blob is fetched or looked up: the written file is packed into a part this
+    # session already holds, and the blobs it confirmed are not looked up again.
     assert not unchanged & set(counting_store.fetched)
     assert not unchanged & set(counting_store.looked_up)
-    assert digest(files["d3/f0003.txt"]) in counting_store.fetched
+    assert digest(files["d3/f0003.txt"]) not in counting_store.fetched
 
 
 async def test_a_rewind_undoes_changes_the_snapshotter_never_saw(
@@ -446,10 +452,11 @@ async def test_a_rewind_still_names_a_damaged_blob(
     new_session: SessionFactory, store: LocalDirectoryBlobStore, snapshotter: Snapshotter
 ) -> None:
     session = await new_session()
-    files = {f"d{i % 3}/f{i:03d}.txt": os.urandom(80) for i in range(100)}
+    # Files too big to be packed: each has a blob that can be damaged.
+    files = {f"d{i % 3}/f{i:03d}.txt": os.urandom(600) for i in range(100)}
     await session.write_files(files)
     first = await snapshotter.capture(session, revision=1)
-    await session.write_files({"d1/f001.txt": os.urandom(80)})
+    await session.write_files({"d1/f001.txt": os.urandom(600)})
     await snapshotter.capture(session, base=first.ref, revision=2)
     key = digest(files["d1/f001.txt"])
     (store.root / key[:2] / key[2:]).write_bytes(b"damaged")

@@ -60,9 +60,9 @@ async def test_gc_keeps_what_live_snapshots_need_and_deletes_the_rest(
     assert kept.kept_recent == len(everything - needed)
 
     preview = await snapshotter.collect_garbage([third.ref], dry_run=True, grace_seconds=0)
-    # Revision 1 and 2: two manifests (a root and one part each), "one", "two" and the
-    # 5000-byte file.
-    assert preview.deleted_blobs == 7
+    # Revision 1 and 2: two manifests (a root and one part each, the parts packing "one"
+    # and "two") and the 5000-byte file, too big to be packed.
+    assert preview.deleted_blobs == 5
     assert preview.deleted_bytes >= 5000 + 3 + 3
     assert preview.reachable_blobs == len(needed)
     assert await blob_keys(any_store) == everything
@@ -148,8 +148,8 @@ async def test_workers_on_two_machines_share_snapshots_through_one_store(
         assert (await on_b.run_code("total")).value == "3"
         await on_b.write_files({"report.md": b"# final\n"})
         step2 = await worker_b.capture(on_b, base=step1.ref, revision=2)
-        # the changed file, the manifest root and the part holding the file; variables unchanged
-        assert step2.blobs_written == 3
+        # the manifest root and the part packing the changed file; variables unchanged
+        assert step2.blobs_written == 2
 
         await worker_a.restore(on_a, step2.ref)
         assert await on_a.read_files(["report.md", "data.csv"]) == {

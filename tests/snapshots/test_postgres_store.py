@@ -64,9 +64,10 @@ async def test_two_workers_share_snapshots_through_postgres(
         assert step2.bytes_written < 10_000  # the small note and a manifest, not the 1 MB file
 
         preview = await worker_a.collect_garbage([step2.ref], dry_run=True, grace_seconds=0)
-        assert preview.deleted_blobs == 3  # step 1's manifest (root and part) and its note
+        # step 1's manifest: its root and its part, which packs its note
+        assert preview.deleted_blobs == 2
         report = await worker_a.collect_garbage([step2.ref], grace_seconds=0)
-        assert report.deleted_blobs == 3
+        assert report.deleted_blobs == 2
         third_session = await new_session()
         await worker_a.restore(third_session, step2.ref)
         assert (await third_session.read_files(["notes.md"]))["notes.md"] == b"step 2\n"
