@@ -140,7 +140,9 @@ async def bring_back(
     if started:
         notices.append(f"Services of this checkpoint were started again: {', '.join(started)}.")
     if urls:
-        notices.append(f"Exposed ports (a new sandbox serves them at new URLs): {', '.join(urls)}.")
+        # An attached or rewound sandbox keeps its URLs; only a new one's differ from before.
+        where = " (a new sandbox serves them at new URLs)" if fresh else ""
+        notices.append(f"Exposed ports{where}: {', '.join(urls)}.")
     if failed:
         notices.append(
             f"Could not start again: {', '.join(failed)}. Start them yourself if still needed."

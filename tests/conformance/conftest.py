@@ -4,14 +4,13 @@ E2B and Runloop (real SDKs against the emulators in ``langchain_sandbox.testing`
 from __future__ import annotations
 
 import contextlib
-import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from process_helpers import URLOpener, open_directly, through_edge
 
 from langchain_sandbox.providers.base import Provider
-from langchain_sandbox.testing._edge import EdgeClient
 
 
 @contextlib.asynccontextmanager
@@ -48,7 +47,7 @@ async def _e2b(tmp_path: Path) -> AsyncIterator[Provider]:
         provider = E2BProvider(
             api_key="e2b_conformance", api_url=emulator.url, sandbox_url=emulator.url
         )
-        _OPENERS[id(provider)] = _through(emulator)
+        _OPENERS[id(provider)] = through_edge(emulator)
         try:
             yield provider
         finally:
@@ -63,33 +62,14 @@ async def _runloop(tmp_path: Path) -> AsyncIterator[Provider]:
     # and the suite checks that the flag tells the truth.
     async with RunloopEmulator(network=True) as emulator:
         provider = emulator.provider()
-        _OPENERS[id(provider)] = _through(emulator)
+        _OPENERS[id(provider)] = through_edge(emulator)
         try:
             yield provider
         finally:
             await provider.aclose()
 
 
-URLOpener = Callable[[str], bytes]
 _OPENERS: dict[int, URLOpener] = {}
-
-
-def _direct(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return bytes(response.read())
-
-
-def _through(emulator: EdgeClient) -> URLOpener:
-    """A remote sandbox's public port URL cannot be resolved here: the emulator's edge routes
-    it on its host name, as the real one does."""
-
-    def get(url: str) -> bytes:
-        answer = emulator.open(url)
-        if answer.status != 200:
-            raise ConnectionRefusedError(f"{answer.status}: {answer.text()}")
-        return answer.body
-
-    return get
 
 
 _FACTORIES = {"local": _local, "local-gvisor": _local_gvisor, "e2b": _e2b, "runloop": _runloop}
@@ -106,4 +86,4 @@ async def provider(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
 def open_url(provider: Provider) -> URLOpener:
     """GET a URL ``expose_port`` gave (``OSError`` while nothing answers there): directly for
     the local provider, through the emulator's edge for E2B and Runloop."""
-    return _OPENERS.get(id(provider), _direct)
+    return _OPENERS.get(id(provider), open_directly)

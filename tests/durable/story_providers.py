@@ -3,7 +3,7 @@ their real SDKs against the emulators of ``langchain_sandbox.testing``.
 
 An emulator runs in the test's process, so its sandboxes outlive the worker processes (and their
 SIGKILL) as the real services' do; the workers find it through the SDK's own environment
-settings. `StoryProvider.lose_every_sandbox` is the story's "the sandbox is gone" (its timeout
+settings, and the test opens a port URL they were given with `StoryProvider.open_url`. `StoryProvider.lose_every_sandbox` is the story's "the sandbox is gone" (its timeout
 ran out): a no-op on the local provider, whose sandboxes die with their process anyway.
 """
 
@@ -14,6 +14,8 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+from process_helpers import URLOpener, open_directly, through_edge
 
 from langchain_sandbox.testing.e2b_emulator import E2BEmulator
 from langchain_sandbox.testing.runloop_emulator import RunloopEmulator
@@ -26,11 +28,13 @@ _HOST_SETTINGS = ("E2B_DOMAIN", "E2B_ACCESS_TOKEN", "RUNLOOP_CUSTOM_HEADERS")
 @dataclass(frozen=True)
 class StoryProvider:
     """The ``--provider`` of a story's workers, their environment (``None``: this process's),
-    and how to make every sandbox of the provider gone."""
+    how to make every sandbox of the provider gone, and how to GET a port URL a worker was given
+    (a remote one only resolves through the emulator's edge)."""
 
     name: str
     env: dict[str, str] | None
     lose_every_sandbox: Callable[[], None]
+    open_url: URLOpener
 
     @property
     def worker_args(self) -> tuple[str, ...]:
@@ -51,7 +55,7 @@ def _env(settings: dict[str, str]) -> dict[str, str]:
 def running_provider(name: str) -> Iterator[StoryProvider]:
     """The provider ``name`` of `PROVIDERS`, with its emulator running for the block."""
     if name == "local":
-        yield StoryProvider("local", None, lambda: None)
+        yield StoryProvider("local", None, lambda: None, open_directly)
     elif name == "e2b":
         with E2BEmulator(api_key="e2b_" + uuid.uuid4().hex) as e2b:
 
@@ -59,7 +63,7 @@ def running_provider(name: str) -> Iterator[StoryProvider]:
                 for sandbox_id in e2b.sandbox_ids():
                     e2b.expire(sandbox_id)
 
-            yield StoryProvider("e2b", _env(e2b.env()), expire_e2b)
+            yield StoryProvider("e2b", _env(e2b.env()), expire_e2b, through_edge(e2b))
     elif name == "runloop":
         with RunloopEmulator(api_key="rl-" + uuid.uuid4().hex) as runloop:
             assert runloop.api_key is not None
@@ -70,7 +74,7 @@ def running_provider(name: str) -> Iterator[StoryProvider]:
                         runloop.expire(devbox.id)
 
             settings = {"RUNLOOP_API_KEY": runloop.api_key, "RUNLOOP_BASE_URL": runloop.url}
-            yield StoryProvider("runloop", _env(settings), expire_runloop)
+            yield StoryProvider("runloop", _env(settings), expire_runloop, through_edge(runloop))
     else:
         raise ValueError(f"no story provider {name!r}")
 
