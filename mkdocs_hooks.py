@@ -4,7 +4,8 @@
   ``__all__`` of ``langchain_sandbox``, ``langchain_sandbox.testing`` and the emulator modules),
   one page per layer of the package, each name rendered by mkdocstrings from its docstring under
   the name users import. A name exported, moved or renamed in the code appears in the reference
-  with no edit to the docs.
+  with no edit to the docs, and the methods a class takes from private mixins appear on its own
+  entry.
 * **Pydantic constructors are documented.** The tools and the toolkit are pydantic models, whose
   generated ``__init__`` names no parameter; each gets a table of the fields this package
   declares (inherited ones included: a tool's ``provider``... live on ``SandboxTool``), with the
@@ -107,6 +108,23 @@ def _type_name(annotation: Any) -> str:
     return re.sub(r"\b(?:[\w]+\.)+(\w+)", r"\1", str(annotation))
 
 
+def _directive(dotted: str) -> str:
+    """The mkdocstrings directive for one public name. A class that takes operations from mixins
+    in private modules (`SandboxRuntime`'s ``_runtime_operations``...) renders them as its own
+    members: the mixins are how the code is split, not something a user imports."""
+    module_name, _, name = dotted.rpartition(".")
+    obj = getattr(importlib.import_module(module_name), name)
+    mixins = [
+        base
+        for base in getattr(obj, "__mro__", ())[1:]
+        if base.__module__.startswith("langchain_sandbox.")
+        and base.__module__.rpartition(".")[2].startswith("_")
+    ]
+    if not (isinstance(obj, type) and mixins):
+        return f"::: {dotted}\n"
+    return f"::: {dotted}\n    options:\n      inherited_members: true\n"
+
+
 def _fields_table(dotted: str) -> str:
     """A parameters table for a pydantic model of this package ('' for anything else)."""
     from pydantic import BaseModel
@@ -198,7 +216,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
         slug = _slug(title)
         body = [f"# {title}\n"]
         for name in names:
-            body += [f"::: {name}\n", _fields_table(name)]
+            body += [_directive(name), _fields_table(name)]
         files.append(File.generated(config, f"reference/{slug}.md", content="\n".join(body)))
         index += [f"| [`{name}`]({slug}.md#{name}) | {title} |" for name in names]
     files.append(File.generated(config, "reference/index.md", content="\n".join(index) + "\n"))

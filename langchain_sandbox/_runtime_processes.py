@@ -1,9 +1,8 @@
 """The runtime's processes and ports: named processes that outlive a call, and URLs to their ports.
 
 A mixin of [`SandboxRuntime`][langchain_sandbox.SandboxRuntime], in a module of its own so the
-runtime's facade stays one idea per module. Each operation is one async method; its blocking twin
-is made by `_blocking` (it runs the async method on the runtime's loop), so no twin repeats the
-keyword arguments of another.
+runtime's facade stays one idea per module. Each operation is one async method that runs through
+`langchain_sandbox._runtime_calls`; its blocking twin is one line made by `blocking`.
 
 Starting a process with ``restart=True`` and exposing a port change the thread's *services*
 (`langchain_sandbox.services`), which its record carries: after a restore the runtime starts them
@@ -12,13 +11,12 @@ again before the next call and tells the model the new URLs. Stopping a process 
 
 from __future__ import annotations
 
-import functools
 import posixpath
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Mapping
 
+from langchain_sandbox._runtime_calls import CallContext, RuntimeCalls, blocking
 from langchain_sandbox.errors import InvalidInputError
 from langchain_sandbox.processes import (
     ProcessInfo,
@@ -30,30 +28,6 @@ from langchain_sandbox.providers.base import Session, check_port
 from langchain_sandbox.rehydration import Outcome, StepCall, ThreadSandbox
 from langchain_sandbox.state import SandboxState
 from langchain_sandbox.workspace import WORKSPACE_ROOT
-
-if TYPE_CHECKING:
-    from langchain_sandbox._event_loop import LoopThread
-    from langchain_sandbox.rehydration import RehydrationEngine
-    from langchain_sandbox.session_pool import SessionPool
-
-P = ParamSpec("P")
-R = TypeVar("R")
-S = TypeVar("S", bound="RuntimeProcesses")
-
-
-def _blocking(
-    method: Callable[Concatenate[S, P], Coroutine[Any, Any, R]],
-) -> Callable[Concatenate[S, P], R]:
-    """The blocking twin of an async runtime method: the same call, run on the runtime's loop
-    (for sync code and ToolNode worker threads)."""
-
-    @functools.wraps(method)
-    def twin(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self._loop.run_sync(method(self, *args, **kwargs))
-
-    twin.__name__ = twin.__qualname__ = method.__name__.removeprefix("a")
-    twin.__doc__ = f"Blocking twin of `{method.__name__}`."
-    return twin
 
 
 def default_process_name(command: str) -> str:
@@ -82,40 +56,8 @@ def _process_spec(
     ).checked()
 
 
-class RuntimeProcesses:
+class RuntimeProcesses(RuntimeCalls):
     """Processes and ports of a thread's sandbox; mixed into `SandboxRuntime`."""
-
-    _loop: LoopThread
-    _pool: SessionPool
-    _engine: RehydrationEngine
-
-    async def _on_thread(
-        self,
-        thread_id: str,
-        operation: Callable[[ThreadSandbox, Session], Awaitable[R]],
-        *,
-        record: SandboxState | None,
-        step_call: StepCall | None,
-        resumable: bool = False,
-        mutates: bool,
-        repeatable: bool = True,
-    ) -> Outcome[R]:
-        """Run ``operation(thread, session)`` as `SandboxRuntime.aexecute` runs an operation;
-        it gets the thread too, to change the services its record is issued with."""
-
-        async def _run() -> Outcome[R]:
-            async with self._pool.use(thread_id) as thread:
-                return await self._engine.run(
-                    thread,
-                    functools.partial(operation, thread),
-                    record=record,
-                    mutates=mutates,
-                    repeatable=repeatable,
-                    step_call=step_call,
-                    resumable=resumable,
-                )
-
-        return await self._loop.run_async(_run())
 
     async def astart_process(
         self,
@@ -158,11 +100,8 @@ class RuntimeProcesses:
 
         # Not repeatable: a command is user code, never run twice silently.
         return await self._on_thread(
-            thread_id,
+            CallContext(thread_id, record, step_call, resumable),
             _start,
-            record=record,
-            step_call=step_call,
-            resumable=resumable,
             mutates=True,
             repeatable=False,
         )
@@ -186,7 +125,7 @@ class RuntimeProcesses:
             return await session.process_output(name, since=since)
 
         return await self._on_thread(
-            thread_id, _output, record=record, step_call=step_call, mutates=False
+            CallContext(thread_id, record, step_call), _output, mutates=False, repeatable=True
         )
 
     async def astop_process(
@@ -208,12 +147,10 @@ class RuntimeProcesses:
             return info
 
         return await self._on_thread(
-            thread_id,
+            CallContext(thread_id, record, step_call, resumable),
             _stop,
-            record=record,
-            step_call=step_call,
-            resumable=resumable,
             mutates=True,
+            repeatable=True,
         )
 
     async def alist_processes(
@@ -229,7 +166,7 @@ class RuntimeProcesses:
             return await session.list_processes()
 
         return await self._on_thread(
-            thread_id, _list, record=record, step_call=step_call, mutates=False
+            CallContext(thread_id, record, step_call), _list, mutates=False, repeatable=True
         )
 
     async def aexpose_port(
@@ -252,19 +189,22 @@ class RuntimeProcesses:
             return url
 
         return await self._on_thread(
-            thread_id,
+            CallContext(thread_id, record, step_call, resumable),
             _expose,
-            record=record,
-            step_call=step_call,
-            resumable=resumable,
             mutates=True,
+            repeatable=True,
         )
 
-    start_process = _blocking(astart_process)
-    process_output = _blocking(aprocess_output)
-    stop_process = _blocking(astop_process)
-    list_processes = _blocking(alist_processes)
-    expose_port = _blocking(aexpose_port)
+    start_process = blocking(astart_process)
+    """Blocking twin of `astart_process`."""
+    process_output = blocking(aprocess_output)
+    """Blocking twin of `aprocess_output`."""
+    stop_process = blocking(astop_process)
+    """Blocking twin of `astop_process`."""
+    list_processes = blocking(alist_processes)
+    """Blocking twin of `alist_processes`."""
+    expose_port = blocking(aexpose_port)
+    """Blocking twin of `aexpose_port`."""
 
 
 __all__ = ["RuntimeProcesses", "default_process_name"]

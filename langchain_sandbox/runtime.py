@@ -11,12 +11,12 @@ The runtime is the public facade over two parts, each testable on its own:
   is what makes sessions durable: rehydrate before a call, persist after it.
 
 All provider I/O runs on one private event loop (see `langchain_sandbox._event_loop`); each
-public coroutine has a blocking twin (``arun_code`` / ``run_code`` ...). The runtime knows nothing
-about LangGraph: the tools pass it a record and turn the updated record into a state update.
-
-Why one module over 500 lines: most of it is the public facade's blocking and async twin of
-each operation (two signatures and two docstrings each); the logic lives in
-`session_pool` and `rehydration`.
+public coroutine has a blocking twin (``arun_code`` / ``run_code`` ...), one line made by
+`langchain_sandbox._runtime_calls.blocking`. The operations live in two mixins beside this
+module: code, shell, files and packages in `langchain_sandbox._runtime_operations`, processes
+and ports in `langchain_sandbox._runtime_processes`; this module keeps the sessions' life
+(building, persisting, leasing, closing). The runtime knows nothing about LangGraph: the tools
+pass it a record and turn the updated record into a state update.
 """
 
 from __future__ import annotations
@@ -28,21 +28,20 @@ import functools
 import threading
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from langchain_sandbox._event_loop import LoopThread
+from langchain_sandbox._runtime_calls import CallContext, blocking
+from langchain_sandbox._runtime_operations import RuntimeOperations
 from langchain_sandbox._runtime_processes import RuntimeProcesses
 from langchain_sandbox.arguments import checked_init
 from langchain_sandbox.providers.base import (
     Capabilities,
-    FileInfo,
-    OutputCallback,
     Provider,
     Session,
     SessionSpec,
 )
-from langchain_sandbox.providers.tool_channel import ToolHost
 from langchain_sandbox.rehydration import (
     Outcome,
     PersistPolicy,
@@ -52,8 +51,6 @@ from langchain_sandbox.rehydration import (
     SnapshotterLike,
     StepCall,
 )
-from langchain_sandbox.requirements import validate_requirements
-from langchain_sandbox.results import ExecutionResult
 from langchain_sandbox.session_pool import DEFAULT_MAX_SESSIONS, SessionPool
 from langchain_sandbox.state import SandboxState
 
@@ -67,13 +64,15 @@ def _default_snapshotter() -> SnapshotterLike:
     return Snapshotter()
 
 
-class SandboxRuntime(RuntimeProcesses):
+class SandboxRuntime(RuntimeOperations, RuntimeProcesses):
     """Maps conversation threads to live sandbox sessions; see the module docstring.
 
-    Processes that outlive a call, exposed ports and the services that follow the checkpoint
-    (``astart_process``, ``aprocess_output``, ``astop_process``, ``alist_processes``,
-    ``aexpose_port`` and their blocking twins) come from
-    `langchain_sandbox._runtime_processes`; see ``docs/processes.md``.
+    Code, shell commands, files and packages (``arun_code``, ``arun_command``, ``arun_shell``,
+    ``awrite_files``, ``aread_files``, ``alist_files``, ``ainstall_packages`` and their blocking
+    twins) come from `langchain_sandbox._runtime_operations`. Processes that outlive a call,
+    exposed ports and the services that follow the checkpoint (``astart_process``,
+    ``aprocess_output``, ``astop_process``, ``alist_processes``, ``aexpose_port`` and their
+    blocking twins) come from `langchain_sandbox._runtime_processes`; see ``docs/processes.md``.
 
     Args:
         provider: ``"local"`` (default), ``"e2b"``, ``"runloop"`` or a [`Provider`][langchain_sandbox.Provider].
@@ -211,12 +210,11 @@ class SandboxRuntime(RuntimeProcesses):
         and closing it, wait for its own anyway)."""
         await self._loop.run_async(self._flush())
 
-    def flush(self) -> None:
-        """Blocking twin of `aflush`."""
-        self._loop.run_sync(self._flush())
-
     async def _flush(self) -> None:
         await asyncio.gather(*(thread.settle() for thread in self._pool.threads()))
+
+    flush = blocking(aflush)
+    """Blocking twin of `aflush`."""
 
     @property
     def idle_ttl(self) -> float | None:
@@ -282,396 +280,19 @@ class SandboxRuntime(RuntimeProcesses):
         Raises:
             SandboxError: infrastructure failures that retries could not fix.
         """
-        return await self._loop.run_async(
-            self._execute(thread_id, operation, record, mutates, repeatable, step_call, resumable)
+        return await self._on_thread(
+            CallContext(thread_id, record, step_call, resumable),
+            lambda _, session: operation(session),
+            mutates=mutates,
+            repeatable=repeatable,
         )
 
-    def execute(
-        self,
-        thread_id: str,
-        operation: Callable[[Session], Awaitable[T]],
-        *,
-        record: SandboxState | None = None,
-        mutates: bool = True,
-        repeatable: bool = False,
-        step_call: StepCall | None = None,
-        resumable: bool = False,
-    ) -> Outcome[T]:
-        """Blocking twin of `aexecute` (for sync code and ToolNode worker threads)."""
-        return self._loop.run_sync(
-            self._execute(thread_id, operation, record, mutates, repeatable, step_call, resumable)
-        )
+    execute = blocking(aexecute)
+    """Blocking twin of `aexecute` (for sync code and ToolNode worker threads)."""
 
     def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine that uses this runtime on the runtime's loop and wait for it."""
         return self._loop.run_sync(coro)
-
-    async def _execute(
-        self,
-        thread_id: str,
-        operation: Callable[[Session], Awaitable[T]],
-        record: SandboxState | None,
-        mutates: bool,
-        repeatable: bool,
-        step_call: StepCall | None,
-        resumable: bool,
-    ) -> Outcome[T]:
-        async with self._pool.use(thread_id) as thread:
-            return await self._engine.run(
-                thread,
-                operation,
-                record=record,
-                mutates=mutates,
-                repeatable=repeatable,
-                step_call=step_call,
-                resumable=resumable,
-            )
-
-    # -- public operations -------------------------------------------------------------------
-
-    async def _arun_capped(
-        self,
-        thread_id: str,
-        timeout: float | None,
-        run: Callable[[Session, float | None], Awaitable[ExecutionResult]],
-        record: SandboxState | None,
-        step_call: StepCall | None,
-        resumable: bool,
-    ) -> Outcome[ExecutionResult]:
-        """Run code or a command (``run(session, timeout)``) with ``timeout`` capped to the
-        session's limit; the result says if it was cut."""
-        capped, notices = _capped_timeout(timeout, self.spec.limits.timeout)
-
-        async def _run(session: Session) -> ExecutionResult:
-            return (await run(session, capped)).with_notices(*notices)
-
-        return _as_execution(
-            await self.aexecute(
-                thread_id, _run, record=record, step_call=step_call, resumable=resumable
-            )
-        )
-
-    async def arun_code(
-        self,
-        thread_id: str,
-        code: str,
-        *,
-        timeout: float | None = None,
-        record: SandboxState | None = None,
-        on_output: OutputCallback | None = None,
-        step_call: StepCall | None = None,
-        resumable: bool = False,
-        tools: ToolHost | None = None,
-    ) -> Outcome[ExecutionResult]:
-        """Run Python in the thread's stateful interpreter.
-
-        ``timeout`` may lower the session's ``Limits.timeout``, never raise it: a larger value
-        is cut to the limit and the result says so in its notices. ``tools``: host tools the
-        code may call (see [`Session.run_code`][langchain_sandbox.Session.run_code]).
-        """
-        return await self._arun_capped(
-            thread_id,
-            timeout,
-            lambda session, capped: session.run_code(
-                code, timeout=capped, on_output=on_output, tools=tools
-            ),
-            record,
-            step_call,
-            resumable,
-        )
-
-    def run_code(
-        self,
-        thread_id: str,
-        code: str,
-        *,
-        timeout: float | None = None,
-        record: SandboxState | None = None,
-        on_output: OutputCallback | None = None,
-        step_call: StepCall | None = None,
-        resumable: bool = False,
-        tools: ToolHost | None = None,
-    ) -> Outcome[ExecutionResult]:
-        """Blocking twin of `arun_code`."""
-        return self._loop.run_sync(
-            self.arun_code(
-                thread_id,
-                code,
-                timeout=timeout,
-                record=record,
-                on_output=on_output,
-                step_call=step_call,
-                resumable=resumable,
-                tools=tools,
-            )
-        )
-
-    async def arun_command(
-        self,
-        thread_id: str,
-        command: str,
-        *,
-        timeout: float | None = None,
-        cwd: str | None = None,
-        record: SandboxState | None = None,
-        on_output: OutputCallback | None = None,
-        step_call: StepCall | None = None,
-        resumable: bool = False,
-    ) -> Outcome[ExecutionResult]:
-        """Run a shell command in the thread's sandbox (``cwd`` defaults to the workspace).
-
-        ``timeout`` is capped by ``Limits.timeout`` as in `arun_code`.
-        """
-        return await self._arun_capped(
-            thread_id,
-            timeout,
-            lambda session, capped: session.run_command(
-                command, timeout=capped, cwd=cwd, on_output=on_output
-            ),
-            record,
-            step_call,
-            resumable,
-        )
-
-    def run_command(
-        self,
-        thread_id: str,
-        command: str,
-        *,
-        timeout: float | None = None,
-        cwd: str | None = None,
-        record: SandboxState | None = None,
-        on_output: OutputCallback | None = None,
-        step_call: StepCall | None = None,
-        resumable: bool = False,
-    ) -> Outcome[ExecutionResult]:
-        """Blocking twin of `arun_command`."""
-        return self._loop.run_sync(
-            self.arun_command(
-                thread_id,
-                command,
-                timeout=timeout,
-                cwd=cwd,
-                record=record,
-                on_output=on_output,
-                step_call=step_call,
-                resumable=resumable,
-            )
-        )
-
-    async def arun_shell(
-        self,
-        thread_id: str,
-        command: str,
-        *,
-        timeout: float | None = None,
-        cwd: str | None = None,
-        record: SandboxState | None = None,
-        on_output: OutputCallback | None = None,
-        step_call: StepCall | None = None,
-        resumable: bool = False,
-    ) -> Outcome[ExecutionResult]:
-        """Run a command in the thread's persistent shell: ``cd`` and ``export`` carry over to
-        its next commands, and across a resume or fork (they travel with the workspace's
-        snapshot). ``cwd`` changes directory first, and the shell stays there. See
-        [`Session.run_shell`][langchain_sandbox.Session.run_shell].
-
-        ``timeout`` is capped by ``Limits.timeout`` as in `arun_code`.
-        """
-        return await self._arun_capped(
-            thread_id,
-            timeout,
-            lambda session, capped: session.run_shell(
-                command, timeout=capped, cwd=cwd, on_output=on_output
-            ),
-            record,
-            step_call,
-            resumable,
-        )
-
-    def run_shell(
-        self,
-        thread_id: str,
-        command: str,
-        *,
-        timeout: float | None = None,
-        cwd: str | None = None,
-        record: SandboxState | None = None,
-        on_output: OutputCallback | None = None,
-        step_call: StepCall | None = None,
-        resumable: bool = False,
-    ) -> Outcome[ExecutionResult]:
-        """Blocking twin of `arun_shell`."""
-        return self._loop.run_sync(
-            self.arun_shell(
-                thread_id,
-                command,
-                timeout=timeout,
-                cwd=cwd,
-                record=record,
-                on_output=on_output,
-                step_call=step_call,
-                resumable=resumable,
-            )
-        )
-
-    async def awrite_files(
-        self,
-        thread_id: str,
-        files: Mapping[str, bytes],
-        *,
-        record: SandboxState | None = None,
-        step_call: StepCall | None = None,
-        resumable: bool = False,
-    ) -> Outcome[None]:
-        """Write files into the thread's workspace (parents are created)."""
-
-        async def _write(session: Session) -> None:
-            await session.write_files(files)
-
-        return await self.aexecute(
-            thread_id,
-            _write,
-            record=record,
-            repeatable=True,
-            step_call=step_call,
-            resumable=resumable,
-        )
-
-    def write_files(
-        self,
-        thread_id: str,
-        files: Mapping[str, bytes],
-        *,
-        record: SandboxState | None = None,
-        step_call: StepCall | None = None,
-        resumable: bool = False,
-    ) -> Outcome[None]:
-        """Blocking twin of `awrite_files`."""
-        return self._loop.run_sync(
-            self.awrite_files(
-                thread_id, files, record=record, step_call=step_call, resumable=resumable
-            )
-        )
-
-    async def aread_files(
-        self,
-        thread_id: str,
-        paths: Sequence[str],
-        *,
-        record: SandboxState | None = None,
-        step_call: StepCall | None = None,
-    ) -> Outcome[dict[str, bytes]]:
-        """Read files from the thread's workspace."""
-
-        async def _read(session: Session) -> dict[str, bytes]:
-            return await session.read_files(paths)
-
-        return await self.aexecute(
-            thread_id, _read, record=record, mutates=False, repeatable=True, step_call=step_call
-        )
-
-    def read_files(
-        self,
-        thread_id: str,
-        paths: Sequence[str],
-        *,
-        record: SandboxState | None = None,
-        step_call: StepCall | None = None,
-    ) -> Outcome[dict[str, bytes]]:
-        """Blocking twin of `aread_files`."""
-        return self._loop.run_sync(
-            self.aread_files(thread_id, paths, record=record, step_call=step_call)
-        )
-
-    async def alist_files(
-        self,
-        thread_id: str,
-        path: str = ".",
-        *,
-        recursive: bool = False,
-        record: SandboxState | None = None,
-        step_call: StepCall | None = None,
-    ) -> Outcome[list[FileInfo]]:
-        """List a directory of the thread's workspace."""
-
-        async def _list(session: Session) -> list[FileInfo]:
-            return await session.list_files(path, recursive=recursive)
-
-        return await self.aexecute(
-            thread_id, _list, record=record, mutates=False, repeatable=True, step_call=step_call
-        )
-
-    def list_files(
-        self,
-        thread_id: str,
-        path: str = ".",
-        *,
-        recursive: bool = False,
-        record: SandboxState | None = None,
-        step_call: StepCall | None = None,
-    ) -> Outcome[list[FileInfo]]:
-        """Blocking twin of `alist_files`."""
-        return self._loop.run_sync(
-            self.alist_files(
-                thread_id, path, recursive=recursive, record=record, step_call=step_call
-            )
-        )
-
-    async def ainstall_packages(
-        self,
-        thread_id: str,
-        packages: Sequence[str],
-        *,
-        timeout: float | None = None,
-        record: SandboxState | None = None,
-        on_output: OutputCallback | None = None,
-        step_call: StepCall | None = None,
-        resumable: bool = False,
-    ) -> Outcome[ExecutionResult]:
-        """Install packages into the thread's sandbox (validated before any sandbox is touched);
-        the installer's output goes to ``on_output`` while it runs."""
-        requirements = validate_requirements(packages)
-
-        async def _install(session: Session) -> ExecutionResult:
-            return await session.install_packages(
-                requirements, timeout=timeout, on_output=on_output
-            )
-
-        return _as_execution(
-            await self.aexecute(
-                thread_id,
-                _install,
-                record=record,
-                repeatable=True,
-                step_call=step_call,
-                resumable=resumable,
-            )
-        )
-
-    def install_packages(
-        self,
-        thread_id: str,
-        packages: Sequence[str],
-        *,
-        timeout: float | None = None,
-        record: SandboxState | None = None,
-        on_output: OutputCallback | None = None,
-        step_call: StepCall | None = None,
-        resumable: bool = False,
-    ) -> Outcome[ExecutionResult]:
-        """Blocking twin of `ainstall_packages`."""
-        return self._loop.run_sync(
-            self.ainstall_packages(
-                thread_id,
-                packages,
-                timeout=timeout,
-                record=record,
-                on_output=on_output,
-                step_call=step_call,
-                resumable=resumable,
-            )
-        )
 
     # -- concurrent turns --------------------------------------------------------------------
 
@@ -722,14 +343,10 @@ class SandboxRuntime(RuntimeProcesses):
         Returns whether a live session was closed. Snapshots stay in the store (``gc`` reaps
         those no checkpoint references).
         """
-        return await self._loop.run_async(self._close_thread(thread_id))
+        return await self._loop.run_async(self._pool.close_thread(thread_id))
 
-    def close_thread(self, thread_id: str) -> bool:
-        """Blocking twin of `aclose_thread`."""
-        return self._loop.run_sync(self._close_thread(thread_id))
-
-    async def _close_thread(self, thread_id: str) -> bool:
-        return await self._pool.close_thread(thread_id)
+    close_thread = blocking(aclose_thread)
+    """Blocking twin of `aclose_thread`."""
 
     def close(self) -> None:
         """Close every session, the provider's clients and the runtime's loop. Idempotent.
@@ -773,25 +390,6 @@ class SandboxRuntime(RuntimeProcesses):
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self.live_sessions())} live sessions"
         return f"SandboxRuntime(provider={self.provider_name!r}, persist={self.persist!r}, {state})"
-
-
-def _capped_timeout(timeout: float | None, ceiling: float) -> tuple[float | None, tuple[str, ...]]:
-    """``timeout`` lowered to the operator's ``ceiling``, and the notice that says so if it was.
-
-    The caller (often the model) may ask for less time than the operator allows, never more.
-    Anything that is not a number is passed on for the session to refuse.
-    """
-    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > ceiling:
-        return ceiling, (
-            f"timeout lowered from {timeout:g} s to the sandbox's limit of {ceiling:g} s",
-        )
-    return timeout, ()
-
-
-def _as_execution(outcome: Outcome[ExecutionResult]) -> Outcome[ExecutionResult]:
-    """Put the notices where the model reads them, and count the execution (a delta)."""
-    record: SandboxState = {**outcome.record, "exec_count": 1}
-    return Outcome(outcome.value.with_notices(*outcome.notices), record, outcome.notices)
 
 
 def _register_exit_hook(hook: Callable[[], None]) -> None:

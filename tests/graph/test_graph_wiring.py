@@ -75,14 +75,21 @@ def _agent_as_a_subgraph(runtime: SandboxRuntime, saver: InMemorySaver, *states:
     return node
 
 
+# A late saver only where lateness can change the outcome: under durability="async" the next step
+# runs before the last one's checkpoint is saved; under "sync" every save is done before the next
+# step starts, so a late one would only add its sleeps.
 @pytest.mark.parametrize(
-    ("durability", "states"),
+    ("durability", "states", "memory_saver"),
     [
-        ("async", [MessagesState]),
-        ("sync", [MessagesState]),
-        ("sync", [MessagesState, SandboxGraphState]),  # the middle graph lasts one invocation too
-        ("async", [MessagesState, SandboxGraphState]),
+        ("async", [MessagesState], "prompt"),
+        ("async", [MessagesState], "late"),
+        ("sync", [MessagesState], "prompt"),
+        # The middle graph lasts one invocation too.
+        ("sync", [MessagesState, SandboxGraphState], "prompt"),
+        ("async", [MessagesState, SandboxGraphState], "prompt"),
+        ("async", [MessagesState, SandboxGraphState], "late"),
     ],
+    indirect=["memory_saver"],
 )
 def test_an_agent_subgraph_whose_parent_drops_the_record_is_refused_before_the_model(
     runtime: SandboxRuntime,
