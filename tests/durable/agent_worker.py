@@ -47,6 +47,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+# The tests directory, for the agent loop the graph tests share (this file runs as a script).
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.types import Command, interrupt
@@ -270,20 +273,12 @@ def build(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -> Any:
 
 
 def _approval_graph(runtime: SandboxRuntime, saver: Any) -> Any:
-    from langgraph.graph import START, StateGraph
-    from langgraph.prebuilt import tools_condition
+    from agent_loop import agent_loop
 
-    from langchain_sandbox.graph import SandboxGraphState, SandboxToolNode
     from langchain_sandbox.tools import SandboxExecTool
 
-    tools = [SandboxExecTool(), ask_approval]
-    model = ScriptedToolModel(script=APPROVAL_STEPS).bind_tools(tools)
-    graph = StateGraph(SandboxGraphState)
-    graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
-    graph.add_node("tools", SandboxToolNode(tools, runtime=runtime))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
+    model = ScriptedToolModel(script=APPROVAL_STEPS)
+    graph = agent_loop(model, [SandboxExecTool(), ask_approval], runtime=runtime)
     return graph.compile(checkpointer=saver)
 
 

@@ -29,14 +29,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
+from pathlib import Path
 from typing import Annotated, Any, NotRequired, TypedDict
 
+# The tests directory, for the agent loop the graph tests share (this file runs as a script).
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+
+from agent_loop import agent_loop
 from agent_worker import async_saver, emit, sandbox_runtime, sync_saver
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, Send
 
@@ -218,15 +224,10 @@ def tasks_graph(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -
     from langchain_sandbox.graph import SandboxToolCallWrapper
 
     tools = [SandboxExecTool(), ask_approval]
-    model = ScriptedToolModel(script=tasks_script).bind_tools(tools)
     inner = SandboxToolCallWrapper(runtime=runtime, ordered_tools=["sandbox_exec"])
     wrap, _ = _blocker(args, saver, "__return__").around(inner)
-    graph = StateGraph(SandboxGraphState)
-    graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
-    graph.add_node("tools", ToolNode(tools, wrap_tool_call=wrap, handle_tool_errors=True))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
+    node = ToolNode(tools, wrap_tool_call=wrap, handle_tool_errors=True)
+    graph = agent_loop(ScriptedToolModel(script=tasks_script), tools, tool_node=node)
     return graph.compile(checkpointer=saver)
 
 
@@ -244,18 +245,6 @@ def parallel_agent(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any
         return create_agent(model, middleware=middleware, checkpointer=saver)
     agent = create_agent(model, middleware=middleware)
     return _one_node(agent, declares=True).compile(checkpointer=saver)
-
-
-def _agent_loop(runtime: SandboxRuntime, schema: Any = SandboxGraphState) -> StateGraph[Any]:
-    tools = [SandboxExecTool()]
-    model = ScriptedToolModel(script=fan_out_script).bind_tools(tools)
-    graph = StateGraph(schema)
-    graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
-    graph.add_node("tools", SandboxToolNode(tools, runtime=runtime))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    return graph
 
 
 def _tool_node(
@@ -324,7 +313,9 @@ def subgraph_parent(args: argparse.Namespace, runtime: SandboxRuntime, saver: An
     """The agent loop, nested in graphs of one node each as ``SUBGRAPHS`` says."""
     (root_declares, _), *levels = SUBGRAPHS[args.shape]
     declares, stateful = levels.pop()
-    graph = _agent_loop(runtime, SandboxGraphState if declares else ParentWithout)
+    model = ScriptedToolModel(script=fan_out_script)
+    schema = SandboxGraphState if declares else ParentWithout
+    graph = agent_loop(model, [SandboxExecTool()], runtime=runtime, schema=schema)
     nested = graph.compile(checkpointer=True if stateful else None)
     for declares, stateful in reversed(levels):
         nested = _one_node(nested, declares).compile(checkpointer=True if stateful else None)

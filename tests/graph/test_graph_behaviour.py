@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from agent_loop import agent_loop
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
@@ -204,11 +205,8 @@ def test_tool_node_replays_parallel_sandbox_calls_after_an_interrupt(
     interrupts the node; on resume the node runs again, and each sandbox call's result is
     replayed (to its own call) instead of being executed a second time."""
     from langchain_core.tools import tool
-    from langgraph.graph import START, StateGraph
-    from langgraph.prebuilt import tools_condition
     from langgraph.types import interrupt
 
-    from langchain_sandbox.graph import SandboxGraphState, SandboxToolNode
     from langchain_sandbox.tools import SandboxExecTool
 
     @tool
@@ -226,14 +224,8 @@ def test_tool_node_replays_parallel_sandbox_calls_after_an_interrupt(
             call("sandbox_exec", code="print(open('log.txt').read())"),
             "done",
         ]
-    ).bind_tools(tools)
-    graph = StateGraph(SandboxGraphState)
-    graph.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
-    graph.add_node("tools", SandboxToolNode(tools, runtime=runtime))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    app = graph.compile(checkpointer=InMemorySaver())
+    )
+    app = agent_loop(model, tools, runtime=runtime).compile(checkpointer=InMemorySaver())
 
     assert app.invoke({"messages": [HumanMessage("go")]}, cfg(thread))["__interrupt__"]
     state = app.invoke(Command(resume="yes"), cfg(thread))
@@ -306,10 +298,6 @@ def _assert_tool_node_shape(updates: list[dict[str, Any]], tool_messages: int) -
 async def test_updates_stream_like_a_plain_tool_node(runtime: SandboxRuntime, thread: str) -> None:
     """``stream_mode="updates"`` with the middleware (sync and async) and with SandboxToolNode
     (parallel sandbox calls in one message): no extra ``sandbox_tool_call`` update."""
-    from langgraph.graph import START, StateGraph
-    from langgraph.prebuilt import tools_condition
-
-    from langchain_sandbox.graph import SandboxGraphState, SandboxToolNode
     from langchain_sandbox.tools import SandboxExecTool
 
     script = [
@@ -330,15 +318,8 @@ async def test_updates_stream_like_a_plain_tool_node(runtime: SandboxRuntime, th
     ]
     _assert_tool_node_shape(second, tool_messages=3)
 
-    tools = [SandboxExecTool()]
-    model = ScriptedToolModel(script=script).bind_tools(tools)
-    graph = StateGraph(SandboxGraphState)
-    graph.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
-    graph.add_node("tools", SandboxToolNode(tools, runtime=runtime))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    app = graph.compile(checkpointer=InMemorySaver())
+    loop = agent_loop(ScriptedToolModel(script=script), [SandboxExecTool()], runtime=runtime)
+    app = loop.compile(checkpointer=InMemorySaver())
     hand_built = _updates(
         app.stream({"messages": [HumanMessage("go")]}, cfg(thread + "-g"), stream_mode="updates")
     )

@@ -8,13 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from agent_loop import agent_loop
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, StateGraph
-from langgraph.prebuilt import tools_condition
 
-from langchain_sandbox.graph import SandboxGraphState, SandboxMiddleware, SandboxToolNode
+from langchain_sandbox.graph import SandboxMiddleware, SandboxToolNode
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.testing.scripted_model import ScriptedToolModel, call
 from langchain_sandbox.tools import SandboxExecTool, SandboxToolkit
@@ -152,23 +151,9 @@ async def test_middleware_streams_output_and_messages(runtime: SandboxRuntime, t
 
 def build_graph(runtime: SandboxRuntime, model: ScriptedToolModel) -> Any:
     tools = SandboxToolkit(runtime=runtime).get_tools()
-    bound = model.bind_tools(tools)
-
-    def agent(state: SandboxGraphState) -> dict[str, Any]:
-        return {"messages": [bound.invoke(state["messages"])]}
-
-    async def aagent(state: SandboxGraphState) -> dict[str, Any]:
-        return {"messages": [await bound.ainvoke(state["messages"])]}
-
-    from langchain_core.runnables import RunnableLambda
-
-    graph = StateGraph(SandboxGraphState)
-    graph.add_node("agent", RunnableLambda(agent, afunc=aagent))
-    graph.add_node("tools", SandboxToolNode(tools))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    return graph.compile(checkpointer=InMemorySaver())
+    return agent_loop(model, tools, tool_node=SandboxToolNode(tools)).compile(
+        checkpointer=InMemorySaver()
+    )
 
 
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke", "stream", "astream"])
@@ -205,13 +190,7 @@ def test_tool_node_binds_its_runtime(tmp_path: Any, thread: str) -> None:
     try:
         model = ScriptedToolModel(script=[call("sandbox_exec", code="1 + 1"), "2"])
         tools = [SandboxExecTool()]
-        graph = StateGraph(SandboxGraphState)
-        bound = model.bind_tools(tools)
-        graph.add_node("agent", lambda s: {"messages": [bound.invoke(s["messages"])]})
-        graph.add_node("tools", SandboxToolNode(tools, runtime=own))
-        graph.add_edge(START, "agent")
-        graph.add_conditional_edges("agent", tools_condition)
-        graph.add_edge("tools", "agent")
+        graph = agent_loop(model, tools, runtime=own)
         state = graph.compile().invoke({"messages": [HumanMessage("go")]}, config_for(thread))
         assert "2" in tool_texts(state["messages"])[0]
         assert thread in own.live_sessions()

@@ -10,29 +10,23 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from agent_loop import agent_loop
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import tools_condition
 
 from langchain_sandbox.errors import ConfigurationError
-from langchain_sandbox.graph import SandboxGraphState, SandboxMiddleware, SandboxToolNode
+from langchain_sandbox.graph import SandboxGraphState, SandboxMiddleware
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.testing.scripted_model import ScriptedToolModel, call
 from langchain_sandbox.tools import SandboxExecTool
 
 
 def _graph_without_the_channel(runtime: SandboxRuntime, checkpointer: Any) -> Any:
-    tools = [SandboxExecTool()]
-    model = ScriptedToolModel(script=[call("sandbox_exec", code="x = 1"), "done"]).bind_tools(tools)
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
-    graph.add_node("tools", SandboxToolNode(tools, runtime=runtime))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    return graph.compile(checkpointer=checkpointer)
+    model = ScriptedToolModel(script=[call("sandbox_exec", code="x = 1"), "done"])
+    loop = agent_loop(model, [SandboxExecTool()], runtime=runtime, schema=MessagesState)
+    return loop.compile(checkpointer=checkpointer)
 
 
 def test_a_checkpointed_graph_without_the_channel_is_refused(
