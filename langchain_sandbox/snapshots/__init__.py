@@ -31,12 +31,8 @@ from langchain_sandbox.snapshots.manifest import (
     VariablesEntry,
     parse_manifest,
 )
-from langchain_sandbox.snapshots.snapshotter import (
-    GcReport,
-    RestoreReport,
-    SnapshotInfo,
-    Snapshotter,
-)
+from langchain_sandbox.snapshots.reports import GcReport, RestoreReport, SnapshotInfo
+from langchain_sandbox.snapshots.snapshotter import Snapshotter
 from langchain_sandbox.snapshots.store import BlobInfo, BlobStore, check_key, digest
 
 __all__ = [
