@@ -33,8 +33,8 @@ from langchain_sandbox.snapshots.manifest import (
     SnapshotLimits,
     VariablesEntry,
     is_digest,
-    parse_root,
 )
+from langchain_sandbox.snapshots.manifest_parsing import parse_root
 from langchain_sandbox.snapshots.store import BlobStore, digest
 
 RACY_WINDOW_NS = 10_000_000
