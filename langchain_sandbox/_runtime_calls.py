@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from langchain_sandbox.providers.base import Session
-from langchain_sandbox.rehydration import Outcome, StepCall, ThreadSandbox
 from langchain_sandbox.state import SandboxState
+from langchain_sandbox.thread import Outcome, StepCall, ThreadSandbox
 
 if TYPE_CHECKING:
     from langchain_sandbox._event_loop import LoopThread

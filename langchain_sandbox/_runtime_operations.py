@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from langchain_sandbox._runtime_calls import CallContext, RuntimeCalls, blocking
 from langchain_sandbox.providers.base import FileInfo, OutputCallback, Session
 from langchain_sandbox.providers.tool_channel import ToolHost
-from langchain_sandbox.rehydration import Outcome, StepCall
 from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import ExecutionResult
 from langchain_sandbox.state import SandboxState
+from langchain_sandbox.thread import Outcome, StepCall
 
 
 class RuntimeOperations(RuntimeCalls):

@@ -25,8 +25,8 @@ from langchain_sandbox.processes import (
     check_process_name,
 )
 from langchain_sandbox.providers.base import Session, check_port
-from langchain_sandbox.rehydration import Outcome, StepCall, ThreadSandbox
 from langchain_sandbox.state import SandboxState
+from langchain_sandbox.thread import Outcome, StepCall, ThreadSandbox
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 

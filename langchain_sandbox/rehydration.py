@@ -3,7 +3,9 @@
 The engine decides, for one call of one thread, which session the call runs in and what record it
 returns. It knows nothing of event-loop threads, locks, caps or idle eviction (the
 `session_pool` does those) and nothing of LangGraph (the tools pass it a
-record and turn the returned record into a state update). Its rules:
+record and turn the returned record into a state update). What it keeps of a thread is in
+`langchain_sandbox.thread`; attaching, and restoring a record into a new session, in
+`langchain_sandbox.restoring`. Its rules:
 
 * **rehydrate** (before a call): the live session is used when its head equals the record's;
   a live session of the thread whose record went back (a fork or time travel to an earlier
@@ -41,19 +43,33 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Generic, Literal, NamedTuple, Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Literal, TypeVar
 
-from langchain_sandbox.errors import SandboxError, SandboxGoneError, SnapshotStoreUnavailable
-from langchain_sandbox.providers.base import Provider, Session
+from langchain_sandbox.errors import SandboxError, SandboxGoneError
+from langchain_sandbox.providers.base import Session
+from langchain_sandbox.restoring import (
+    HEAD_VARIABLE,
+    attach_matching,
+    mark_head,
+    names_other_sandbox,
+    restore_into,
+    restored_notices,
+)
 from langchain_sandbox.retries import retry_async
-from langchain_sandbox.services import Services, bring_back
+from langchain_sandbox.services import bring_back
 from langchain_sandbox.state import SandboxState
+from langchain_sandbox.thread import (
+    Outcome,
+    SessionHost,
+    SnapshotterLike,
+    StepCall,
+    ThreadSandbox,
+    WriteBehind,
+)
 
 T = TypeVar("T")
 
@@ -68,13 +84,6 @@ the runtime itself can bring the state back after idle eviction or a crashed san
 outside a graph. ``"never"``: the live session is the only copy of the state."""
 
 _POLICIES: tuple[PersistPolicy, ...] = ("resumable", "every_call", "never")
-
-HEAD_VARIABLE = "_langchain_sandbox_head"
-"""Global of the sandbox's Python interpreter holding its head, so a later attach can check it.
-
-In the interpreter, not in a file: attaching is worth it for the memory it keeps, so a sandbox
-whose interpreter restarted (variables lost) must not match and is restored from its snapshot
-instead. The leading underscore keeps it out of variable snapshots."""
 
 
 class _CapturesInFlight:
@@ -111,227 +120,6 @@ class _CapturesInFlight:
 
 
 _captures_in_flight = _CapturesInFlight()
-
-
-class SnapshotInfoLike(Protocol):
-    """What the engine needs from a captured snapshot: its reference, and what the model should
-    read about it (variables that were not saved, and why)."""
-
-    @property
-    def ref(self) -> str: ...
-
-    @property
-    def notices(self) -> Sequence[str]: ...
-
-
-class RestoreReportLike(Protocol):
-    """What the engine needs from a restore: the notices the model should read, and whether
-    they only say that it happened (nothing lost or left)."""
-
-    @property
-    def notices(self) -> Sequence[str]: ...
-
-    @property
-    def complete(self) -> bool: ...
-
-
-class SnapshotterLike(Protocol):
-    """The snapshot engine the runtime persists with
-    ([`langchain_sandbox.snapshots.Snapshotter`][langchain_sandbox.Snapshotter] by default)."""
-
-    async def capture(
-        self, session: Session, *, base: str | None, revision: int
-    ) -> SnapshotInfoLike: ...
-
-    async def restore(self, session: Session, ref: str) -> RestoreReportLike: ...
-
-    async def name_head(self, head: str, ref: str) -> None: ...
-
-    async def find_head(self, head: str) -> str | None: ...
-
-
-@dataclass(frozen=True)
-class StepCall:
-    """Which tool call a runtime call is, and the calls of the same model message or graph step.
-
-    Parallel tool calls of one graph step all see the state from before the step, so they all
-    carry the same (soon stale) record. Naming the message's calls, or the graph step itself,
-    lets the runtime tell such a sibling (share the live session) from a replay of a call already
-    applied, or a call of another step carrying an old record (a fork or time travel: restore
-    that record).
-
-    Attributes:
-        call_id: The tool call's id.
-        siblings: The other calls of the same model message.
-        step: An opaque key of the graph step the call runs in (its checkpoint and namespace),
-            or ``None``: calls of one step are siblings even when each came from a ``Send`` of
-            its own, with no message naming the others.
-    """
-
-    call_id: str
-    siblings: frozenset[str] = frozenset()
-    step: str | None = None
-
-    @property
-    def members(self) -> frozenset[str]:
-        return self.siblings | {self.call_id}
-
-
-class Outcome(NamedTuple, Generic[T]):
-    """What a runtime call returns.
-
-    Attributes:
-        value: The operation's result.
-        record: The thread's updated [`SandboxState`][langchain_sandbox.SandboxState], as an update for the graph's
-            ``sandbox`` channel (``exec_count`` is a delta, as the channel's reducer expects).
-        notices: Infrastructure messages the model should read (a restore happened, a snapshot
-            could not be saved...). Operations returning an ``ExecutionResult`` also carry them
-            in ``result.notices``.
-    """
-
-    value: T
-    record: SandboxState
-    notices: list[str]
-
-
-@dataclass
-class Position:
-    """Where a thread's sandbox stands in its history: the fields of its record."""
-
-    head: str | None = None
-    revision: int = 0
-    snapshot: str | None = None
-    snapshot_revision: int = 0
-    services: Services = field(default_factory=Services)
-
-    @property
-    def known(self) -> bool:
-        return self.head is not None or self.revision > 0
-
-    def adopt(self, record: SandboxState) -> None:
-        """Take the record's position (after a restore or an attach to match it)."""
-        self.head = record.get("head")
-        self.revision = record.get("revision", 0)
-        self.snapshot = record.get("snapshot")
-        self.snapshot_revision = record.get("snapshot_revision", 0)
-        self.services = Services.of(record)
-
-
-@dataclass
-class Batch:
-    """The head the current graph step started from, the heads its calls issued since, and the
-    tool calls already applied: parallel calls of one step carry one of those heads (the one
-    before the step, or that of a finished sibling whose saved record they were re-run with) and
-    must share the live session, while a replayed call (a fork re-running the step) must not."""
-
-    base: str | None = None
-    members: frozenset[str] = frozenset()
-    step: str | None = None
-    heads: set[str | None] = field(default_factory=set)
-    applied: set[str] = field(default_factory=set)
-
-    def start(self, head: str | None, step_call: StepCall | None) -> None:
-        """The next calls build on ``head``; those of ``step_call``'s message or step are
-        siblings."""
-        self.base = head
-        self.members = step_call.members if step_call is not None else frozenset()
-        self.step = step_call.step if step_call is not None else None
-        self.heads = {head}
-        self.applied = set()
-
-    def includes(self, step_call: StepCall | None) -> bool:
-        """Whether ``step_call`` belongs to this batch's message or graph step."""
-        return step_call is not None and (
-            step_call.call_id in self.members
-            or (step_call.step is not None and step_call.step == self.step)
-        )
-
-    def issued(self, head: str | None) -> None:
-        """A call of this batch moved the live session to ``head``."""
-        self.heads.add(head)
-
-    def is_sibling(self, head: str | None, step_call: StepCall | None) -> bool:
-        """Whether a call carrying ``head`` is a not-yet-applied call of this batch."""
-        return (
-            step_call is not None
-            and head in self.heads
-            and self.includes(step_call)
-            and step_call.call_id not in self.applied
-        )
-
-
-@dataclass(frozen=True)
-class WriteBehind:
-    """A snapshot being captured after its call returned: the task, and the revision it captures."""
-
-    task: asyncio.Task[None]
-    revision: int
-
-
-@dataclass(eq=False)
-class ThreadSandbox:
-    """What the engine knows about one thread: its live session, position and current batch,
-    the snapshot being written behind, and notices about it for the thread's next call."""
-
-    thread_id: str
-    session: Session | None = None
-    position: Position = field(default_factory=Position)
-    batch: Batch = field(default_factory=Batch)
-    behind: WriteBehind | None = None
-    late_notices: list[str] = field(default_factory=list)
-    capture_notices: tuple[str, ...] = ()
-    """What the last capture said; a capture that says the same again is not repeated."""
-    spilled: str | None = None
-    """The head the thread was at when its session was spilled (captured, then closed to make
-    room): restoring that head again loses nothing, so it is done without a notice."""
-    ran_processes: bool = False
-    """A process was started in the live session: a rewind must stop those the record lacks."""
-
-    async def settle(self) -> None:
-        """Wait for the snapshot being written behind, if any: nothing may change or close the
-        session while it is read. Cancelling the waiter does not cancel the capture."""
-        behind = self.behind
-        if behind is not None:
-            await asyncio.shield(behind.task)
-            if self.behind is behind:
-                self.behind = None
-
-    def as_record(self) -> SandboxState:
-        position = self.position
-        record = SandboxState(
-            revision=position.revision,
-            head=position.head,
-            snapshot=position.snapshot,
-            snapshot_revision=position.snapshot_revision,
-            exec_count=0,
-        )
-        if position.services:
-            record["services"] = position.services.to_json()
-        if self.session is not None:
-            record["session"] = self.session.record
-        return record
-
-    def take_session(self) -> Session | None:
-        """Detach the live session (to close it); the thread then has none."""
-        session, self.session = self.session, None
-        self.ran_processes = False
-        return session
-
-
-class SessionHost(Protocol):
-    """Where the engine gets sessions and gives them back (the runtime's session pool)."""
-
-    async def provider(self) -> Provider:
-        """The provider sessions come from (built on first use)."""
-
-    async def create(self, thread_id: str) -> Session:
-        """A new session for ``thread_id``."""
-
-    async def close(self, session: Session) -> None:
-        """Destroy a session now; a failure is logged, never raised."""
-
-    def close_soon(self, session: Session) -> None:
-        """Destroy a session in the background (the caller is being cancelled)."""
 
 
 class RehydrationEngine:
@@ -481,14 +269,16 @@ class RehydrationEngine:
                 "snapshot": thread.position.snapshot,
                 "snapshot_revision": thread.position.snapshot_revision,
             }
-        session = await self._attach_matching(record)
+        session = await attach_matching(self._host, record)
         fresh = session is None
         if session is None:
             session = await self._host.create(thread.thread_id)
             quiet = wanted_head is not None and thread.spilled == wanted_head
             if wanted_head is not None:
                 try:
-                    if not await self._restore_into(session, record, notices, quiet=quiet):
+                    if not await restore_into(
+                        self.snapshotter, session, record, notices, quiet=quiet
+                    ):
                         # A restore that failed part-way may have written files or variables:
                         # the thread goes on in a new sandbox, really empty as its notice says.
                         await self._host.close(session)
@@ -566,7 +356,7 @@ class RehydrationEngine:
         if session.carried_head != head and (resumable or self.persist != "resumable"):
             # Only a record something can resume from is attached by its head; under the
             # explicit policies every record may be handed to another process.
-            await _mark_head(session, head)
+            await mark_head(session, head)
         if not self.captures(resumable):
             return
         if not self.write_behind:
@@ -632,29 +422,6 @@ class RehydrationEngine:
             return record
         return {**record, "snapshot": ref, "snapshot_revision": revision}
 
-    async def _attach_matching(self, record: SandboxState) -> Session | None:
-        """Reattach to the sandbox the record names, if it outlived its process and still holds
-        the record's head; ``None`` otherwise."""
-        session_record = record.get("session")
-        head = record.get("head")
-        provider = await self._host.provider()
-        if not session_record or head is None or not provider.capabilities.attach_across_processes:
-            return None
-        if session_record.get("provider") not in (None, provider.name):
-            return None
-        try:
-            session = await provider.attach(session_record)
-        except SandboxError as exc:
-            logger.info("attach to %s failed: %s", session_record.get("sandbox_id"), exc)
-            return None
-        if session is None:
-            return None
-        if await _read_head(session) == head:
-            return session
-        # Another step moved this sandbox on: it belongs to another branch now. Leave it to its
-        # owner (or to gc) and restore the record's state into a new session instead.
-        return None
-
     async def _rewind(
         self, thread: ThreadSandbox, record: SandboxState, notices: list[str]
     ) -> bool:
@@ -662,10 +429,10 @@ class RehydrationEngine:
         then replaces the session) when there is no snapshot, when the record names another
         sandbox the provider may attach to, or when the restore fails."""
         session, ref = thread.session, record.get("snapshot")
-        if session is None or not ref or await self._names_other_sandbox(record, session):
+        if session is None or not ref or await names_other_sandbox(self._host, record, session):
             return False
         # The sandbox stops holding the other branch's state: no attach may take it for that.
-        await _mark_head(session, None)
+        await mark_head(session, None)
         snapshotter = self.snapshotter
         try:
             report = await retry_async(lambda: snapshotter.restore(session, ref))
@@ -675,52 +442,7 @@ class RehydrationEngine:
         except SandboxError as exc:
             logger.info("rewind of thread %s failed, restoring anew: %s", thread.thread_id, exc)
             return False
-        notices.extend(_restored_notices(record, report))
-        return True
-
-    async def _names_other_sandbox(self, record: SandboxState, session: Session) -> bool:
-        """Whether the record names a sandbox other than ``session`` that might still hold its
-        state, memory included (only providers whose sandboxes outlive a process)."""
-        named = (record.get("session") or {}).get("sandbox_id")
-        if named is None or named == session.record.get("sandbox_id"):
-            return False
-        return (await self._host.provider()).capabilities.attach_across_processes
-
-    async def _restore_into(
-        self, session: Session, record: SandboxState, notices: list[str], *, quiet: bool = False
-    ) -> bool:
-        """Restore the record's snapshot into the new ``session``; ``False`` if a restore was
-        tried and failed (the session may then hold part of it). ``quiet``: the snapshot is
-        the thread's own spilled state, so a complete restore says nothing."""
-        ref = record.get("snapshot")
-        revision = record.get("revision", 0)
-        if not ref:
-            notices.append(
-                f"This sandbox is new: the state of revision {revision} could not be restored "
-                "because no snapshot of it was saved. Files and variables from earlier calls "
-                "are gone; recreate what you need."
-            )
-            return True
-        snapshotter = self.snapshotter
-        try:
-            report = await retry_async(lambda: snapshotter.restore(session, ref))
-        except asyncio.CancelledError:
-            raise
-        except (SnapshotStoreUnavailable, OSError) as exc:
-            # Starting empty would supersede the snapshot with the next call's record: fail
-            # this call instead, so a later one restores everything once the store is back.
-            # (OSError: a store of the application's own, unreachable.)
-            cause = exc.__cause__ if isinstance(exc, SnapshotStoreUnavailable) else exc
-            raise store_unavailable(cause or exc, revision) from exc
-        except SandboxError as exc:
-            # Refusing forever would leave the thread unusable; start empty and say so loudly.
-            notices.append(
-                f"The sandbox could not be restored from its snapshot ({exc}); it starts "
-                "empty. Files and variables from earlier calls are gone."
-            )
-            return False
-        if not (quiet and report.complete):
-            notices.extend(_restored_notices(record, report))
+        notices.extend(restored_notices(record, report))
         return True
 
     def _retire(self, thread: ThreadSandbox) -> None:
@@ -736,62 +458,7 @@ class RehydrationEngine:
             self._host.close_soon(session)
 
 
-def store_unavailable(exc: BaseException, revision: int | None = None) -> SnapshotStoreUnavailable:
-    """The typed error for a snapshot store that failed with ``exc`` (its type only: a driver's
-    message can carry connection details)."""
-    what = f"the snapshot of revision {revision}" if revision is not None else "a sandbox record"
-    return SnapshotStoreUnavailable(
-        f"The snapshot store could not be reached ({type(exc).__name__}) while reading {what}. "
-        "Nothing is lost: the checkpoint still names it, and a later call restores it in full "
-        "once the store answers; retrying may help."
-    )
-
-
-def _restored_notices(record: SandboxState, report: RestoreReportLike) -> list[str]:
-    revision = record.get("revision", 0)
-    snapshot_revision = record.get("snapshot_revision", revision)
-    notices = [f"The sandbox was restored from the snapshot of revision {snapshot_revision}."]
-    if snapshot_revision < revision:
-        notices.append(
-            f"Changes made after revision {snapshot_revision} (up to {revision}) were not "
-            "saved and are lost."
-        )
-    return [*notices, *report.notices]
-
-
-async def _mark_head(session: Session, head: str | None) -> None:
-    """Record the head in a sandbox another process may attach to, with a call of its own (on
-    providers whose sandboxes outlive their process, when the call could not carry it); ``None``
-    clears it, so no attach matches the sandbox."""
-    capabilities = session.capabilities
-    if not (capabilities.stateful_python and capabilities.attach_across_processes):
-        return
-    with contextlib.suppress(SandboxError):
-        await session.run_code(f"{HEAD_VARIABLE} = {head!r}", timeout=30)
-
-
-async def _read_head(session: Session) -> str | None:
-    try:
-        result = await session.run_code(HEAD_VARIABLE, timeout=30)
-    except SandboxError:
-        return None
-    if not result.ok or result.value is None:
-        return None
-    return result.value.strip("'\"")
-
-
 __all__ = [
-    "HEAD_VARIABLE",
-    "Batch",
-    "Outcome",
     "PersistPolicy",
-    "Position",
     "RehydrationEngine",
-    "RestoreReportLike",
-    "SessionHost",
-    "SnapshotInfoLike",
-    "SnapshotterLike",
-    "StepCall",
-    "ThreadSandbox",
-    "WriteBehind",
 ]

@@ -42,17 +42,16 @@ from langchain_sandbox.providers.base import (
     Session,
     SessionSpec,
 )
-from langchain_sandbox.rehydration import (
+from langchain_sandbox.rehydration import PersistPolicy, RehydrationEngine
+from langchain_sandbox.session_pool import DEFAULT_MAX_SESSIONS, SessionPool
+from langchain_sandbox.state import SandboxState
+from langchain_sandbox.thread import (
     Outcome,
-    PersistPolicy,
-    RehydrationEngine,
     RestoreReportLike,
     SnapshotInfoLike,
     SnapshotterLike,
     StepCall,
 )
-from langchain_sandbox.session_pool import DEFAULT_MAX_SESSIONS, SessionPool
-from langchain_sandbox.state import SandboxState
 
 T = TypeVar("T")
 

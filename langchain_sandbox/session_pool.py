@@ -30,8 +30,8 @@ from langchain_sandbox.arguments import check_provider_options
 from langchain_sandbox.errors import SessionClosedError
 from langchain_sandbox.providers import get_provider, provider_class
 from langchain_sandbox.providers.base import Capabilities, Provider, Session, SessionSpec
-from langchain_sandbox.rehydration import ThreadSandbox
 from langchain_sandbox.retries import retry_async
+from langchain_sandbox.thread import ThreadSandbox
 
 logger = logging.getLogger(__name__)
 

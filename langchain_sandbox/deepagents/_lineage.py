@@ -67,8 +67,8 @@ from langchain_sandbox.filed_records import (
     tool_calls,
 )
 from langchain_sandbox.graph._pregel_keys import PUSH, READ_KEY
-from langchain_sandbox.graph.step_record import StepAbove, ToolSteps
-from langchain_sandbox.rehydration import store_unavailable
+from langchain_sandbox.graph.step_lineage import StepAbove, ToolSteps
+from langchain_sandbox.restoring import store_unavailable
 from langchain_sandbox.runtime import SandboxRuntime, StepCall
 from langchain_sandbox.snapshots import BlobStore, Snapshotter
 from langchain_sandbox.state import SandboxState

@@ -85,7 +85,7 @@ from langchain_sandbox.deepagents._pages import (
     replace_in,
 )
 from langchain_sandbox.errors import InvalidInputError, InvalidPathError, SandboxError
-from langchain_sandbox.graph.step_record import (
+from langchain_sandbox.graph.step_lineage import (
     StepAbove,
     afinished_calls,
     astep_above,

@@ -11,7 +11,7 @@ as its ``wrap_tool_call`` / ``awrap_tool_call``, and a default ``handle_tool_err
 misconfiguration reach the developer. Of ToolNode it uses the public hooks only
 (``wrap_tool_call``, ``awrap_tool_call``, ``ToolCallRequest.override``, and the request's
 ``state``, ``tool_call`` and ``runtime.config``); of the task config, the few keys
-`step_record` reads. Both are pinned by
+`step` reads. Both are pinned by
 ``tests/graph/test_tool_node_hooks.py``: each sandbox tool's record lands in the state's
 ``sandbox`` key, each sandbox call runs once even if the node is re-run after an interrupt, and
 each starts from the record of its step (``Send`` fan-out, calls re-run after a crash).

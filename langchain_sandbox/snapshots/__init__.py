@@ -24,19 +24,10 @@ from __future__ import annotations
 
 from langchain_sandbox.snapshots.langgraph_store import LangGraphStoreBlobStore
 from langchain_sandbox.snapshots.local_store import LocalDirectoryBlobStore, default_blob_dir
-from langchain_sandbox.snapshots.manifest import (
-    FileEntry,
-    Manifest,
-    SnapshotLimits,
-    VariablesEntry,
-    parse_manifest,
-)
-from langchain_sandbox.snapshots.snapshotter import (
-    GcReport,
-    RestoreReport,
-    SnapshotInfo,
-    Snapshotter,
-)
+from langchain_sandbox.snapshots.manifest import FileEntry, Manifest, SnapshotLimits, VariablesEntry
+from langchain_sandbox.snapshots.manifest_parsing import parse_manifest
+from langchain_sandbox.snapshots.reports import GcReport, RestoreReport, SnapshotInfo
+from langchain_sandbox.snapshots.snapshotter import Snapshotter
 from langchain_sandbox.snapshots.store import BlobInfo, BlobStore, check_key, digest
 
 __all__ = [

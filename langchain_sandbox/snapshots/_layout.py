@@ -150,8 +150,14 @@ def describe_paths(names: Sequence[str]) -> str:
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
+def describe_reasons(paths: Mapping[str, str]) -> str:
+    """`describe_paths` of ``path (reason)`` for each of ``paths``."""
+    return describe_paths([f"{path} ({reason})" for path, reason in paths.items()])
+
+
 __all__ = [
     "describe_paths",
+    "describe_reasons",
     "inode_of",
     "layout_notices",
     "links_to_make",

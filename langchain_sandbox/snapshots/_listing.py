@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from langchain_sandbox.errors import UnsafeArchiveError
 from langchain_sandbox.providers.base import ChangeListing, FileInfo
-from langchain_sandbox.snapshots.manifest import check_relative_path
+from langchain_sandbox.snapshots.manifest_parsing import check_relative_path
 from langchain_sandbox.snapshots.store import digest
 from langchain_sandbox.workspace import MAX_PATH_DEPTH
 

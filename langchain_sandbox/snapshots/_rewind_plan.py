@@ -1,5 +1,7 @@
-"""What a rewind of a live session has to look at: the paths where the target snapshot can
-differ from the workspace, found from what the session already knows, not from every entry.
+"""What a restore has to do (`plan_restore`: what to remove, which files to write, which empty
+directories and named pipes to make), and, for a rewind of a live session, what it has to look
+at: the paths where the target snapshot can differ from the workspace, found from what the
+session already knows, not from every entry.
 
 A session's *head* is the snapshot its workspace was last made equal to (captured, or rewound
 to), with that snapshot's manifest parts. A rewind to another snapshot compares the two
@@ -22,10 +24,11 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, replace
 
 from langchain_sandbox.providers.base import ChangeListing, FileInfo, Session
+from langchain_sandbox.snapshots._layout import inode_of
 from langchain_sandbox.snapshots._listing import Listing
 from langchain_sandbox.snapshots.manifest import FileEntry, Manifest, ManifestPart
 
@@ -96,7 +99,7 @@ def unconfirmed(scope: RewindScope, entries: Mapping[str, FileEntry]) -> set[str
     """The blobs a rewind asks the store about: those of the scope's files, the variables and
     the target's parts the head does not hold. A file outside the scope, or one the session
     already holds with the same content, has a blob the store was confirmed to hold with the
-    session's head (while `_Known.trusted`), so it is not asked about again. A file packed
+    session's head (while `Known.trusted`), so it is not asked about again. A file packed
     into its manifest part has no blob to ask about."""
     keys = {
         entry.sha256
@@ -261,12 +264,88 @@ def _is_dir(entries: Mapping[str, FileInfo], path: str) -> bool:
     return info is not None and info.kind == "dir"
 
 
+def plan_restore(
+    manifest: Manifest,
+    listing: Mapping[str, FileInfo],
+    unchanged: Callable[[FileInfo, FileEntry], bool],
+) -> tuple[list[str], list[str], list[str]]:
+    """What to remove, which files to write and which empty directories to create.
+
+    Everything in the workspace that the snapshot does not have is removed, and so is anything of
+    the wrong kind (a directory where the snapshot has a file, a file where it has a directory,
+    any symlink), so no write can land on or through something the sandbox left there.
+    """
+    wanted_dirs = set(manifest.dirs)
+    for path in [*manifest.files, *manifest.dirs, *manifest.fifos]:
+        parent = path.rpartition("/")[0]
+        while parent and parent not in wanted_dirs:
+            wanted_dirs.add(parent)
+            parent = parent.rpartition("/")[0]
+    current = listing
+    wanted_fifos = set(manifest.fifos)
+    doomed: set[str] = set()
+    for path, info in current.items():
+        keep = (
+            (info.kind == "dir" and path in wanted_dirs)
+            or (info.kind == "file" and path in manifest.files)
+            or (info.kind == "fifo" and path in wanted_fifos)
+        )
+        if not keep:
+            doomed.add(path)
+    removals = sorted(path for path in doomed if not has_ancestor_in(path, doomed))
+    writes = [
+        path
+        for path, entry in manifest.files.items()
+        if path in doomed
+        or (existing := current.get(path)) is None
+        or has_ancestor_in(path, doomed)
+        or not unchanged(existing, entry)
+    ]
+    written = set(writes)
+    # A hard link whose target is written, or that is not a link of its target now, is made
+    # again (a provider that lists no inodes lists 0: its copies are left as they are).
+    writes += [
+        path
+        for path, entry in manifest.files.items()
+        if path not in written
+        and entry.link is not None
+        and (entry.link in written or inode_of(current, path) != inode_of(current, entry.link))
+    ]
+    # A file written in place would change every other name of its inode: it is replaced.
+    doomed_links = {
+        path for path in writes if path not in doomed and getattr(current.get(path), "links", 1) > 1
+    }
+    removals += sorted(path for path in doomed_links if not has_ancestor_in(path, doomed))
+    make_dirs = [
+        path
+        for path in sorted(manifest.dirs)
+        if path in doomed or path not in current or has_ancestor_in(path, doomed)
+    ]
+    make_dirs += [
+        path
+        for path in sorted(manifest.fifos)
+        if path in doomed or path not in current or has_ancestor_in(path, doomed)
+    ]
+    return removals, writes, make_dirs
+
+
+def has_ancestor_in(path: str, paths: set[str]) -> bool:
+    parent = path.rpartition("/")[0]
+    while parent:
+        if parent in paths:
+            return True
+        parent = parent.rpartition("/")[0]
+    return False
+
+
 __all__ = [
     "RewindHead",
     "RewindScope",
+    "has_ancestor_in",
     "head_of",
     "listed_after",
     "part_index",
+    "plan_restore",
     "relist",
     "rewound_entries",
     "rewound_parts",

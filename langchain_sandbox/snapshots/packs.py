@@ -18,8 +18,8 @@ pack. What that keeps, with no new kind of object in any store:
 * both stores, and snapshots written before packing: an entry without ``data`` names a blob,
   and a manifest may mix both kinds.
 
-This module holds the choices a capture and a restore make about packed files; the
-`Snapshotter` calls it.
+This module holds the choices a capture and a restore make about packed files; ``capture.py``
+and ``restore.py`` call it.
 """
 
 from __future__ import annotations

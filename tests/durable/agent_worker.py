@@ -55,7 +55,8 @@ from langchain_core.tools import tool
 from langgraph.types import Command, interrupt
 
 from langchain_sandbox.runtime import SandboxRuntime
-from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter, snapshotter
+from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
+from langchain_sandbox.snapshots import _knowledge as snapshotter
 from langchain_sandbox.testing.scripted_model import ScriptedToolModel, call
 
 

@@ -15,7 +15,8 @@ import shlex
 import pytest
 
 from langchain_sandbox.providers.base import ChangeListing, FileInfo
-from langchain_sandbox.providers.local import LocalSession, _files
+from langchain_sandbox.providers.local import LocalSession
+from langchain_sandbox.providers.local import _tree_walk as _files
 
 ROUNDS = 40
 STEP_TIMEOUT = 2.0

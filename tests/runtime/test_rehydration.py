@@ -21,16 +21,12 @@ from langchain_sandbox.providers.base import (
     SessionRecord,
     SessionSpec,
 )
-from langchain_sandbox.rehydration import (
-    HEAD_VARIABLE,
-    Outcome,
-    RehydrationEngine,
-    StepCall,
-    ThreadSandbox,
-)
+from langchain_sandbox.rehydration import RehydrationEngine
+from langchain_sandbox.restoring import HEAD_VARIABLE
 from langchain_sandbox.results import ExecutionResult
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 from langchain_sandbox.state import SandboxState
+from langchain_sandbox.thread import Outcome, StepCall, ThreadSandbox
 
 from .conftest import CountingProvider, CountingSession
 

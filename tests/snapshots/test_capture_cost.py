@@ -22,8 +22,8 @@ from langchain_sandbox.snapshots import (
     LocalDirectoryBlobStore,
     Snapshotter,
     local_store,
-    snapshotter,
 )
+from langchain_sandbox.snapshots import _knowledge as snapshotter
 from langchain_sandbox.snapshots.manifest import FileEntry, Manifest
 from langchain_sandbox.snapshots.store import digest
 

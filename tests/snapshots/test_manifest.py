@@ -13,9 +13,8 @@ from langchain_sandbox.snapshots.manifest import (
     Manifest,
     SnapshotLimits,
     VariablesEntry,
-    check_relative_path,
-    parse_manifest,
 )
+from langchain_sandbox.snapshots.manifest_parsing import check_relative_path, parse_manifest
 from langchain_sandbox.snapshots.store import digest
 
 SHA = digest(b"hello")

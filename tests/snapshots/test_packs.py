@@ -29,9 +29,9 @@ from langchain_sandbox.snapshots.manifest import (
     ManifestPart,
     SnapshotLimits,
     encode_part,
-    parse_root,
     split_paths,
 )
+from langchain_sandbox.snapshots.manifest_parsing import parse_root
 from langchain_sandbox.snapshots.store import digest
 
 SessionFactory = Callable[[], Awaitable[Session]]

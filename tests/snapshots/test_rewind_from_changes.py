@@ -22,7 +22,7 @@ from langchain_sandbox.providers.base import (
 )
 from langchain_sandbox.results import ExecutionResult
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
-from langchain_sandbox.snapshots import snapshotter as snapshotter_module
+from langchain_sandbox.snapshots import _knowledge as snapshotter_module
 
 State = tuple[str, str, str]
 

@@ -15,7 +15,7 @@ from langchain_sandbox.snapshots import (
     SnapshotLimits,
     Snapshotter,
 )
-from langchain_sandbox.snapshots.snapshotter import safe_mode
+from langchain_sandbox.snapshots._listing import safe_mode
 
 SessionFactory = Callable[[], Awaitable[Session]]
 
@@ -272,7 +272,8 @@ async def test_restore_larger_than_the_memory_budget_streams_in_batches(
 
 
 def test_the_racy_window_widens_to_coarse_provider_timestamps() -> None:
-    from langchain_sandbox.snapshots.snapshotter import RACY_WINDOW_NS, _racy_window
+    from langchain_sandbox.snapshots._knowledge import RACY_WINDOW_NS
+    from langchain_sandbox.snapshots._knowledge import racy_window as _racy_window
 
     ns = 1_764_460_000_123_456_789
     assert _racy_window([ns, ns + 7]) == RACY_WINDOW_NS

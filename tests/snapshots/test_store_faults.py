@@ -15,7 +15,7 @@ from langchain_sandbox.snapshots import (
     LocalDirectoryBlobStore,
     Snapshotter,
 )
-from langchain_sandbox.snapshots import snapshotter as snapshotter_module
+from langchain_sandbox.snapshots import _knowledge as snapshotter_module
 from langchain_sandbox.snapshots.store import BlobStore, digest
 
 SessionFactory = Callable[[], Awaitable[Session]]

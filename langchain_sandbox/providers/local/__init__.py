@@ -12,6 +12,7 @@ from langchain_sandbox.providers.local._probe import (
     isolation_levels,
     probe_isolation,
 )
+from langchain_sandbox.providers.local._worker_replies import WORKER_RESTARTED
 from langchain_sandbox.providers.local.environments import (
     DEFAULT_ENVIRONMENT,
     HOST_ENVIRONMENT,
@@ -22,7 +23,6 @@ from langchain_sandbox.providers.local.provider import HOME_ENV, LocalProvider, 
 from langchain_sandbox.providers.local.session import (
     INTERRUPT_GRACE,
     LOCAL_CAPABILITIES,
-    WORKER_RESTARTED,
     LocalSession,
 )
 

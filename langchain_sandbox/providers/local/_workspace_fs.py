@@ -22,7 +22,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from langchain_sandbox.providers.local._files import remove_directory
+from langchain_sandbox.providers.local._tree_walk import remove_directory
 
 logger = logging.getLogger(__name__)
 

@@ -13,31 +13,28 @@ Decisions a user can rely on:
   `WORKER_RESTARTED`. The session stays usable; only its variables are lost (the workspace
   files stay). ``is_alive()`` is ``False`` only once the session is closed or its workspace is gone.
 * **Calls are serialized**: one worker runs one thing at a time, like a notebook kernel.
+
+Why a little over 500 lines: the worker's life (start, restart, each request with its timeout
+and kill) and every call that uses it share one lock and one worker, so they stay together; the
+files are in ``_session_files.py`` and what the worker's replies become in ``_worker_replies.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_sandbox.errors import (
     CapabilityError,
-    InvalidInputError,
-    SandboxError,
     SessionClosedError,
 )
 from langchain_sandbox.network import denied_notice, network_record
 from langchain_sandbox.providers.base import (
     Capabilities,
-    ChangeListing,
-    FileInfo,
-    FileMetadata,
     OutputCallback,
     Session,
     SessionRecord,
@@ -46,7 +43,6 @@ from langchain_sandbox.providers.base import (
     check_port,
     checked_timeout,
 )
-from langchain_sandbox.providers.guest_facts import failure_text, figure_notices
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
 from langchain_sandbox.providers.local._files import HostWorkspace
 from langchain_sandbox.providers.local._gvisor import kill_containers
@@ -57,22 +53,33 @@ from langchain_sandbox.providers.local._packages import (
 )
 from langchain_sandbox.providers.local._port_relay import PortRelays
 from langchain_sandbox.providers.local._quota import WorkspaceQuota
+from langchain_sandbox.providers.local._session_files import LocalSessionFiles
 from langchain_sandbox.providers.local._streams import OutputStreams
 from langchain_sandbox.providers.local._worker_process import WorkerDied, WorkerProcess
+from langchain_sandbox.providers.local._worker_replies import (
+    MALFORMED,
+    WORKER_RESTARTED,
+    Outcome,
+    QueuedDump,
+    checked,
+    execution_result,
+    killed_by_host,
+    malformed_reply,
+    routed,
+    tool_events,
+)
 from langchain_sandbox.providers.local._workspace_fs import release_directory
 from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.providers.persistent_shell import SHELL_SETUP, shell_script
-from langchain_sandbox.providers.tool_channel import ToolEvents, ToolHost
-from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
-from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
+from langchain_sandbox.providers.tool_channel import ToolHost
+from langchain_sandbox.results import ExecutionResult
+from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 if TYPE_CHECKING:
     from langchain_sandbox.providers.local._egress_proxy import EgressProxy
 
 INTERRUPT_GRACE = 2.0
 """Seconds a timed-out call gets to stop after the interrupt before its worker is killed."""
-
-WORKER_RESTARTED = "the Python worker was restarted; variables were lost"
 
 LOCAL_CAPABILITIES = Capabilities(
     stateful_python=True,
@@ -90,18 +97,7 @@ LOCAL_CAPABILITIES = Capabilities(
 )
 
 
-@dataclass
-class _Outcome:
-    """How a request to the worker ended."""
-
-    reply: dict[str, Any] | None
-    timed_out: bool = False
-    lost: str | None = None  # why the worker is gone, when it is
-    out_of_memory: bool = False
-    elapsed_ms: float = 0.0
-
-
-class LocalSession(Session):
+class LocalSession(LocalSessionFiles, Session):
     """A live local sandbox. Made by [`LocalProvider.create`][langchain_sandbox.LocalProvider.create]; see the module docstring."""
 
     provider_name = LOCAL
@@ -143,7 +139,7 @@ class LocalSession(Session):
         self._restart_notice: str | None = None
         self._closed = False
         self._capture_expected = False
-        self._queued_dump: _QueuedDump | None = None
+        self._queued_dump: QueuedDump | None = None
         self._ports = PortRelays(launcher.ports_dir, expose_host) if launcher.ports_dir else None
 
     # ------------------------------------------------------------------ lifecycle
@@ -209,7 +205,7 @@ class LocalSession(Session):
             self._restart_notice = (
                 WORKER_RESTARTED
                 if worker.violation is None
-                else f"{_killed_by_host(worker.violation)}; {WORKER_RESTARTED}"
+                else f"{killed_by_host(worker.violation)}; {WORKER_RESTARTED}"
             )
             worker = None
         if worker is None:
@@ -261,7 +257,7 @@ class LocalSession(Session):
         timeout: float,
         on_event: Callable[[dict[str, Any]], None] | None = None,
         queue_dump: bool = False,
-    ) -> _Outcome:
+    ) -> Outcome:
         """Send one request and wait for it: interrupt on timeout, kill if that is not enough.
 
         ``queue_dump``: send a variables dump right behind it (see `expect_capture`).
@@ -269,7 +265,7 @@ class LocalSession(Session):
         started = time.perf_counter()
         request_id, future = worker.send(op, payload, on_event)
         if queue_dump:
-            self._queued_dump = _QueuedDump.send(worker, self.spec.limits.max_file_bytes)
+            self._queued_dump = QueuedDump.send(worker, self.spec.limits.max_file_bytes)
         return await self._reply(worker, request_id, future, started, timeout)
 
     async def _reply(
@@ -279,7 +275,7 @@ class LocalSession(Session):
         future: asyncio.Future[dict[str, Any]],
         started: float,
         timeout: float,
-    ) -> _Outcome:
+    ) -> Outcome:
         def elapsed() -> float:
             return (time.perf_counter() - started) * 1000
 
@@ -288,16 +284,16 @@ class LocalSession(Session):
             try:
                 async with asyncio.timeout(timeout):
                     reply = await asyncio.shield(future)
-                return _Outcome(reply, elapsed_ms=elapsed())
+                return Outcome(reply, elapsed_ms=elapsed())
             except TimeoutError:
                 worker.interrupt(request_id)
             try:
                 async with asyncio.timeout(INTERRUPT_GRACE):
                     reply = await asyncio.shield(future)
-                return _Outcome(reply, timed_out=True, elapsed_ms=elapsed())
+                return Outcome(reply, timed_out=True, elapsed_ms=elapsed())
             except TimeoutError:
                 await self._discard_worker(worker)
-                return _Outcome(
+                return Outcome(
                     None,
                     timed_out=True,
                     lost="the code did not stop when interrupted, so the Python worker was killed",
@@ -312,9 +308,9 @@ class LocalSession(Session):
                 why = f"it ran out of memory (the session's limit is {limit} MB)"
             else:
                 why = str(died)
-            return _Outcome(
+            return Outcome(
                 None,
-                lost=_killed_by_host(why) if died.by_host else f"the Python worker died: {why}",
+                lost=killed_by_host(why) if died.by_host else f"the Python worker died: {why}",
                 out_of_memory=out_of_memory,
                 elapsed_ms=elapsed(),
             )
@@ -340,20 +336,7 @@ class LocalSession(Session):
             outcome = await self._request(
                 worker, op, payload, timeout=self.spec.limits.timeout, on_event=on_event
             )
-        return self._checked(op, outcome)
-
-    @staticmethod
-    def _checked(op: str, outcome: _Outcome) -> dict[str, Any]:
-        if outcome.reply is None or outcome.timed_out:
-            raise SandboxError(
-                f"The worker could not {op}: {outcome.lost or 'it timed out'}.", provider=LOCAL
-            )
-        if "failure" in outcome.reply:
-            raise SandboxError(
-                f"The worker could not {op}: {failure_text(outcome.reply['failure'])}.",
-                provider=LOCAL,
-            )
-        return outcome.reply
+        return checked(op, outcome)
 
     # ------------------------------------------------------------------ code and commands
 
@@ -449,13 +432,13 @@ class LocalSession(Session):
             notices = [self._restart_notice] if self._restart_notice else []
             self._restart_notice = None
             denied_before = len(self._egress.denied) if self._egress is not None else 0
-            async with self._quota.guard(worker.kill), _tool_events(worker, tools) as tool_events:
+            async with self._quota.guard(worker.kill), tool_events(worker, tools) as calls:
                 outcome = await self._request(
                     worker,
                     op,
                     payload,
                     timeout=timeout,
-                    on_event=_routed(streams.on_event, tool_events),
+                    on_event=routed(streams.on_event, calls),
                     queue_dump=queue_dump,
                 )
             if outcome.lost is not None:
@@ -466,128 +449,9 @@ class LocalSession(Session):
             if self._egress is not None:
                 notices.extend(denied_notice(self._egress.denied[denied_before:]))
         try:
-            return self._result(kind, outcome, streams, notices)
-        except _MALFORMED as exc:
-            raise _malformed_reply(exc) from None
-
-    @staticmethod
-    def _result(
-        kind: Literal["code", "command"],
-        outcome: _Outcome,
-        streams: OutputStreams,
-        notices: list[str],
-    ) -> ExecutionResult:
-        reply = outcome.reply or {}
-        if "failure" in reply:
-            raise SandboxError(
-                f"The worker failed: {failure_text(reply['failure'])}.", provider=LOCAL
-            )
-        fields = streams.result_fields(reply.get("dropped"))
-        error = None
-        if "error" in reply:
-            error = ExecutionError(**reply["error"])
-        elif outcome.lost is not None and not outcome.timed_out:
-            name = "MemoryError" if outcome.out_of_memory else "SandboxWorkerDied"
-            error = ExecutionError(name=name, value=outcome.lost)
-        if kind == "command":
-            code = reply.get("exit_code")
-            exit_code = None if code is None else (int(code) if code >= 0 else 128 - int(code))
-        else:
-            exit_code = 1 if error is not None else (None if outcome.timed_out else 0)
-        if outcome.lost is not None:
-            notices.append(f"{outcome.lost}; {WORKER_RESTARTED}")
-        notices.extend(figure_notices(reply.get("figures_failed"), reply.get("figures_left_out")))
-        artifacts = [
-            Artifact.from_bytes(f"figure-{index}.png", "image/png", base64.b64decode(png))
-            for index, png in enumerate(reply.get("figures", []), start=1)
-        ]
-        duration = outcome.elapsed_ms if outcome.timed_out else reply.get("duration_ms")
-        return ExecutionResult(
-            kind=kind,
-            exit_code=exit_code,
-            error=error,
-            value=reply.get("value"),
-            artifacts=artifacts,
-            duration_ms=float(duration if duration is not None else outcome.elapsed_ms),
-            timed_out=outcome.timed_out,
-            notices=notices,
-            **fields,
-        )
-
-    # ------------------------------------------------------------------ files
-
-    async def write_files(self, files: Mapping[str, bytes]) -> None:
-        self._check_open()
-        for path, data in files.items():
-            if not isinstance(data, (bytes, bytearray, memoryview)):
-                raise InvalidInputError(f"Content of {path!r} must be bytes.")
-            resolve_path(path)
-        await self._quota.check_write(sum(len(data) for data in files.values()))
-        await asyncio.to_thread(
-            self._files.write_many, {path: bytes(data) for path, data in files.items()}
-        )
-
-    keeps_file_metadata = True
-
-    async def write_restored(
-        self, files: Mapping[str, bytes], metadata: Mapping[str, FileMetadata]
-    ) -> list[str]:
-        """The host writes the files and sets each one's time through the descriptor it wrote
-        with (no process in the sandbox, nothing to follow)."""
-        self._check_open()
-        for path in files:
-            resolve_path(path)
-        await self._quota.check_write(sum(len(data) for data in files.values()))
-        return await asyncio.to_thread(self._files.write_many, dict(files), metadata)
-
-    async def make_fifos(self, paths: Sequence[str]) -> list[str]:
-        self._check_open()
-        for path in paths:
-            resolve_path(path)
-        return await asyncio.to_thread(self._files.make_fifos, list(paths))
-
-    async def link_files(self, links: Mapping[str, str]) -> list[str]:
-        self._check_open()
-        for path, target in links.items():
-            resolve_path(path)
-            resolve_path(target)
-        return await asyncio.to_thread(self._files.link_many, dict(links))
-
-    async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
-        self._check_open()
-        return await asyncio.to_thread(self._files.read_many, list(paths))
-
-    async def list_files(self, path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
-        self._check_open()
-        return await asyncio.to_thread(self._files.listdir, path, recursive=recursive)
-
-    async def list_changes(
-        self,
-        known: Mapping[str, FileInfo],
-        *,
-        max_bytes: int,
-        variables_max_bytes: int | None = None,
-        since: object | None = None,
-    ) -> ChangeListing:
-        """One walk of the workspace on the host: one ``lstat`` per entry and a ``FileInfo``
-        only for what changed. No contents: reading the files is as cheap after the listing, and
-        then waits out the snapshotter's racy window (the interpreter is not involved either, so
-        the variables dump runs beside the walk)."""
-        self._check_open()
-        return await asyncio.to_thread(self._files.changes, known, since)
-
-    async def remove_files(self, paths: Sequence[str]) -> None:
-        self._check_open()
-        for path in paths:
-            resolve_path(path)
-        await asyncio.to_thread(self._remove_all, list(paths))
-        self._quota.forget()
-
-    def _remove_all(self, paths: Sequence[str]) -> None:
-        for path in paths:
-            self._files.remove(path)
-
-    # ------------------------------------------------------------------ packages
+            return execution_result(kind, outcome, streams, notices)
+        except MALFORMED as exc:
+            raise malformed_reply(exc) from None
 
     async def _install_packages(
         self, names: list[str], *, timeout: float, on_output: OutputCallback | None
@@ -629,11 +493,11 @@ class LocalSession(Session):
                 or queued.worker is not worker
                 or queued.chunks.max_bytes != max_bytes
             ):
-                queued = _QueuedDump.send(worker, max_bytes)
+                queued = QueuedDump.send(worker, max_bytes)
             outcome = await self._reply(
                 worker, queued.request_id, queued.future, started, self.spec.limits.timeout
             )
-        reply = self._checked("dump", outcome)
+        reply = checked("dump", outcome)
         try:
             data = queued.chunks.data(int(reply["size"]))
             reasons = {str(name): str(why) for name, why in dict(reply["skipped"]).items()}
@@ -643,104 +507,15 @@ class LocalSession(Session):
                 skipped=tuple(reasons),
                 reasons=reasons,
             )
-        except _MALFORMED as exc:
-            raise _malformed_reply(exc) from None
+        except MALFORMED as exc:
+            raise malformed_reply(exc) from None
 
     async def _load_variables(self, data: bytes) -> dict[str, str]:
         reply = await self._simple_request("load", {"data": data})
         try:
             return {str(name): str(why) for name, why in dict(reply["failed"]).items()}
-        except _MALFORMED as exc:
-            raise _malformed_reply(exc) from None
+        except MALFORMED as exc:
+            raise malformed_reply(exc) from None
 
 
-@dataclass
-class _DumpChunks:
-    """A variables dump as it arrives: in ``variables`` events, since a line of the event pipe
-    is bounded."""
-
-    max_bytes: int
-    received: bytearray = field(default_factory=bytearray)
-    overflow: bool = False
-
-    def on_event(self, event: dict[str, Any]) -> None:
-        # Past what the worker was allowed to send, the rest is not kept; the dump is refused.
-        if event.get("stream") != "variables" or self.overflow:
-            return
-        self.received.extend(base64.b64decode(event["data"], validate=True))
-        self.overflow = len(self.received) > self.max_bytes
-
-    def data(self, size: int) -> bytes:
-        """The dump's bytes, if the worker sent exactly the ``size`` it announced."""
-        if self.overflow or size != len(self.received):
-            raise ValueError(f"the dump is {len(self.received)} bytes, not the {size} announced")
-        return bytes(self.received)
-
-
-@dataclass(frozen=True)
-class _QueuedDump:
-    """A variables dump request sent to a worker (see `LocalSession.expect_capture`)."""
-
-    worker: WorkerProcess
-    request_id: int
-    future: asyncio.Future[dict[str, Any]]
-    chunks: _DumpChunks
-
-    @classmethod
-    def send(cls, worker: WorkerProcess, max_bytes: int) -> _QueuedDump:
-        chunks = _DumpChunks(max_bytes)
-        request_id, future = worker.send("dump", {"max_bytes": max_bytes}, chunks.on_event)
-        # A dump nobody waits for any more (the call after it made it stale) may still fail.
-        future.add_done_callback(_retrieve)
-        return cls(worker, request_id, future, chunks)
-
-
-@contextlib.asynccontextmanager
-async def _tool_events(
-    worker: WorkerProcess, tools: ToolHost | None
-) -> AsyncIterator[ToolEvents | None]:
-    """The request's tool calls in flight, dropped when it ends (none without ``tools``)."""
-    if tools is None:
-        yield None
-        return
-    async with ToolEvents(
-        tools, lambda event, reply: worker.answer_tool(int(event["id"]), reply)
-    ) as events:
-        yield events
-
-
-def _routed(
-    on_output: Callable[[dict[str, Any]], None], tools: ToolEvents | None
-) -> Callable[[dict[str, Any]], None]:
-    """The request's event handler: ``tool`` events to ``tools``, the rest to ``on_output``."""
-    if tools is None:
-        return on_output
-
-    def on_event(event: dict[str, Any]) -> None:
-        (tools.on_event if event.get("ev") == "tool" else on_output)(event)
-
-    return on_event
-
-
-def _killed_by_host(why: str) -> str:
-    return f"the host killed the Python worker: {why}"
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
-# What parsing a reply the sandbox forged can raise (user code can write to the event pipe).
-_MALFORMED = (TypeError, ValueError, KeyError, AttributeError, ArithmeticError, RecursionError)
-
-
-def _malformed_reply(exc: BaseException) -> SandboxError:
-    """A forged reply is the sandboxed code's own fault, but it must surface as a clear error
-    for that call (the session stays usable), never as a crash in the host."""
-    return SandboxError(
-        f"The sandbox sent a malformed reply ({type(exc).__name__}: {exc}).", provider=LOCAL
-    )
-
-
-__all__ = ["INTERRUPT_GRACE", "LOCAL_CAPABILITIES", "WORKER_RESTARTED", "LocalSession"]
+__all__ = ["INTERRUPT_GRACE", "LOCAL_CAPABILITIES", "LocalSession"]
