@@ -31,7 +31,7 @@ sandbox's head marker travels with the user's call instead of costing a call of 
 The provider sends this file together with `kernel_state` and
 the cloudpickle it pickles with, `guest` (how a cell runs, the
 same in every sandbox) and `OutputCapture` (one implementation of
-each, see `langchain_sandbox.providers.runloop.provider._worker_script`; the modules'
+each, see `langchain_sandbox.providers.worker_session.worker_script`; the modules'
 sources compressed); the lines between the ``package-imports`` markers below are cut out when it
 does.
 
