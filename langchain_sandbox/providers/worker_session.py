@@ -32,6 +32,7 @@ from langchain_sandbox.errors import (
     SandboxTimeoutError,
 )
 from langchain_sandbox.providers import guest, guest_changes, kernel_state
+from langchain_sandbox.providers import shipped_worker as _shipped_worker
 from langchain_sandbox.providers.base import (
     ChangeListing,
     FileInfo,
@@ -51,7 +52,6 @@ from langchain_sandbox.providers.remote import (
     change_listing,
     known_reference,
 )
-from langchain_sandbox.providers.runloop import _worker as _shipped_worker
 from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 from langchain_sandbox.results import (
     DEFAULT_CAPTURE_BYTES,

@@ -53,6 +53,7 @@ from langchain_sandbox.errors import (
     SessionClosedError,
 )
 from langchain_sandbox.network import refuse_policy
+from langchain_sandbox.providers import shipped_worker as _runloop_worker
 from langchain_sandbox.providers.base import (
     Capabilities,
     Limits,
@@ -72,7 +73,6 @@ from langchain_sandbox.providers.remote import (
     tag_metadata,
 )
 from langchain_sandbox.providers.runloop import _tunnels
-from langchain_sandbox.providers.runloop import _worker as _runloop_worker
 from langchain_sandbox.providers.worker_session import (
     WORKER_DIR,
     AnswerCut,

@@ -1,6 +1,6 @@
-"""The program the Runloop provider runs inside a devbox (stdlib only).
+"""The program the Runloop and Kubernetes providers run inside a devbox or pod (stdlib only).
 
-Runloop has no kernel API, only shell commands. Stateful Python therefore needs a process that
+Neither has a kernel API, only shell commands. Stateful Python therefore needs a process that
 outlives one command: ``serve`` is that process, a small Python interpreter listening on a Unix
 socket, started in the background by the first ``code`` call and found again by later ones. Every
 other operation is a short-lived command that prints exactly one result line (prefixed with
