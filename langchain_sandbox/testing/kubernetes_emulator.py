@@ -24,6 +24,10 @@ with KubernetesEmulator() as cluster:
     cluster.requests()                     # every request answered, in order
     cluster.restart_pod("python-pool-ab12c")   # the pod is lost; the controller starts a new one
 ```
+
+Faults (`inject`, from the shared request log): a status answered instead of the request, or with
+``drop=True`` the request carried out and its connection dropped before the answer (an answer
+lost on the way, which a client must not turn into a second sandbox).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import contextlib
 import json
 import re
 import secrets
+import socket
 import tempfile
 import threading
 from collections.abc import Callable
@@ -236,13 +241,20 @@ class KubernetesEmulator(RequestLog):
         body = handler.rfile.read(length) if length else b""
         headers = {k.lower(): v for k, v in handler.headers.items() if k.lower() != "authorization"}
         fault = self._take_fault(method, url.path)
-        if fault is not None:
+        if fault is not None and not fault.drop:
             reply = Reply({"message": fault.message}, status=fault.status)
         else:
             try:
                 reply = self._answer(handler, method, url.path, parse_qs(url.query), body)
             except ApiError as error:
                 reply = Reply(error.status(), status=error.code)
+        if fault is not None and fault.drop:
+            # Carried out, then the connection drops: the client never hears of it.
+            self._record(method, url.path, url.query, 0, headers, body)
+            handler.close_connection = True
+            with contextlib.suppress(OSError):
+                handler.connection.shutdown(socket.SHUT_RDWR)
+            return
         self._record(method, url.path, url.query, reply.status, headers, body)
         self._send(handler, reply, fault.headers if fault is not None else {})
 
