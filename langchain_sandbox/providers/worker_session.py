@@ -9,6 +9,11 @@ commands, listings, change listings, variables), files through the worker, the h
 carried with the user's own call. A provider's session adds how one command runs (`execute`),
 how its output is read (`_stdout_of`), how a file moves (`_upload`, `_download`) and what
 ``_ready`` means (a closed session, a suspended devbox).
+
+Why one module over 500 lines: it is one protocol, the host side of ``shipped_worker``'s
+operations (each a request, its answer, and what a timeout or a missing worker means), moved here
+whole from the Runloop provider so that Kubernetes pods speak it too; splitting it by operation
+would scatter the one place that says how a call reaches the worker.
 """
 
 from __future__ import annotations

@@ -56,11 +56,12 @@ from langchain_sandbox.testing._http_emulator import (
     RequestLog,
     Server,
 )
-from langchain_sandbox.testing._k8s_cluster import CLAIMS, GROUPS, SANDBOXES, ApiError, Cluster
+from langchain_sandbox.testing._k8s_cluster import CLAIMS, GROUPS, ApiError, Cluster
 
 DEFAULT_WARM_POOL = "python-sandbox-warmpool"
 """The warm pool the emulated cluster has unless told otherwise."""
 DEFAULT_NAMESPACE = "default"
+"""The namespace the emulator's helpers look in unless told otherwise."""
 
 _RESOURCE = re.compile(r"/apis/([^/]+)/([^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?")
 _RUNTIME = re.compile(r"/(execute|upload|download|exists|list)(?:/(.*))?")
@@ -353,11 +354,4 @@ def _selector(text: str) -> dict[str, str]:
     return selector
 
 
-__all__ = [
-    "DEFAULT_NAMESPACE",
-    "DEFAULT_WARM_POOL",
-    "SANDBOXES",
-    "Fault",
-    "KubernetesEmulator",
-    "RecordedRequest",
-]
+__all__ = ["DEFAULT_WARM_POOL", "Fault", "KubernetesEmulator", "RecordedRequest"]

@@ -232,8 +232,10 @@ class KubernetesProvider(RemoteProvider):
                 config.load_incluster_config(client_configuration=configuration)
                 return client.ApiClient(configuration)
         try:
+            # KUBECONFIG read now, not when kubernetes_asyncio was first imported.
             return await config.new_client_from_config(
-                config_file=self._kubeconfig, context=self._context
+                config_file=self._kubeconfig or os.environ.get("KUBECONFIG"),
+                context=self._context,
             )
         except (config.ConfigException, OSError) as exc:
             raise ConfigurationError(

@@ -19,9 +19,9 @@ What this module guarantees:
 * SDK errors become `langchain_sandbox.errors` in one place, `_translate`.
 
 Why one module over 500 lines: the provider and its session share the execution plumbing (one
-``execute_async`` per call, the long-poll, live output, telling a refusal from a gone devbox);
-moving ``RunloopSession`` into a ``session.py`` of its own, as ``providers/local`` does, is the
-next split.
+``execute_async`` per call, the long-poll, live output, telling a refusal from a gone devbox); the
+worker's protocol is `WorkerSession`'s and the SDK's errors are ``_sdk.py``'s, and moving
+``RunloopSession`` into a ``session.py`` of its own, as ``providers/local`` does, is the next split.
 """
 
 from __future__ import annotations
@@ -44,12 +44,9 @@ from langchain_sandbox.errors import (
     AuthenticationError,
     InvalidInputError,
     InvalidPathError,
-    ProviderUnavailableError,
     ProviderUnreachableError,
-    QuotaExceededError,
     SandboxError,
     SandboxGoneError,
-    SandboxTimeoutError,
     SessionClosedError,
 )
 from langchain_sandbox.network import refuse_policy
@@ -68,11 +65,11 @@ from langchain_sandbox.providers.remote import (
     SESSION_KEY,
     TAG_KEY,
     RemoteProvider,
-    load_sdk,
     read_tags,
     tag_metadata,
 )
 from langchain_sandbox.providers.runloop import _tunnels
+from langchain_sandbox.providers.runloop._sdk import runloop_sdk, status_code, translate
 from langchain_sandbox.providers.worker_session import (
     WORKER_DIR,
     AnswerCut,
@@ -115,71 +112,6 @@ CAPABILITIES = Capabilities(
     processes=True,
     ports=True,
 )
-
-
-def _sdk() -> Any:
-    """The ``runloop_api_client`` module, or a clear error naming the extra that brings it."""
-    return load_sdk(
-        "runloop_api_client",
-        package="runloop-api-client",
-        extra="runloop",
-        purpose="The Runloop provider",
-    )
-
-
-def _translate(exc: BaseException, *, what: str) -> SandboxError:
-    """Map an SDK or transport error to the package's taxonomy (the one place that does)."""
-    if isinstance(exc, SandboxError):
-        return exc
-    sdk = _sdk()
-    from runloop_api_client.lib.polling import PollingTimeout
-
-    details: dict[str, Any] = {}
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    if status is not None:
-        details["status"] = status
-    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    text = f"Runloop {what} failed: {message}"
-    if isinstance(exc, sdk.RateLimitError):
-        return QuotaExceededError(text, provider=PROVIDER_NAME, details=details)
-    if isinstance(exc, (sdk.AuthenticationError, sdk.PermissionDeniedError)):
-        return AuthenticationError(
-            f"Runloop rejected the API key ({what}): {message}",
-            provider=PROVIDER_NAME,
-            details=details,
-        )
-    if isinstance(exc, sdk.NotFoundError):
-        return SandboxGoneError(
-            f"The Runloop devbox is gone ({what}): {message}",
-            provider=PROVIDER_NAME,
-            details=details,
-        )
-    if isinstance(exc, (sdk.APITimeoutError, PollingTimeout, asyncio.TimeoutError)):
-        return SandboxTimeoutError(
-            f"Runloop {what} timed out", provider=PROVIDER_NAME, details=details
-        )
-    if isinstance(exc, sdk.APIConnectionError):
-        import httpx
-
-        # No answer at all (refused, no route) is told from a connection lost mid-request.
-        never_answered = isinstance(exc.__cause__, httpx.ConnectError)
-        unreachable = ProviderUnreachableError if never_answered else ProviderUnavailableError
-        return unreachable(
-            f"Runloop could not be reached ({what})", provider=PROVIDER_NAME, details=details
-        )
-    if (
-        isinstance(exc, sdk.APIStatusError)
-        and status is not None
-        and (status >= 500 or status in (408, 409))
-    ):
-        return ProviderUnavailableError(text, provider=PROVIDER_NAME, details=details)
-    return SandboxError(text, provider=PROVIDER_NAME, details=details)
-
-
-def _status_code(exc: BaseException) -> int | None:
-    cause = exc.__cause__ if isinstance(exc, SandboxError) else exc
-    status = getattr(getattr(cause, "response", None), "status_code", None)
-    return status if isinstance(status, int) else None
 
 
 def _parse_template(template: str | None) -> dict[str, str]:
@@ -226,7 +158,7 @@ class RunloopProvider(RemoteProvider):
         retry_deadline: float = 60.0,
     ) -> None:
         super().__init__(retry_attempts=retry_attempts, retry_deadline=retry_deadline)
-        _sdk()
+        runloop_sdk()
         if not (api_key or os.environ.get("RUNLOOP_API_KEY")):
             raise AuthenticationError(
                 "No Runloop API key: pass api_key= to RunloopProvider or set RUNLOOP_API_KEY.",
@@ -258,7 +190,7 @@ class RunloopProvider(RemoteProvider):
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            sdk = _sdk()
+            sdk = runloop_sdk()
             try:
                 client = sdk.AsyncRunloopSDK(
                     bearer_token=self._api_key, base_url=self._base_url, max_retries=0
@@ -280,7 +212,7 @@ class RunloopProvider(RemoteProvider):
             await client.aclose()
 
     def _translate(self, exc: BaseException, what: str, *, path: str | None) -> SandboxError:
-        return _translate(exc, what=what)
+        return translate(exc, what=what)
 
     # ---- the contract -------------------------------------------------------------------------
 
@@ -649,7 +581,7 @@ class RunloopSession(WorkerSession):
         try:
             return await self._provider._retry("download", download)
         except SandboxError as exc:
-            if _status_code(exc) not in (400, 404, 422):
+            if status_code(exc) not in (400, 404, 422):
                 raise
             diagnosed = await self._diagnose(SandboxError(str(exc), provider=PROVIDER_NAME))
             if isinstance(diagnosed, SandboxGoneError):
