@@ -42,6 +42,7 @@ from langchain_sandbox.providers.base import (
     ChangeListing,
     FileInfo,
     OutputCallback,
+    SessionRecord,
     SessionSpec,
     VariablesDump,
 )
@@ -150,18 +151,35 @@ class WorkerSession(RemoteSession, abc.ABC):
         provider: RemoteProvider,
         worker: ShippedWorker,
         *,
+        sandbox_id: str,
+        session_id: str,
         spec: SessionSpec,
+        created_at: float,
         state: dict[str, Any],
     ) -> None:
         self._provider = provider
         self._shipped = worker
+        self._sandbox_id = sandbox_id
+        self.session_id = session_id
         self.spec = spec
+        self._created_at = created_at
         self._state = state
         self._closed = False
         self._worker_installed = False
         self._interpreter_turn = asyncio.Lock()
         self._staged_head: dict[str, str] | None = None
         self._carried_head: str | None = None
+
+    @property
+    def record(self) -> SessionRecord:
+        return SessionRecord(
+            provider=self.provider_name,
+            session_id=self.session_id,
+            sandbox_id=self._sandbox_id,
+            created_at=self._created_at,
+            metadata=dict(self.spec.metadata),
+            state=json.loads(json.dumps(self._state)),
+        )
 
     def carry_head(self, name: str, value: str) -> bool:
         """The next worker call sets the head global in the interpreter (every call goes through

@@ -7,6 +7,7 @@ An emulator subclasses `RequestLog`, serves with `Server` (whose handler calls t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -15,7 +16,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 from urllib.parse import parse_qs
 
 
@@ -212,4 +213,60 @@ class RequestLog:
             handler.close_connection = True
 
 
-__all__ = ["Fault", "Handler", "RecordedRequest", "Reply", "RequestLog", "Server"]
+class ServedEmulator(RequestLog):
+    """An emulator served on ``127.0.0.1:<free port>``: its server thread, its URL, and the
+    context managers around ``start()`` and ``close()`` (which subclasses define)."""
+
+    _server: Server | None = None
+    _thread: threading.Thread | None = None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _handle(self, handler: Handler, method: str) -> None:
+        """Answer one request (the server's handler calls this)."""
+        raise NotImplementedError
+
+    def _serve(self, name: str) -> None:
+        self._server = Server(self)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name=f"{name}-http", daemon=True
+        )
+        self._thread.start()
+
+    def _stop_serving(self) -> None:
+        """Stop answering: no new request, open connections dropped, the thread joined."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.drop_connections()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    @property
+    def url(self) -> str:
+        """The base URL the SDK is pointed at."""
+        if self._server is None:
+            raise RuntimeError("The emulator is not running; call start() or use it in a with.")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await asyncio.to_thread(self.close)
+
+
+__all__ = ["Fault", "Handler", "RecordedRequest", "Reply", "RequestLog", "ServedEmulator", "Server"]

@@ -107,6 +107,7 @@ class Cluster:
         self.history: list[tuple[int, str, str, dict[str, Any]]] = []
         self.pods: dict[tuple[str, str], Pod] = {}
         self.closing = False
+        self.clock_offset = dt.timedelta()
         self._reaper = threading.Thread(target=self._reap, name="k8s-emulator-reaper", daemon=True)
         self._reaper.start()
 
@@ -334,7 +335,7 @@ class Cluster:
         """Delete claims whose ``lifecycle.shutdownTime`` passed, with policy ``Delete``."""
         while not self.closing:
             time.sleep(_REAP_EVERY)
-            now = dt.datetime.now(dt.UTC)
+            now = dt.datetime.now(dt.UTC) + self.clock_offset
             with self._lock:
                 due = [
                     (ns, name)

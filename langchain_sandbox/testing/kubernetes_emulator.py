@@ -32,14 +32,13 @@ lost on the way, which a client must not turn into a second sandbox).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import datetime as dt
 import json
 import re
 import secrets
 import socket
 import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,8 +52,7 @@ from langchain_sandbox.testing._http_emulator import (
     Handler,
     RecordedRequest,
     Reply,
-    RequestLog,
-    Server,
+    ServedEmulator,
 )
 from langchain_sandbox.testing._k8s_cluster import CLAIMS, GROUPS, ApiError, Cluster
 
@@ -68,8 +66,9 @@ _RUNTIME = re.compile(r"/(execute|upload|download|exists|list)(?:/(.*))?")
 _PLURALS = {(group, version, plural) for plural, (group, version, _) in GROUPS.items()}
 
 
-class KubernetesEmulator(RequestLog):
-    """The emulated cluster on ``127.0.0.1:<free port>``; see the module docstring.
+class KubernetesEmulator(ServedEmulator):
+    """The emulated cluster on ``127.0.0.1:<free port>``; see the module docstring. Its ``url``
+    is the API server's and the sandbox router's alike.
 
     Args:
         machines: The provider whose sessions play the pods (default: the local provider).
@@ -94,8 +93,6 @@ class KubernetesEmulator(RequestLog):
         self._init_log()
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._loop: LoopThread | None = None
-        self._server: Server | None = None
-        self._thread: threading.Thread | None = None
         self._cluster: Cluster | None = None
         self._kubeconfig: Path | None = None
 
@@ -118,11 +115,7 @@ class KubernetesEmulator(RequestLog):
             network=self._network,
             bind_delay=self._bind_delay,
         )
-        self._server = Server(self)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="k8s-emulator-http", daemon=True
-        )
-        self._thread.start()
+        self._serve("k8s-emulator")
         self._kubeconfig = Path(self._tmp.name) / "kubeconfig"
         self._kubeconfig.write_text(json.dumps(self._kubeconfig_document()))
         return self
@@ -131,15 +124,10 @@ class KubernetesEmulator(RequestLog):
         """Stop serving, stop every pod and join the emulator's threads. Idempotent."""
         if self._server is None:
             return
-        server, self._server = self._server, None
         assert self._cluster is not None
         assert self._loop is not None
-        self._cluster.close()
-        server.shutdown()
-        server.drop_connections()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(10)
+        self._cluster.close()  # first: it ends the watches the server is holding
+        self._stop_serving()
         if self._machines is None:
             with contextlib.suppress(Exception):
                 self._loop.run_sync(self._cluster._machines.aclose())
@@ -148,29 +136,11 @@ class KubernetesEmulator(RequestLog):
             self._tmp.cleanup()
             self._tmp = None
 
-    close = stop
-
-    def __enter__(self) -> KubernetesEmulator:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
+    def close(self) -> None:
+        """The same as `stop`."""
         self.stop()
 
-    async def __aenter__(self) -> KubernetesEmulator:
-        return await asyncio.to_thread(self.start)
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await asyncio.to_thread(self.stop)
-
     # ---- how clients find it ------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        """The API server's URL, which is also the sandbox router's (a direct connection)."""
-        if self._server is None:
-            raise RuntimeError("The emulator is not running; call start() or use it in a with.")
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
 
     @property
     def kubeconfig(self) -> Path:
@@ -210,6 +180,7 @@ class KubernetesEmulator(RequestLog):
             raise RuntimeError("The emulator is not running.")
         return self._cluster
 
+    # A method, as on the E2B emulator (the Runloop emulator's older property stays for its users).
     def requests(self) -> list[RecordedRequest]:  # type: ignore[override]
         """Every request answered, oldest first (the ``authorization`` header is never kept)."""
         with self._lock:
@@ -229,6 +200,11 @@ class KubernetesEmulator(RequestLog):
         """Delete the Sandbox's pod: the controller starts a new, empty one (files and memory
         gone), as after an eviction or a lost node."""
         self.cluster.restart_pod(namespace, sandbox)
+
+    def advance_clock(self, seconds: float) -> None:
+        """Move the controller's clock forward: claims whose ``shutdownTime`` it passes are
+        deleted, as if that much time had gone by."""
+        self.cluster.clock_offset += dt.timedelta(seconds=seconds)
 
     def delete_claim(self, claim: str, namespace: str = DEFAULT_NAMESPACE) -> None:
         """Delete a claim as ``kubectl delete sandboxclaim`` (or its shutdown time) would."""

@@ -35,7 +35,6 @@ handler; the devboxes themselves live in ``_runloop_devboxes.py``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import email.parser
 import email.policy
@@ -44,7 +43,6 @@ import json
 import re
 import socket
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -60,8 +58,7 @@ from langchain_sandbox.testing._http_emulator import (
     Handler,
     RecordedRequest,
     Reply,
-    RequestLog,
-    Server,
+    ServedEmulator,
 )
 from langchain_sandbox.testing._runloop_devboxes import Account, ApiError, Devbox, Execution
 
@@ -72,7 +69,7 @@ _SSE_CHUNK = 64 * 1024
 Route = Callable[..., Reply]
 
 
-class RunloopEmulator(RequestLog, EdgeClient):
+class RunloopEmulator(ServedEmulator, EdgeClient):
     """The emulated Runloop API on ``127.0.0.1:<free port>``; see the module docstring.
 
     Args:
@@ -99,8 +96,6 @@ class RunloopEmulator(RequestLog, EdgeClient):
         self._init_log()
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._loop: LoopThread | None = None
-        self._server: Server | None = None
-        self._thread: threading.Thread | None = None
         self._account: Account | None = None
         self._routes = self._build_routes()
 
@@ -119,26 +114,17 @@ class RunloopEmulator(RequestLog, EdgeClient):
         self._account = Account(
             self._loop, machines, network=self._network, boot_delay=self._boot_delay
         )
-        self._server = Server(self)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="runloop-emulator-http", daemon=True
-        )
-        self._thread.start()
+        self._serve("runloop-emulator")
         return self
 
     def close(self) -> None:
         """Stop serving, shut every devbox down and join the emulator's threads. Idempotent."""
         if self._server is None:
             return
-        server, self._server = self._server, None
         assert self._account is not None
         assert self._loop is not None
-        self._account.close()
-        server.shutdown()
-        server.drop_connections()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(10)
+        self._account.close()  # first: it ends the long-polls the server is holding
+        self._stop_serving()
         if self._machines is None:
             with contextlib.suppress(Exception):
                 machines = self._account._machines
@@ -147,26 +133,6 @@ class RunloopEmulator(RequestLog, EdgeClient):
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
-
-    def __enter__(self) -> RunloopEmulator:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> RunloopEmulator:
-        return await asyncio.to_thread(self.start)
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await asyncio.to_thread(self.close)
-
-    @property
-    def url(self) -> str:
-        """Base URL for the SDK (``base_url=`` or ``RUNLOOP_BASE_URL``)."""
-        if self._server is None:
-            raise RuntimeError("The emulator is not running; call start() or use it in a with.")
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
 
     @property
     def account(self) -> Account:

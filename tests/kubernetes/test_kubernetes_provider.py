@@ -4,6 +4,7 @@ from another provider (as another process would), and the lifecycle the controll
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from collections.abc import AsyncIterator
@@ -194,11 +195,21 @@ async def test_attach_to_a_deleted_claim_finds_nothing(
 async def test_the_controller_deletes_a_claim_past_its_shutdown_time(
     cluster: KubernetesEmulator,
 ) -> None:
-    provider = cluster.provider(shutdown_after=1)
+    provider = cluster.provider(shutdown_after=600)
     try:
         session = await provider.create(SessionSpec())
         claim = session.record["sandbox_id"]
-        assert claim in cluster.claims()
+        (posted,) = _posted_claims(cluster)
+        created = dt.datetime.fromisoformat(
+            posted.json()["metadata"]["annotations"]["agents.x-k8s.io/client-first-requested-at"]
+        )
+        shutdown = dt.datetime.fromisoformat(
+            posted.json()["spec"]["lifecycle"]["shutdownTime"].replace("Z", "+00:00")
+        )
+        assert 599 <= (shutdown - created).total_seconds() <= 601
+        cluster.advance_clock(300)
+        assert not cluster.cluster.wait_for(lambda: claim not in cluster.claims(), timeout=1)
+        cluster.advance_clock(301)
         assert cluster.cluster.wait_for(lambda: claim not in cluster.claims(), timeout=30)
         assert await provider.attach(session.record) is None
     finally:

@@ -13,7 +13,6 @@ the pod (`langchain_sandbox.providers.worker_session`, the same worker Runloop d
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 from dataclasses import dataclass
@@ -29,7 +28,6 @@ from langchain_sandbox.errors import (
 from langchain_sandbox.providers.base import (
     Capabilities,
     OutputCallback,
-    SessionRecord,
     SessionSpec,
 )
 from langchain_sandbox.providers.names import KUBERNETES as PROVIDER_NAME
@@ -100,25 +98,20 @@ class KubernetesSession(WorkerSession):
         created_at: float,
         state: dict[str, Any],
     ) -> None:
-        super().__init__(provider, provider.shipped_worker, spec=spec, state=state)
+        super().__init__(
+            provider,
+            provider.shipped_worker,
+            sandbox_id=claim,
+            session_id=session_id,
+            spec=spec,
+            created_at=created_at,
+            state=state,
+        )
         self.claim = claim
         self.sandbox_name = sandbox_name
-        self.session_id = session_id
-        self._created_at = created_at
 
     def __repr__(self) -> str:
         return f"KubernetesSession(claim={self.claim!r}, sandbox={self.sandbox_name!r})"
-
-    @property
-    def record(self) -> SessionRecord:
-        return SessionRecord(
-            provider=PROVIDER_NAME,
-            session_id=self.session_id,
-            sandbox_id=self.claim,
-            created_at=self._created_at,
-            metadata=dict(self.spec.metadata),
-            state=json.loads(json.dumps(self._state)),
-        )
 
     async def _handle(self) -> Any:
         """The SDK's handle of this claim on the running loop's client (cached there)."""

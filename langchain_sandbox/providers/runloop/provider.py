@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import json
 import logging
 import math
 import os
@@ -387,25 +386,20 @@ class RunloopSession(WorkerSession):
         created_at: float,
         state: dict[str, Any],
     ) -> None:
-        super().__init__(provider, provider.shipped_worker, spec=spec, state=state)
+        super().__init__(
+            provider,
+            provider.shipped_worker,
+            sandbox_id=devbox_id,
+            session_id=session_id,
+            spec=spec,
+            created_at=created_at,
+            state=state,
+        )
         self.devbox_id = devbox_id
-        self.session_id = session_id
-        self._created_at = created_at
         self._paused = False
 
     def __repr__(self) -> str:
         return f"RunloopSession(devbox_id={self.devbox_id!r}, session_id={self.session_id!r})"
-
-    @property
-    def record(self) -> SessionRecord:
-        return SessionRecord(
-            provider=PROVIDER_NAME,
-            session_id=self.session_id,
-            sandbox_id=self.devbox_id,
-            created_at=self._created_at,
-            metadata=dict(self.spec.metadata),
-            state=json.loads(json.dumps(self._state)),
-        )
 
     def _api(self) -> Any:
         return self._provider.sdk().api
