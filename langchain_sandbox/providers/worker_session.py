@@ -243,6 +243,11 @@ class WorkerSession(RemoteSession, abc.ABC):
             )
         self._worker_installed = True
 
+    async def _worker_missing(self) -> None:
+        """The worker's file is not in the sandbox: install it. A provider whose sandbox can be
+        replaced under a live session (a Kubernetes pod started again) says it is gone instead."""
+        await self.install_worker()
+
     async def worker(
         self,
         op: str,
@@ -291,7 +296,7 @@ class WorkerSession(RemoteSession, abc.ABC):
         if timed_out:
             return {"timed_out": True, "stdout": "", "stderr": "", "late": True}
         if view.exit_status == _WORKER_MISSING_EXIT:
-            await self.install_worker()
+            await self._worker_missing()
             view, timed_out = await self.execute(command, wait=wait, on_output=on_output)
             if timed_out:
                 return {"timed_out": True, "stdout": "", "stderr": "", "late": True}

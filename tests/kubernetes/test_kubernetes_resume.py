@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from langchain_sandbox.errors import SandboxGoneError
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 from langchain_sandbox.testing.kubernetes_emulator import KubernetesEmulator
@@ -90,3 +91,23 @@ def test_a_thread_whose_claim_is_gone_resumes_on_a_new_claim(
         first.close()
         second.close()
     assert cluster.claims() == {}, "closing the runtimes deleted their claims"
+
+
+def test_a_live_session_whose_pod_was_replaced_is_restored_not_run_on_an_empty_pod(
+    cluster: KubernetesEmulator, tmp_path: Path
+) -> None:
+    """The session stays in this process's pool, but its pod was started again, empty: the worker
+    it installed is gone, so the session is gone (as a devbox that expired under a live session
+    is): the call says so, the thread comes back from its snapshot, and the next call sees it,
+    instead of running silently on an empty pod."""
+    runtime = _runtime(cluster, tmp_path / "b")
+    try:
+        record = runtime.run_code("t", _SETUP).record
+        runtime.flush()
+        cluster.restart_pod(cluster.sandbox_of(record["session"]["sandbox_id"]))
+        with pytest.raises(SandboxGoneError, match=r"was replaced.*Restored the workspace"):
+            runtime.run_code("t", _CHECK, record=record)
+        outcome = runtime.run_code("t", _CHECK)
+        assert outcome.value.stdout.split() == ["7", "kept"]
+    finally:
+        runtime.close()

@@ -140,6 +140,17 @@ class KubernetesSession(WorkerSession):
                 on_output("stderr", outcome.stderr)
         return outcome, bool(result.timed_out)
 
+    async def _worker_missing(self) -> None:
+        """The worker this session installed is gone: the pod was replaced (evicted, its node
+        lost) and the controller started an empty one under the same Sandbox. Its files and
+        memory are gone, so the session is, and the engine restores the thread's snapshot."""
+        if self._worker_installed:
+            raise SandboxGoneError(
+                f"The pod of claim {self.claim} was replaced; its files and memory are gone.",
+                provider=PROVIDER_NAME,
+            )
+        await self.install_worker()
+
     async def _stdout_of(self, outcome: Any) -> str:
         return str(outcome.stdout)
 
