@@ -39,7 +39,7 @@ import re
 import secrets
 import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -317,6 +317,18 @@ class KubernetesEmulator(ServedEmulator):
         return Reply({"detail": "Method Not Allowed"}, status=405)
 
 
+@contextlib.asynccontextmanager
+async def emulated_kubernetes_provider(**options: Any) -> AsyncIterator[Any]:
+    """A ready [`KubernetesProvider`][langchain_sandbox.KubernetesProvider] on a fresh emulated
+    cluster (stopped, with every pod, on exit). ``options`` go to the provider."""
+    async with KubernetesEmulator() as cluster:
+        provider = cluster.provider(**options)
+        try:
+            yield provider
+        finally:
+            await provider.aclose()
+
+
 def path_of(plural: str) -> str:
     return f"{GROUPS[plural][0]}/{plural}"
 
@@ -330,4 +342,10 @@ def _selector(text: str) -> dict[str, str]:
     return selector
 
 
-__all__ = ["DEFAULT_WARM_POOL", "Fault", "KubernetesEmulator", "RecordedRequest"]
+__all__ = [
+    "DEFAULT_WARM_POOL",
+    "Fault",
+    "KubernetesEmulator",
+    "RecordedRequest",
+    "emulated_kubernetes_provider",
+]
