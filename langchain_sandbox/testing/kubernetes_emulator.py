@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from langchain_sandbox._event_loop import LoopThread
 from langchain_sandbox.providers.base import Provider
 from langchain_sandbox.testing import _k8s_runtime
 from langchain_sandbox.testing._http_emulator import (
@@ -55,6 +54,7 @@ from langchain_sandbox.testing._http_emulator import (
     ServedEmulator,
 )
 from langchain_sandbox.testing._k8s_cluster import CLAIMS, GROUPS, ApiError, Cluster
+from langchain_sandbox.testing._machine_host import MachineHost
 
 DEFAULT_WARM_POOL = "python-sandbox-warmpool"
 """The warm pool the emulated cluster has unless told otherwise."""
@@ -92,7 +92,7 @@ class KubernetesEmulator(ServedEmulator):
         self._token = secrets.token_urlsafe(24)
         self._init_log()
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        self._loop: LoopThread | None = None
+        self._host: MachineHost | None = None
         self._cluster: Cluster | None = None
         self._kubeconfig: Path | None = None
 
@@ -102,15 +102,10 @@ class KubernetesEmulator(ServedEmulator):
         if self._server is not None:
             return self
         self._tmp = tempfile.TemporaryDirectory(prefix="k8s-emulator-")
-        self._loop = LoopThread(name="k8s-emulator")
-        machines = self._machines
-        if machines is None:
-            from langchain_sandbox.providers.local import LocalProvider
-
-            machines = LocalProvider(base_dir=Path(self._tmp.name) / "pods")
+        self._host = MachineHost("k8s-emulator", self._machines)
         self._cluster = Cluster(
-            self._loop,
-            machines,
+            self._host.loop,
+            self._host.machines,
             warm_pools=self._warm_pools,
             network=self._network,
             bind_delay=self._bind_delay,
@@ -125,13 +120,10 @@ class KubernetesEmulator(ServedEmulator):
         if self._server is None:
             return
         assert self._cluster is not None
-        assert self._loop is not None
+        assert self._host is not None
         self._cluster.close()  # first: it ends the watches the server is holding
         self._stop_serving()
-        if self._machines is None:
-            with contextlib.suppress(Exception):
-                self._loop.run_sync(self._cluster._machines.aclose())
-        self._loop.stop()
+        self._host.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

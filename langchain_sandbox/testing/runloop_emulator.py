@@ -42,7 +42,6 @@ import functools
 import json
 import re
 import socket
-import tempfile
 import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -60,6 +59,7 @@ from langchain_sandbox.testing._http_emulator import (
     Reply,
     ServedEmulator,
 )
+from langchain_sandbox.testing._machine_host import MachineHost
 from langchain_sandbox.testing._runloop_devboxes import Account, ApiError, Devbox, Execution
 
 _DEFAULT_HOLD = 25.0
@@ -94,7 +94,7 @@ class RunloopEmulator(ServedEmulator, EdgeClient):
         self.max_hold = _DEFAULT_HOLD
         self.inline_output_bytes: int | None = None
         self._init_log()
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._host: MachineHost | None = None
         self._loop: LoopThread | None = None
         self._account: Account | None = None
         self._routes = self._build_routes()
@@ -104,15 +104,10 @@ class RunloopEmulator(ServedEmulator, EdgeClient):
     def start(self) -> RunloopEmulator:
         if self._server is not None:
             return self
-        self._loop = LoopThread(name="runloop-emulator")
-        machines = self._machines
-        if machines is None:
-            from langchain_sandbox.providers.local import LocalProvider
-
-            self._tmp = tempfile.TemporaryDirectory(prefix="runloop-emulator-")
-            machines = LocalProvider(base_dir=self._tmp.name)
+        self._host = MachineHost("runloop-emulator", self._machines)
+        self._loop = self._host.loop
         self._account = Account(
-            self._loop, machines, network=self._network, boot_delay=self._boot_delay
+            self._loop, self._host.machines, network=self._network, boot_delay=self._boot_delay
         )
         self._serve("runloop-emulator")
         return self
@@ -125,14 +120,8 @@ class RunloopEmulator(ServedEmulator, EdgeClient):
         assert self._loop is not None
         self._account.close()  # first: it ends the long-polls the server is holding
         self._stop_serving()
-        if self._machines is None:
-            with contextlib.suppress(Exception):
-                machines = self._account._machines
-                self._loop.run_sync(machines.aclose())
-        self._loop.stop()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        assert self._host is not None
+        self._host.stop()
 
     @property
     def account(self) -> Account:
