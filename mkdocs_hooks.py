@@ -46,6 +46,7 @@ _PUBLIC_MODULES = (
     "langchain_sandbox.testing",
     "langchain_sandbox.testing.e2b_emulator",
     "langchain_sandbox.testing.runloop_emulator",
+    "langchain_sandbox.testing.kubernetes_emulator",
 )
 # Layer (the first package segment of where a name is defined) -> page title, in nav order.
 _LAYERS = {

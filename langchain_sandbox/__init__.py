@@ -81,6 +81,7 @@ if TYPE_CHECKING:
         messages_for_model,
     )
     from langchain_sandbox.providers.e2b import E2BProvider
+    from langchain_sandbox.providers.kubernetes import KubernetesProvider
     from langchain_sandbox.providers.local import (
         EnvironmentStatus,
         LocalProvider,
@@ -147,6 +148,7 @@ _LAZY: dict[str, str] = {
     "PackageIndex": "langchain_sandbox.providers.local",
     "E2BProvider": "langchain_sandbox.providers.e2b",
     "RunloopProvider": "langchain_sandbox.providers.runloop",
+    "KubernetesProvider": "langchain_sandbox.providers.kubernetes",
     "PostgresThreadLock": "langchain_sandbox.thread_lock",
 }
 
@@ -169,6 +171,7 @@ __all__ = [
     "InvalidPackageNameError",
     "InvalidPathError",
     "IsolationUnavailableError",
+    "KubernetesProvider",
     "LangGraphStoreBlobStore",
     "Limits",
     "LocalDirectoryBlobStore",

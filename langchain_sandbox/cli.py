@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from langchain_sandbox.errors import InvalidInputError, SandboxError
 from langchain_sandbox.providers import get_provider
 from langchain_sandbox.providers.base import Limits, SessionSpec
-from langchain_sandbox.providers.names import E2B, LOCAL, PROVIDER_NAMES, RUNLOOP
+from langchain_sandbox.providers.names import E2B, KUBERNETES, LOCAL, PROVIDER_NAMES, RUNLOOP
 from langchain_sandbox.results import ExecutionResult
 
 DESCRIPTION = "Run code in a sandbox, check this machine, run the demo, reap orphans."
@@ -33,6 +33,8 @@ _PROVIDER_REQUIREMENTS = {
     LOCAL: ((), ()),
     E2B: (("e2b_code_interpreter",), ("E2B_API_KEY",)),
     RUNLOOP: (("runloop_api_client",), ("RUNLOOP_API_KEY",)),
+    # Credentials are the kubeconfig's or the pod's service account: no variable is required.
+    KUBERNETES: (("k8s_agent_sandbox", "kubernetes_asyncio"), ()),
 }
 
 
@@ -147,6 +149,7 @@ def _print_network_policies(local_usable: bool) -> None:
     print(f"  {LOCAL:8} {local}")
     print(f"  {E2B:8} refused (its allow_out lists are not mapped yet)")
     print(f"  {RUNLOOP:8} refused (its network policies are not mapped yet)")
+    print(f"  {KUBERNETES:8} refused (egress is the cluster's NetworkPolicy on the pods)")
 
 
 def _print_environments() -> None:

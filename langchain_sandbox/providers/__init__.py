@@ -24,17 +24,19 @@ from langchain_sandbox.providers.base import (
     SessionSpec,
     VariablesDump,
 )
-from langchain_sandbox.providers.names import E2B, LOCAL, PROVIDER_NAMES, RUNLOOP
+from langchain_sandbox.providers.names import E2B, KUBERNETES, LOCAL, PROVIDER_NAMES, RUNLOOP
 
 _PROVIDERS = {
     LOCAL: ("langchain_sandbox.providers.local", "LocalProvider"),
     E2B: ("langchain_sandbox.providers.e2b", "E2BProvider"),
     RUNLOOP: ("langchain_sandbox.providers.runloop", "RunloopProvider"),
+    KUBERNETES: ("langchain_sandbox.providers.kubernetes", "KubernetesProvider"),
 }
 
 
 def get_provider(name: str | Provider = LOCAL, **options: Any) -> Provider:
-    """Return a provider: ``name`` is ``"local"``, ``"e2b"``, ``"runloop"`` or a ``Provider``."""
+    """Return a provider: ``name`` is ``"local"``, ``"e2b"``, ``"runloop"``, ``"kubernetes"``
+    or a ``Provider``."""
     if isinstance(name, Provider):
         if options:
             raise InvalidInputError("Options apply only when the provider is given by name.")

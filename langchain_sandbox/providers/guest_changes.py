@@ -2,7 +2,7 @@
 sandbox (stdlib only, Python >= 3.8), so a capture costs one request whatever the workspace's size.
 
 The remote providers ship this code into their sandboxes: Runloop's worker carries it inline
-(`langchain_sandbox.providers.runloop.provider._worker_script` cuts everything above the
+(`langchain_sandbox.providers.worker_session.worker_script` cuts everything above the
 ``<shipped>`` marker), E2B's kernel builds it as a module from its source once per kernel. Both
 then call `changes` with the listing the host last knew, and answer only what changed.
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import posixpath
-import shlex
 import threading
 import time
 import uuid
@@ -26,15 +25,15 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from langchain_sandbox._event_loop import LoopThread
-from langchain_sandbox.errors import InvalidPathError, SandboxError
+from langchain_sandbox.errors import SandboxError
 from langchain_sandbox.providers.base import Limits, Provider, Session, SessionSpec
+from langchain_sandbox.testing import _machine_files
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 T = TypeVar("T")
 
 _EXECUTION_LIMIT_SECONDS = 24 * 3600.0
 _DISK_FILE = f"{WORKSPACE_ROOT}/.runloop-emulator-disk.tgz"
-_STAGING_PREFIX = f"{WORKSPACE_ROOT}/.runloop-emulator-staging-"
 _DISK_DIRS = "home/user tmp"
 
 
@@ -423,36 +422,16 @@ class Account:
 
     def write_file(self, devbox_id: str, path: str, data: bytes) -> None:
         _, machine = self.running(devbox_id)
-        target = _absolute(path)
-        if _in_workspace(target):
-            self._run(machine.write_files({target: data}))
-            return
-        # The local provider writes only inside the workspace; stage there, then move it.
-        staging = f"{_STAGING_PREFIX}{uuid.uuid4().hex}"
-        self._run(machine.write_files({staging: data}))
-        moved = self._run(
-            machine.run_command(
-                f"mkdir -p {_quote(posixpath.dirname(target))} && mv {staging} {_quote(target)}",
-                timeout=60,
-            )
-        )
-        if moved.exit_code != 0:
-            raise ApiError(400, f"Cannot write {path}: {moved.stderr.strip()}")
+        try:
+            _machine_files.write_file(self._run, machine, _absolute(path), data)
+        except _machine_files.MachineFileError as exc:
+            raise ApiError(400, f"Cannot write {path}: {exc}") from exc
 
     def read_file(self, devbox_id: str, path: str) -> bytes:
         _, machine = self.running(devbox_id)
-        source = _absolute(path)
         try:
-            if _in_workspace(source):
-                return self._run(machine.read_files([source]))[source]
-            staging = f"{_STAGING_PREFIX}{uuid.uuid4().hex}"
-            copied = self._run(machine.run_command(f"cp -- {_quote(source)} {staging}", timeout=60))
-            if copied.exit_code != 0:
-                raise ApiError(404, f"File not found: {path}")
-            data = self._run(machine.read_files([staging]))[staging]
-            self._run(machine.remove_files([staging]))
-            return data
-        except InvalidPathError as exc:
+            return _machine_files.read_file(self._run, machine, _absolute(path))
+        except FileNotFoundError as exc:
             raise ApiError(404, f"File not found: {path}") from exc
 
     # ---- disk snapshots ---------------------------------------------------------------------
@@ -498,14 +477,6 @@ def _absolute(path: str) -> str:
     return posixpath.normpath(
         path if path.startswith("/") else posixpath.join(WORKSPACE_ROOT, path)
     )
-
-
-def _in_workspace(path: str) -> bool:
-    return path == WORKSPACE_ROOT or path.startswith(WORKSPACE_ROOT + "/")
-
-
-def _quote(text: str) -> str:
-    return shlex.quote(text)
 
 
 __all__ = ["Account", "ApiError", "Devbox", "DiskSnapshot", "Execution"]

@@ -25,7 +25,7 @@ def test_top_level_help_has_no_rst_markup_and_shows_examples(run_cli: RunCli) ->
 
 def test_provider_and_doctor_have_help_text(run_cli: RunCli) -> None:
     exec_help = run_cli("exec", "--help").stdout
-    assert "--provider {local,e2b,runloop}" in exec_help
+    assert "--provider {local,e2b,runloop,kubernetes}" in exec_help
     assert "where the code runs" in " ".join(exec_help.split())
     assert "--file PATH" in exec_help
     doctor_help = " ".join(run_cli("doctor", "--help").stdout.split())

@@ -1,5 +1,5 @@
 """One behaviour suite, every provider: local (real bubblewrap, and real gVisor as ``local-gvisor``),
-E2B and Runloop (real SDKs against the emulators in ``langchain_sandbox.testing``)."""
+E2B, Runloop and Kubernetes (real SDKs against the emulators in ``langchain_sandbox.testing``)."""
 
 from __future__ import annotations
 
@@ -69,10 +69,30 @@ async def _runloop(tmp_path: Path) -> AsyncIterator[Provider]:
             await provider.aclose()
 
 
+@contextlib.asynccontextmanager
+async def _kubernetes(tmp_path: Path) -> AsyncIterator[Provider]:
+    from langchain_sandbox.testing.kubernetes_emulator import KubernetesEmulator
+
+    # With the network a pod has unless a NetworkPolicy says otherwise: the provider has no
+    # per-session switch (no network_control), and the suite checks that the flag tells the truth.
+    async with KubernetesEmulator(network=True) as cluster:
+        provider = cluster.provider()
+        try:
+            yield provider
+        finally:
+            await provider.aclose()
+
+
 _OPENERS: dict[int, URLOpener] = {}
 
 
-_FACTORIES = {"local": _local, "local-gvisor": _local_gvisor, "e2b": _e2b, "runloop": _runloop}
+_FACTORIES = {
+    "local": _local,
+    "local-gvisor": _local_gvisor,
+    "e2b": _e2b,
+    "runloop": _runloop,
+    "kubernetes": _kubernetes,
+}
 
 
 @pytest.fixture(params=sorted(_FACTORIES))

@@ -68,7 +68,7 @@ def test_doctor_reports_isolation_and_providers() -> None:
     assert "  bubblewrap:        available\n" in done.stdout
     assert "  gvisor:            available\n" in done.stdout
     assert "network isolation: yes" in done.stdout
-    for name in ("local", "e2b", "runloop"):
+    for name in ("local", "e2b", "runloop", "kubernetes"):
         assert f"  {name}" in done.stdout
 
 

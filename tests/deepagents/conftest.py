@@ -1,5 +1,5 @@
-"""Backends for the Deep Agents tests: the local provider for real, E2B and Runloop through their
-real SDKs against the emulators in ``langchain_sandbox.testing``."""
+"""Backends for the Deep Agents tests: the local provider for real, E2B, Runloop and Kubernetes
+through their real SDKs against the emulators in ``langchain_sandbox.testing``."""
 
 from __future__ import annotations
 
@@ -54,7 +54,24 @@ def runloop_runtime(base_dir: Path) -> Iterator[SandboxRuntime]:
             runtime.close()
 
 
-RUNTIMES = {"local": local_runtime, "e2b": e2b_runtime, "runloop": runloop_runtime}
+@contextlib.contextmanager
+def kubernetes_runtime(base_dir: Path) -> Iterator[SandboxRuntime]:
+    from langchain_sandbox.testing.kubernetes_emulator import KubernetesEmulator
+
+    with KubernetesEmulator() as cluster:
+        runtime = SandboxRuntime(cluster.provider())
+        try:
+            yield runtime
+        finally:
+            runtime.close()
+
+
+RUNTIMES = {
+    "local": local_runtime,
+    "e2b": e2b_runtime,
+    "runloop": runloop_runtime,
+    "kubernetes": kubernetes_runtime,
+}
 
 
 @pytest.fixture(scope="class")

@@ -12,7 +12,7 @@ import pytest
 from langchain_sandbox.deepagents import NotedPath, SandboxBackend
 from langchain_sandbox.runtime import SandboxRuntime
 
-PROVIDERS = ["local", "e2b", "runloop"]
+PROVIDERS = ["local", "e2b", "runloop", "kubernetes"]
 
 
 def _assert_noted(path: object, expected: str) -> None:

@@ -245,6 +245,10 @@ class TestRunloopStandard(_Standard):
     provider_name = "runloop"
 
 
+class TestKubernetesStandard(_Standard):
+    provider_name = "kubernetes"
+
+
 class _InWorkspace(_Standard):
     @property
     def sandbox_root_dir(self) -> str:
@@ -261,3 +265,7 @@ class TestE2BStandardInWorkspace(_InWorkspace):
 
 class TestRunloopStandardInWorkspace(_InWorkspace):
     provider_name = "runloop"
+
+
+class TestKubernetesStandardInWorkspace(_InWorkspace):
+    provider_name = "kubernetes"

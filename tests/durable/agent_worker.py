@@ -326,10 +326,10 @@ def emit_done(
 
 def serve(graph: Any, args: argparse.Namespace, runtime: SandboxRuntime) -> None:
     """Answer one command per stdin line: a turn (``{"message": ...}``, with ``"checkpoint_id"``
-    to continue from that checkpoint), ``{"live": true}`` or ``{"flush": true}`` (wait until
-    the snapshots written behind are complete, or failed)."""
+    to continue from that checkpoint and ``"thread"`` for another thread than ``--thread``),
+    ``{"live": true}`` or ``{"flush": true}`` (wait until the snapshots written behind are
+    complete, or failed)."""
     emit("ready")
-    thread = {"configurable": {"thread_id": args.thread}}
     for line in sys.stdin:
         command = json.loads(line)
         if command.get("live"):
@@ -339,7 +339,9 @@ def serve(graph: Any, args: argparse.Namespace, runtime: SandboxRuntime) -> None
             runtime.flush()
             emit("flushed")
             continue
-        configurable = {"thread_id": args.thread}
+        thread_id = command.get("thread", args.thread)
+        thread = {"configurable": {"thread_id": thread_id}}
+        configurable = {"thread_id": thread_id}
         if command.get("checkpoint_id"):  # a fork from that checkpoint, in this live process
             configurable.update(checkpoint_id=command["checkpoint_id"], checkpoint_ns="")
         result = graph.invoke(
@@ -411,7 +413,7 @@ def main() -> None:
     parser.add_argument(
         "--provider",
         default="local",
-        help="local, e2b or runloop (a remote one from its SDK's env settings)",
+        help="local, e2b, runloop or kubernetes (a remote one from its SDK's env settings)",
     )
     parser.add_argument("--message")
     parser.add_argument("--resume", help="JSON value for Command(resume=...)")

@@ -1,5 +1,5 @@
-"""Where the sandboxes of a cross-process story run: the local provider, or E2B or Runloop through
-their real SDKs against the emulators of ``langchain_sandbox.testing``.
+"""Where the sandboxes of a cross-process story run: the local provider, or E2B, Runloop or
+Kubernetes through their real SDKs against the emulators of ``langchain_sandbox.testing``.
 
 An emulator runs in the test's process, so its sandboxes outlive the worker processes (and their
 SIGKILL) as the real services' do; the workers find it through the SDK's own environment
@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from process_helpers import URLOpener, open_directly, through_edge
 
 from langchain_sandbox.testing.e2b_emulator import E2BEmulator
+from langchain_sandbox.testing.kubernetes_emulator import KubernetesEmulator
 from langchain_sandbox.testing.runloop_emulator import RunloopEmulator
 
-PROVIDERS = ("local", "e2b", "runloop")
+PROVIDERS = ("local", "e2b", "runloop", "kubernetes")
 # The host's own settings would point a worker at a real service.
 _HOST_SETTINGS = ("E2B_DOMAIN", "E2B_ACCESS_TOKEN", "RUNLOOP_CUSTOM_HEADERS")
 
@@ -75,6 +76,17 @@ def running_provider(name: str) -> Iterator[StoryProvider]:
 
             settings = {"RUNLOOP_API_KEY": runloop.api_key, "RUNLOOP_BASE_URL": runloop.url}
             yield StoryProvider("runloop", _env(settings), expire_runloop, through_edge(runloop))
+    elif name == "kubernetes":
+        with KubernetesEmulator() as cluster:
+
+            def delete_every_claim() -> None:
+                for claim in cluster.claims():
+                    cluster.delete_claim(claim)
+
+            # No port URL to open: the provider has no ports (Capabilities.ports is False).
+            yield StoryProvider(
+                "kubernetes", _env(cluster.env()), delete_every_claim, open_directly
+            )
     else:
         raise ValueError(f"no story provider {name!r}")
 

@@ -26,10 +26,11 @@ from test_durable_sessions import HANG_GUARD, Story, read_event
 # Every provider with SQLite, and Postgres on the local one: the checkpointer and the provider are
 # independent parts of a story, so each is covered without running every pair (each story runs
 # 5-25 s).
-STORY_SETUPS = pytest.mark.parametrize(
-    ("saver", "story_provider"),
-    [("sqlite", "local"), ("postgres", "local"), ("sqlite", "e2b"), ("sqlite", "runloop")],
-    indirect=True,
+_SETUPS = [("sqlite", "local"), ("postgres", "local"), ("sqlite", "e2b"), ("sqlite", "runloop")]
+STORY_SETUPS = pytest.mark.parametrize(("saver", "story_provider"), _SETUPS, indirect=True)
+# Kubernetes too where a story needs no background process or port (its Capabilities say no).
+RESTORE_SETUPS = pytest.mark.parametrize(
+    ("saver", "story_provider"), [*_SETUPS, ("sqlite", "kubernetes")], indirect=True
 )
 
 _TXT_FILES = "import os\nprint(sorted(n for n in os.listdir('.') if n.endswith('.txt')))"
@@ -76,7 +77,7 @@ def _mend(store: Path, aside: Path) -> None:
     aside.rename(store)
 
 
-@STORY_SETUPS
+@RESTORE_SETUPS
 def test_a_fork_in_a_new_process_removes_the_files_made_after_its_checkpoint(
     saver: tuple[str, str], blobs: str, story_provider: StoryProvider
 ) -> None:
@@ -109,7 +110,7 @@ def test_a_fork_in_a_new_process_removes_the_files_made_after_its_checkpoint(
     assert "restored from the snapshot of revision 1" in fork["tools"][-1]
 
 
-@STORY_SETUPS
+@RESTORE_SETUPS
 def test_a_new_process_says_the_sandbox_is_new_when_no_snapshot_was_saved(
     tmp_path: Path, saver: tuple[str, str], story_provider: StoryProvider
 ) -> None:
@@ -142,7 +143,7 @@ def test_a_new_process_says_the_sandbox_is_new_when_no_snapshot_was_saved(
     assert _stdout(text) == "False False"
 
 
-@STORY_SETUPS
+@RESTORE_SETUPS
 def test_sigkill_after_a_step_whose_snapshot_failed_restores_the_last_one_and_says_what_was_lost(
     tmp_path: Path, blobs: str, saver: tuple[str, str], story_provider: StoryProvider
 ) -> None:

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from langchain_sandbox.providers import guest_changes
+from langchain_sandbox.providers import shipped_worker as _worker
 from langchain_sandbox.providers.base import ChangeListing, FileInfo
-from langchain_sandbox.providers.runloop import RunloopProvider, _worker
-from langchain_sandbox.providers.runloop.provider import WORKER_DIR
+from langchain_sandbox.providers.runloop import RunloopProvider
+from langchain_sandbox.providers.worker_session import WORKER_DIR
 from langchain_sandbox.snapshots import Snapshotter
 from langchain_sandbox.testing.runloop_emulator import RecordedRequest, RunloopEmulator
 

@@ -27,7 +27,7 @@ from langchain_sandbox.snapshots import _knowledge as snapshotter_module
 State = tuple[str, str, str]
 
 
-@pytest.fixture(params=["local", "e2b", "runloop"])
+@pytest.fixture(params=["local", "e2b", "runloop", "kubernetes"])
 async def any_provider(
     request: pytest.FixtureRequest, provider: Provider
 ) -> AsyncIterator[Provider]:
@@ -37,6 +37,10 @@ async def any_provider(
     emulated: Any
     if request.param == "e2b":
         from langchain_sandbox.testing.e2b_emulator import emulated_e2b_provider as emulated
+    elif request.param == "kubernetes":
+        from langchain_sandbox.testing.kubernetes_emulator import (
+            emulated_kubernetes_provider as emulated,
+        )
     else:
         from langchain_sandbox.testing.runloop_emulator import (
             emulated_runloop_provider as emulated,

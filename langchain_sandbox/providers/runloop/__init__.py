@@ -8,10 +8,10 @@ from __future__ import annotations
 from langchain_sandbox.providers.remote import SESSION_KEY, TAG_KEY
 from langchain_sandbox.providers.runloop.provider import (
     CAPABILITIES,
-    WORKER_DIR,
     RunloopProvider,
     RunloopSession,
 )
+from langchain_sandbox.providers.worker_session import WORKER_DIR
 
 __all__ = [
     "CAPABILITIES",

@@ -19,29 +19,23 @@ What this module guarantees:
 * SDK errors become `langchain_sandbox.errors` in one place, `_translate`.
 
 Why one module over 500 lines: the provider and its session share the execution plumbing (one
-``execute_async`` per call, the long-poll, live output, telling a refusal from a gone devbox);
-moving ``RunloopSession`` into a ``session.py`` of its own, as ``providers/local`` does, is the
-next split.
+``execute_async`` per call, the long-poll, live output, telling a refusal from a gone devbox); the
+worker's protocol is `WorkerSession`'s and the SDK's errors are ``_sdk.py``'s, and moving
+``RunloopSession`` into a ``session.py`` of its own, as ``providers/local`` does, is the next split.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
 import functools
-import hashlib
-import inspect
-import json
 import logging
 import math
 import os
 import posixpath
-import shlex
 import time
 import uuid
-import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
 from langchain_sandbox.environment import validate_env
@@ -49,75 +43,46 @@ from langchain_sandbox.errors import (
     AuthenticationError,
     InvalidInputError,
     InvalidPathError,
-    ProviderUnavailableError,
     ProviderUnreachableError,
-    QuotaExceededError,
     SandboxError,
     SandboxGoneError,
-    SandboxTimeoutError,
     SessionClosedError,
 )
 from langchain_sandbox.network import refuse_policy
-from langchain_sandbox.providers import guest, guest_changes, kernel_state
+from langchain_sandbox.providers import shipped_worker as _runloop_worker
 from langchain_sandbox.providers.base import (
     Capabilities,
-    ChangeListing,
-    FileInfo,
     Limits,
     OutputCallback,
     SessionRecord,
     SessionSpec,
-    VariablesDump,
     check_port,
     install_spec_packages,
-)
-from langchain_sandbox.providers.guest_facts import (
-    checked_count,
-    failure_text,
-    figure_notices,
-    variable_names,
 )
 from langchain_sandbox.providers.names import RUNLOOP as PROVIDER_NAME
 from langchain_sandbox.providers.remote import (
     SESSION_KEY,
     TAG_KEY,
     RemoteProvider,
-    RemoteSession,
-    change_listing,
-    known_reference,
-    load_sdk,
     read_tags,
     tag_metadata,
 )
 from langchain_sandbox.providers.runloop import _tunnels
-from langchain_sandbox.providers.runloop import _worker as _runloop_worker
-from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
-from langchain_sandbox.results import (
-    DEFAULT_CAPTURE_BYTES,
-    Artifact,
-    ExecutionError,
-    ExecutionResult,
-    OutputCapture,
+from langchain_sandbox.providers.runloop._sdk import runloop_sdk, status_code, translate
+from langchain_sandbox.providers.worker_session import (
+    WORKER_DIR,
+    AnswerCut,
+    ShippedWorker,
+    WorkerSession,
 )
 from langchain_sandbox.retries import DEFAULT_ATTEMPTS, retry_async
-from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
 
 T = TypeVar("T")
 
-WORKER_DIR = "/tmp/langchain_sandbox"
-"""Where the in-devbox worker lives; outside the workspace so snapshots and listings ignore it."""
-
-_WORKER_MISSING_EXIT = 86
 _MAX_HOLD_SECONDS = 25
 _LONG_POLL_BUFFER = 5.0
-_WORKER_SLACK = 20.0
 _FOLLOW_GRACE = 5.0
-_MAX_INLINE_REQUEST = 64 * 1024
 _MAX_RESULT_BYTES = 128 * 1024 * 1024
-# A listing with changed files carries each file up to the dump's inline size, and no more in all
-# than a bounded answer line (the rest is downloaded one request per file, as before).
-_BUNDLE_FILE_BYTES = _runloop_worker.INLINE_DUMP_BYTES
-_BUNDLE_BYTES = 16 * 1024 * 1024
 _LISTED_STATUSES = (
     "queued",
     "provisioning",
@@ -127,7 +92,6 @@ _LISTED_STATUSES = (
     "suspended",
     "resuming",
 )
-_INTERPRETER_OPS = frozenset({"code", "dump", "load", "save"})
 _LIVE_STATUSES = frozenset({"running", "suspending", "suspended", "resuming"})
 _BOOTING_STATUSES = frozenset({"scheduled", "queued", "provisioning", "initializing", "resuming"})
 
@@ -147,105 +111,6 @@ CAPABILITIES = Capabilities(
     processes=True,
     ports=True,
 )
-
-
-def _sdk() -> Any:
-    """The ``runloop_api_client`` module, or a clear error naming the extra that brings it."""
-    return load_sdk(
-        "runloop_api_client",
-        package="runloop-api-client",
-        extra="runloop",
-        purpose="The Runloop provider",
-    )
-
-
-def _worker_script() -> str:
-    """The worker program, standalone: the package imports it makes are replaced by the code
-    itself (the output capture and the change listing inline, the kernel-state module as source
-    it loads on demand)."""
-    worker = inspect.getsource(_runloop_worker)
-    start, end = "# <package-imports>", "# </package-imports>"
-    inlined = "\n".join(
-        [
-            "_SHIPPED = {}",
-            f"SHIPPED_SOURCES = {_shipped_sources()!r}",
-            "def _cloudpickle():",
-            "    return _unpacked('cloudpickle')",
-            f"DEFAULT_CAPTURE_BYTES = {DEFAULT_CAPTURE_BYTES}",
-            inspect.getsource(OutputCapture),
-            guest_changes.shipped_source(),
-        ]
-    )
-    return worker[: worker.index(start)] + inlined + worker[worker.index(end) + len(end) :]
-
-
-def _shipped_sources() -> dict[str, str]:
-    """The modules the worker builds in the devbox, compressed (the script travels in a command
-    line, whose length is bounded)."""
-    sources = {
-        "kernel_state": inspect.getsource(kernel_state),
-        "guest": inspect.getsource(guest),
-        "cloudpickle": cloudpickle_source(),
-    }
-    return {
-        name: base64.b64encode(zlib.compress(source.encode(), 9)).decode()
-        for name, source in sources.items()
-    }
-
-
-def _translate(exc: BaseException, *, what: str) -> SandboxError:
-    """Map an SDK or transport error to the package's taxonomy (the one place that does)."""
-    if isinstance(exc, SandboxError):
-        return exc
-    sdk = _sdk()
-    from runloop_api_client.lib.polling import PollingTimeout
-
-    details: dict[str, Any] = {}
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    if status is not None:
-        details["status"] = status
-    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    text = f"Runloop {what} failed: {message}"
-    if isinstance(exc, sdk.RateLimitError):
-        return QuotaExceededError(text, provider=PROVIDER_NAME, details=details)
-    if isinstance(exc, (sdk.AuthenticationError, sdk.PermissionDeniedError)):
-        return AuthenticationError(
-            f"Runloop rejected the API key ({what}): {message}",
-            provider=PROVIDER_NAME,
-            details=details,
-        )
-    if isinstance(exc, sdk.NotFoundError):
-        return SandboxGoneError(
-            f"The Runloop devbox is gone ({what}): {message}",
-            provider=PROVIDER_NAME,
-            details=details,
-        )
-    if isinstance(exc, (sdk.APITimeoutError, PollingTimeout, asyncio.TimeoutError)):
-        return SandboxTimeoutError(
-            f"Runloop {what} timed out", provider=PROVIDER_NAME, details=details
-        )
-    if isinstance(exc, sdk.APIConnectionError):
-        import httpx
-
-        # No answer at all (refused, no route) is told from a connection lost mid-request.
-        never_answered = isinstance(exc.__cause__, httpx.ConnectError)
-        unreachable = ProviderUnreachableError if never_answered else ProviderUnavailableError
-        return unreachable(
-            f"Runloop could not be reached ({what})", provider=PROVIDER_NAME, details=details
-        )
-    if (
-        isinstance(exc, sdk.APIStatusError)
-        and status is not None
-        and (status >= 500 or status in (408, 409))
-    ):
-        return ProviderUnavailableError(text, provider=PROVIDER_NAME, details=details)
-    return SandboxError(text, provider=PROVIDER_NAME, details=details)
-
-
-def _status_code(exc: BaseException) -> int | None:
-    cause = exc.__cause__ if isinstance(exc, SandboxError) else exc
-    status = getattr(getattr(cause, "response", None), "status_code", None)
-    return status if isinstance(status, int) else None
 
 
 def _parse_template(template: str | None) -> dict[str, str]:
@@ -292,7 +157,7 @@ class RunloopProvider(RemoteProvider):
         retry_deadline: float = 60.0,
     ) -> None:
         super().__init__(retry_attempts=retry_attempts, retry_deadline=retry_deadline)
-        _sdk()
+        runloop_sdk()
         if not (api_key or os.environ.get("RUNLOOP_API_KEY")):
             raise AuthenticationError(
                 "No Runloop API key: pass api_key= to RunloopProvider or set RUNLOOP_API_KEY.",
@@ -312,18 +177,7 @@ class RunloopProvider(RemoteProvider):
         self._launch_parameters = dict(launch_parameters or {})
         self.create_timeout = create_timeout
         self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
-        self.worker_script = _worker_script()
-        digest = hashlib.sha256(self.worker_script.encode()).hexdigest()[:12]
-        self.worker_module = f"worker_{digest}"
-        self.worker_path = f"{WORKER_DIR}/{self.worker_module}.py"
-
-    @property
-    def worker_launcher(self) -> str:
-        """Python that imports the worker as a module (so its bytecode is cached) and runs it."""
-        return (
-            f"import sys; sys.path.insert(0, {WORKER_DIR!r}); "
-            f"import {self.worker_module} as worker; worker.main(sys.argv)"
-        )
+        self.shipped_worker = ShippedWorker()
 
     def __repr__(self) -> str:
         return f"RunloopProvider(base_url={self._base_url!r})"
@@ -335,7 +189,7 @@ class RunloopProvider(RemoteProvider):
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            sdk = _sdk()
+            sdk = runloop_sdk()
             try:
                 client = sdk.AsyncRunloopSDK(
                     bearer_token=self._api_key, base_url=self._base_url, max_retries=0
@@ -357,7 +211,7 @@ class RunloopProvider(RemoteProvider):
             await client.aclose()
 
     def _translate(self, exc: BaseException, what: str, *, path: str | None) -> SandboxError:
-        return _translate(exc, what=what)
+        return translate(exc, what=what)
 
     # ---- the contract -------------------------------------------------------------------------
 
@@ -514,12 +368,13 @@ class RunloopProvider(RemoteProvider):
         return True
 
 
-class RunloopSession(RemoteSession):
+class RunloopSession(WorkerSession):
     """One Runloop devbox; see the module docstring."""
 
     provider_name = PROVIDER_NAME
     capabilities = CAPABILITIES
-    lists_variables = True
+    noun = "devbox"
+    _provider: RunloopProvider
 
     def __init__(
         self,
@@ -531,44 +386,20 @@ class RunloopSession(RemoteSession):
         created_at: float,
         state: dict[str, Any],
     ) -> None:
-        self._provider = provider
+        super().__init__(
+            provider,
+            provider.shipped_worker,
+            sandbox_id=devbox_id,
+            session_id=session_id,
+            spec=spec,
+            created_at=created_at,
+            state=state,
+        )
         self.devbox_id = devbox_id
-        self.session_id = session_id
-        self.spec = spec
-        self._created_at = created_at
-        self._state = state
-        self._closed = False
         self._paused = False
-        self._worker_installed = False
-        self._interpreter_turn = asyncio.Lock()
-        self._staged_head: dict[str, str] | None = None
-        self._carried_head: str | None = None
 
     def __repr__(self) -> str:
         return f"RunloopSession(devbox_id={self.devbox_id!r}, session_id={self.session_id!r})"
-
-    @property
-    def record(self) -> SessionRecord:
-        return SessionRecord(
-            provider=PROVIDER_NAME,
-            session_id=self.session_id,
-            sandbox_id=self.devbox_id,
-            created_at=self._created_at,
-            metadata=dict(self.spec.metadata),
-            state=json.loads(json.dumps(self._state)),
-        )
-
-    def carry_head(self, name: str, value: str) -> bool:
-        """The next worker call sets the head global in the interpreter (every call goes through
-        the worker, so a warm call stays one ``execute_async`` and its long-poll)."""
-        self._staged_head = {"name": name, "value": value}
-        return True
-
-    @property
-    def carried_head(self) -> str | None:
-        return self._carried_head
-
-    # ---- executions ---------------------------------------------------------------------------
 
     def _api(self) -> Any:
         return self._provider.sdk().api
@@ -631,7 +462,7 @@ class RunloopSession(RemoteSession):
             if name == "stdout"
             else executions.stream_stderr_updates
         )
-        answer = _AnswerCut() if name == "stdout" else None
+        answer = AnswerCut() if name == "stdout" else None
         try:
             updates = await opener(execution_id, devbox_id=self.devbox_id)
             async with updates:
@@ -714,159 +545,6 @@ class RunloopSession(RemoteSession):
 
         return await self._provider._retry("reading output", stream)
 
-    async def install_worker(self) -> None:
-        """Put the worker program in the devbox (and check that the devbox has ``python3``)."""
-        payload = base64.b64encode(self._provider.worker_script.encode()).decode()
-        path = self._provider.worker_path
-        command = (
-            f"mkdir -p {WORKER_DIR} && printf %s {payload} | base64 -d > {path}.tmp && "
-            f"mv {path}.tmp {path} && python3 -c "
-            + shlex.quote(
-                # Compiled once here: later calls import the cached bytecode even where the
-                # environment turns bytecode writing off.
-                f"import py_compile, sys; py_compile.compile({path!r}, doraise=True); "
-                "sys.exit(sys.version_info < (3, 8))"
-            )
-        )
-        view, _ = await self.execute(command, wait=120.0)
-        if view.exit_status != 0:
-            raise SandboxError(
-                "The devbox cannot run the Python worker (it needs python3 >= 3.8, base64 and a "
-                f"writable {WORKER_DIR}); exit {view.exit_status}: {(view.stderr or '')[-500:]}",
-                provider=PROVIDER_NAME,
-            )
-        self._worker_installed = True
-
-    async def worker(
-        self,
-        op: str,
-        request: dict[str, Any],
-        *,
-        wait: float,
-        on_output: OutputCallback | None = None,
-        interpreter: bool = False,
-    ) -> dict[str, Any]:
-        """Run one worker operation; ``{"timed_out": True}`` when ``wait`` ran out.
-
-        Calls to the interpreter (its operations, and any other that says it talks to the
-        ``interpreter``) take turns: it runs one cell at a time, and a call kept waiting behind
-        another would count that wait against its own timeout.
-        """
-        if interpreter or op in _INTERPRETER_OPS:
-            async with self._interpreter_turn:
-                return await self._worker(op, request, wait=wait, on_output=on_output)
-        return await self._worker(op, request, wait=wait, on_output=on_output)
-
-    async def _worker(
-        self,
-        op: str,
-        request: dict[str, Any],
-        *,
-        wait: float,
-        on_output: OutputCallback | None = None,
-    ) -> dict[str, Any]:
-        staged = self._staged_head
-        if staged is not None:
-            request = {**request, "head": staged}
-        argument = base64.b64encode(json.dumps(request).encode()).decode()
-        if len(argument) > _MAX_INLINE_REQUEST:
-            if not self._worker_installed:
-                await self.install_worker()
-            remote = f"{WORKER_DIR}/request-{uuid.uuid4().hex}.json"
-            await self._upload(remote, json.dumps(request).encode())
-            argument = "@" + remote
-        path = self._provider.worker_path
-        command = (
-            f"[ -f {path} ] || exit {_WORKER_MISSING_EXIT}; "
-            f"cd {WORKSPACE_ROOT} && python3 -c {shlex.quote(self._provider.worker_launcher)} "
-            f"{op} {argument}"
-        )
-        view, timed_out = await self.execute(command, wait=wait, on_output=on_output)
-        if timed_out:
-            return {"timed_out": True, "stdout": "", "stderr": "", "late": True}
-        if view.exit_status == _WORKER_MISSING_EXIT:
-            await self.install_worker()
-            view, timed_out = await self.execute(command, wait=wait, on_output=on_output)
-            if timed_out:
-                return {"timed_out": True, "stdout": "", "stderr": "", "late": True}
-        output = await self._stdout_of(view)
-        marker = _runloop_worker.RESULT_MARKER
-        lines = [line for line in output.splitlines() if line.startswith(marker)]
-        if not lines:
-            raise SandboxError(
-                f"The devbox worker gave no answer (exit {view.exit_status}; its stderr ends: "
-                f"{(view.stderr or '')[-500:]!r}).",
-                provider=PROVIDER_NAME,
-            )
-        answer: dict[str, Any] = json.loads(lines[-1][len(marker) :])
-        if "failure" in answer:
-            raise SandboxError(
-                f"The devbox worker failed: {failure_text(answer['failure'])}.",
-                provider=PROVIDER_NAME,
-            )
-        if staged is not None and self._staged_head is staged and "not_running" not in answer:
-            self._staged_head, self._carried_head = None, staged["value"]
-        return answer
-
-    # ---- the contract -------------------------------------------------------------------------
-
-    async def _run_code(
-        self,
-        code: str,
-        *,
-        timeout: float,
-        env: dict[str, str],
-        on_output: OutputCallback | None,
-    ) -> ExecutionResult:
-        await self._ready()
-        request = {
-            "code": code,
-            "timeout": timeout,
-            "env": env,
-            "max_output_bytes": self.spec.limits.max_output_bytes,
-        }
-        answer = await self.worker(
-            "code",
-            {**request, "stream": on_output is not None},
-            wait=timeout + _runloop_worker.KILL_GRACE + _WORKER_SLACK,
-            on_output=on_output,
-        )
-        return _result("code", answer, timeout)
-
-    async def _run_command(
-        self,
-        command: str,
-        *,
-        timeout: float,
-        env: dict[str, str],
-        cwd: str,
-        on_output: OutputCallback | None,
-    ) -> ExecutionResult:
-        await self._ready()
-        request = {
-            "command": command,
-            "cwd": cwd,
-            "env": env,
-            "timeout": timeout,
-            "max_output_bytes": self.spec.limits.max_output_bytes,
-        }
-        answer = await self.worker(
-            "cmd",
-            {**request, "stream": on_output is not None},
-            wait=timeout + 2 * _runloop_worker.KILL_GRACE + _WORKER_SLACK,
-            on_output=on_output,
-        )
-        if "missing" in answer:
-            raise InvalidPathError(f"The working directory {cwd} does not exist.")
-        return _result("command", answer, timeout)
-
-    async def _shell(self, command: str, what: str) -> None:
-        view, timed_out = await self.execute(command, wait=120.0)
-        if timed_out or view.exit_status != 0:
-            raise SandboxError(
-                f"{what} failed in the devbox: {(view.stderr or '')[-500:]}", provider=PROVIDER_NAME
-            )
-
     async def _upload(self, path: str, data: bytes) -> None:
         async def upload() -> Any:
             return await self._api().devboxes.upload_file(
@@ -877,20 +555,6 @@ class RunloopSession(RemoteSession):
             await self._provider._retry("upload", upload)
         except SandboxError as exc:
             raise await self._diagnose(exc) from exc
-
-    async def write_files(self, files: Mapping[str, bytes]) -> None:
-        resolved = {resolve_path(path): data for path, data in files.items()}
-        await self._ready()
-        parents = sorted({posixpath.dirname(path) for path in resolved} - {WORKSPACE_ROOT})
-        if parents:
-            await self._shell(f"mkdir -p -- {shlex.join(parents)}", "Creating directories")
-        for path, data in resolved.items():
-            await self._upload(path, bytes(data))
-
-    async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
-        resolved = [(path, resolve_path(path)) for path in paths]
-        await self._ready()
-        return {path: await self._download(path, absolute) for path, absolute in resolved}
 
     async def _download(self, given: str, path: str, *, limit: int | None = None) -> bytes:
         limit = self.spec.limits.max_file_bytes if limit is None else limit
@@ -911,121 +575,12 @@ class RunloopSession(RemoteSession):
         try:
             return await self._provider._retry("download", download)
         except SandboxError as exc:
-            if _status_code(exc) not in (400, 404, 422):
+            if status_code(exc) not in (400, 404, 422):
                 raise
             diagnosed = await self._diagnose(SandboxError(str(exc), provider=PROVIDER_NAME))
             if isinstance(diagnosed, SandboxGoneError):
                 raise diagnosed from exc
             raise InvalidPathError(f"No such file in the workspace: {given}") from exc
-
-    async def list_files(self, path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
-        absolute = resolve_path(path)
-        await self._ready()
-        answer = await self.worker("ls", {"path": absolute, "recursive": recursive}, wait=120.0)
-        if answer.get("timed_out"):
-            raise SandboxTimeoutError("Listing files timed out.", provider=PROVIDER_NAME)
-        if "missing" in answer:
-            raise InvalidPathError(f"No such path in the workspace: {path}")
-        return [FileInfo(**entry) for entry in answer["entries"]]
-
-    async def list_changes(
-        self,
-        known: Mapping[str, FileInfo],
-        *,
-        max_bytes: int,
-        variables_max_bytes: int | None = None,
-        since: object | None = None,
-    ) -> ChangeListing:
-        """One worker call (``changes``): the worker compares the workspace with ``known`` and
-        answers the changed entries, the gone paths, the changed files' contents and, when
-        asked, the variables dump. ``known`` travels as the worker's token when ``since`` is
-        the cursor it returned (`known_reference`);
-        sent itself, a listing over the inline request limit costs one upload. A dump over the
-        inline size costs its downloads."""
-        await self._ready()
-        request: dict[str, Any] = {
-            "path": WORKSPACE_ROOT,
-            "max_bytes": min(max_bytes, _BUNDLE_BYTES),
-            "max_file_bytes": _BUNDLE_FILE_BYTES,
-        }
-        if variables_max_bytes is not None:
-            request["variables_max_bytes"] = variables_max_bytes
-        answer = await self._changes(request, known, since)
-        if answer.get("stale"):  # the worker lost the listing the token named: send it
-            answer = await self._changes(request, known, None)
-        variables = (
-            None
-            if variables_max_bytes is None
-            else await self._variables(answer["variables"], variables_max_bytes)
-        )
-        contents = {path: base64.b64decode(data) for path, data in answer["contents"].items()}
-        return change_listing(answer, contents, variables)
-
-    async def _changes(
-        self, request: dict[str, Any], known: Mapping[str, FileInfo], since: object | None
-    ) -> dict[str, Any]:
-        request = {**request, **known_reference(known, since)}
-        interpreter = "variables_max_bytes" in request  # the dump waits for a running cell
-        answer = await self.worker("changes", request, wait=120.0, interpreter=interpreter)
-        if answer.get("timed_out"):
-            raise SandboxTimeoutError("Listing files timed out.", provider=PROVIDER_NAME)
-        if "missing" in answer:
-            raise InvalidPathError("The workspace is gone.")
-        return answer
-
-    async def remove_files(self, paths: Sequence[str]) -> None:
-        resolved = [resolve_path(path) for path in paths]
-        if WORKSPACE_ROOT in resolved:
-            raise InvalidPathError("The workspace root itself cannot be removed.")
-        if not resolved:
-            return
-        await self._ready()
-        await self._shell(f"rm -rf -- {shlex.join(resolved)}", "Removing files")
-
-    async def _dump_variables(self, max_bytes: int) -> VariablesDump:
-        await self._ready()
-        answer = await self.worker("dump", {"max_bytes": max_bytes}, wait=120.0)
-        return await self._variables(answer, max_bytes)
-
-    async def _variables(self, answer: dict[str, Any], max_bytes: int) -> VariablesDump:
-        """The dump the interpreter answered: inline, or left in files to download."""
-        if answer.get("timed_out"):
-            raise SandboxTimeoutError("Capturing variables timed out.", provider=PROVIDER_NAME)
-        if "error" in answer:  # the interpreter exited while dumping
-            raise SandboxError(
-                "Capturing variables failed (the sandbox says: "
-                f"{str(answer['error']['value'])[:200]!r}).",
-                provider=PROVIDER_NAME,
-            )
-        if "paths" in answer:  # a large dump is files of the devbox, not a line of output
-            data = b"".join(
-                [
-                    await self._download("the variables dump", path, limit=max_bytes)
-                    for path in answer["paths"]
-                ]
-            )
-        else:
-            data = base64.b64decode(answer["data"])
-        if len(data) != answer["size"]:
-            raise SandboxError(
-                f"The variables dump is {len(data)} bytes, not the {answer['size']} announced.",
-                provider=PROVIDER_NAME,
-            )
-        reasons = {str(name): str(why) for name, why in answer["skipped"].items()}
-        return VariablesDump(
-            data=data, saved=tuple(answer["saved"]), skipped=tuple(reasons), reasons=reasons
-        )
-
-    async def _load_variables(self, data: bytes) -> dict[str, str]:
-        await self._ready()
-        remote = f"{WORKER_DIR}/variables-{uuid.uuid4().hex}.pkl"
-        if not self._worker_installed:
-            await self.install_worker()
-        await self._upload(remote, data)
-        answer = await self.worker("load", {"path": remote}, wait=120.0)
-        if answer.get("timed_out"):
-            raise SandboxTimeoutError("Restoring variables timed out.", provider=PROVIDER_NAME)
-        return {str(name): str(why) for name, why in answer["failed"].items()}
 
     async def is_alive(self) -> bool:
         if self._closed:
@@ -1119,93 +674,6 @@ class RunloopSession(RemoteSession):
             )
         except SandboxGoneError:
             return
-
-
-class _AnswerCut:
-    """Passes a worker's stdout on until the line that carries its answer (never shown)."""
-
-    _SENTINEL = "\n" + _runloop_worker.RESULT_MARKER
-
-    def __init__(self) -> None:
-        self._pending = ""
-        self.done = False
-
-    def feed(self, text: str) -> str:
-        if self.done:
-            return ""
-        self._pending += text
-        index = self._pending.find(self._SENTINEL)
-        if index >= 0:
-            self.done = True
-            return self._pending[:index]
-        # Hold back what could be the start of the answer line, split across chunks.
-        keep = next(
-            (
-                size
-                for size in range(min(len(self._SENTINEL) - 1, len(self._pending)), 0, -1)
-                if self._SENTINEL.startswith(self._pending[-size:])
-            ),
-            0,
-        )
-        passed, self._pending = (
-            self._pending[: len(self._pending) - keep],
-            self._pending[len(self._pending) - keep :],
-        )
-        return passed
-
-
-def _result(kind: str, answer: dict[str, Any], timeout: float) -> ExecutionResult:
-    error = answer.get("error")
-    timed_out = bool(answer.get("timed_out"))
-    notices = _worker_notices(answer)
-    if answer.get("late"):
-        notices.append(f"The devbox did not answer within {timeout:.0f}s; the call was stopped.")
-    exit_code = answer.get("exit_code") if kind == "command" else (1 if error else 0)
-    omitted = checked_count(answer.get("omitted"), "omitted")
-    return ExecutionResult(
-        kind="code" if kind == "code" else "command",
-        stdout=answer.get("stdout", ""),
-        stderr=answer.get("stderr", ""),
-        exit_code=None if timed_out else exit_code,
-        error=ExecutionError(**error) if error else None,
-        value=answer.get("value"),
-        artifacts=[
-            Artifact(name=item["name"], mime_type="image/png", data=item["data"])
-            for item in answer.get("artifacts") or []
-        ],
-        duration_ms=float(answer.get("duration_ms") or timeout * 1000 * timed_out),
-        timed_out=timed_out,
-        truncated=bool(omitted),
-        omitted_bytes=omitted,
-        notices=notices,
-    )
-
-
-_GONE = "variables defined earlier are gone."
-
-
-def _worker_notices(answer: dict[str, Any]) -> list[str]:
-    """The host's notices for the facts the devbox worker reports (it sends no sentences: the
-    devbox runs the user's code, which could write anything there, see guest_facts)."""
-    notices: list[str] = []
-    if answer.get("restarted") is True:
-        notices.append(f"The Python interpreter had stopped and was restarted; {_GONE}")
-    if answer.get("killed_after_timeout") is True:
-        notices.append(
-            "The code did not stop when interrupted, so the Python interpreter was restarted; "
-            + _GONE
-        )
-    resumed = answer.get("resumed")
-    if isinstance(resumed, dict) and resumed.get("failed") is True:
-        notices.append("Python variables saved before suspend could not be restored.")
-    elif isinstance(resumed, dict):
-        lost = variable_names(resumed.get("lost"))
-        notices.append(
-            "Python variables were restored after the devbox resumed"
-            + (f" (not restored: {lost})" if lost else "")
-        )
-    notices += figure_notices(answer.get("figures_failed"), answer.get("figures_left_out"))
-    return notices
 
 
 __all__ = ["CAPABILITIES", "PROVIDER_NAME", "RunloopProvider", "RunloopSession"]

@@ -1,6 +1,6 @@
-"""The program the Runloop provider runs inside a devbox (stdlib only).
+"""The program the Runloop and Kubernetes providers run inside a devbox or pod (stdlib only).
 
-Runloop has no kernel API, only shell commands. Stateful Python therefore needs a process that
+Neither has a kernel API, only shell commands. Stateful Python therefore needs a process that
 outlives one command: ``serve`` is that process, a small Python interpreter listening on a Unix
 socket, started in the background by the first ``code`` call and found again by later ones. Every
 other operation is a short-lived command that prints exactly one result line (prefixed with
@@ -31,7 +31,7 @@ sandbox's head marker travels with the user's call instead of costing a call of 
 The provider sends this file together with `kernel_state` and
 the cloudpickle it pickles with, `guest` (how a cell runs, the
 same in every sandbox) and `OutputCapture` (one implementation of
-each, see `langchain_sandbox.providers.runloop.provider._worker_script`; the modules'
+each, see `langchain_sandbox.providers.worker_session.worker_script`; the modules'
 sources compressed); the lines between the ``package-imports`` markers below are cut out when it
 does.
 

@@ -1,0 +1,600 @@
+"""A stateful Python worker shipped into a remote sandbox that offers only commands and files.
+
+Runloop devboxes and Kubernetes agent-sandbox pods have no kernel API: they run a command and
+move files. Stateful Python therefore runs in a small interpreter inside the sandbox
+(`langchain_sandbox.providers.runloop._worker`, shipped as one standalone script), started in the
+background by the first ``run_code`` and reached by one short command per call, which prints one
+answer line. `WorkerSession` is everything above the transport: the worker's protocol (code,
+commands, listings, change listings, variables), files through the worker, the head marker
+carried with the user's own call. A provider's session adds how one command runs (`execute`),
+how its output is read (`_stdout_of`), how a file moves (`_upload`, `_download`) and what
+``_ready`` means (a closed session, a suspended devbox).
+
+Why one module over 500 lines: it is one protocol, the host side of ``shipped_worker``'s
+operations (each a request, its answer, and what a timeout or a missing worker means), moved here
+whole from the Runloop provider so that Kubernetes pods speak it too; splitting it by operation
+would scatter the one place that says how a call reaches the worker.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import base64
+import hashlib
+import inspect
+import json
+import posixpath
+import shlex
+import uuid
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_sandbox.errors import (
+    InvalidPathError,
+    SandboxError,
+    SandboxTimeoutError,
+)
+from langchain_sandbox.providers import guest, guest_changes, kernel_state
+from langchain_sandbox.providers import shipped_worker as _shipped_worker
+from langchain_sandbox.providers.base import (
+    ChangeListing,
+    FileInfo,
+    OutputCallback,
+    SessionRecord,
+    SessionSpec,
+    VariablesDump,
+)
+from langchain_sandbox.providers.guest_facts import (
+    checked_count,
+    failure_text,
+    figure_notices,
+    variable_names,
+)
+from langchain_sandbox.providers.remote import (
+    RemoteProvider,
+    RemoteSession,
+    change_listing,
+    known_reference,
+)
+from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
+from langchain_sandbox.results import (
+    DEFAULT_CAPTURE_BYTES,
+    Artifact,
+    ExecutionError,
+    ExecutionResult,
+    OutputCapture,
+)
+from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
+
+WORKER_DIR = "/tmp/langchain_sandbox"
+"""Where the in-sandbox worker lives; outside the workspace so snapshots and listings ignore it."""
+
+_WORKER_MISSING_EXIT = 86
+WORKER_SLACK = 20.0
+"""Seconds a worker call may take beyond the user's timeout (start-up, the answer, the kill)."""
+_MAX_INLINE_REQUEST = 64 * 1024
+# A listing with changed files carries each file up to the dump's inline size, and no more in all
+# than a bounded answer line (the rest is downloaded one request per file, as before).
+_BUNDLE_FILE_BYTES = _shipped_worker.INLINE_DUMP_BYTES
+_BUNDLE_BYTES = 16 * 1024 * 1024
+_INTERPRETER_OPS = frozenset({"code", "dump", "load", "save"})
+
+
+def worker_script() -> str:
+    """The worker program, standalone: the package imports it makes are replaced by the code
+    itself (the output capture and the change listing inline, the kernel-state module as source
+    it loads on demand)."""
+    worker = inspect.getsource(_shipped_worker)
+    start, end = "# <package-imports>", "# </package-imports>"
+    inlined = "\n".join(
+        [
+            "_SHIPPED = {}",
+            f"SHIPPED_SOURCES = {_shipped_sources()!r}",
+            "def _cloudpickle():",
+            "    return _unpacked('cloudpickle')",
+            f"DEFAULT_CAPTURE_BYTES = {DEFAULT_CAPTURE_BYTES}",
+            inspect.getsource(OutputCapture),
+            guest_changes.shipped_source(),
+        ]
+    )
+    return worker[: worker.index(start)] + inlined + worker[worker.index(end) + len(end) :]
+
+
+def _shipped_sources() -> dict[str, str]:
+    """The modules the worker builds in the sandbox, compressed (the script travels in a command
+    line, whose length is bounded)."""
+    sources = {
+        "kernel_state": inspect.getsource(kernel_state),
+        "guest": inspect.getsource(guest),
+        "cloudpickle": cloudpickle_source(),
+    }
+    return {
+        name: base64.b64encode(zlib.compress(source.encode(), 9)).decode()
+        for name, source in sources.items()
+    }
+
+
+class ShippedWorker:
+    """The worker program one provider ships: its source, and where it lives in a sandbox (the
+    file name carries the source's hash, so a sandbox never runs another version's worker)."""
+
+    def __init__(self) -> None:
+        self.script = worker_script()
+        digest = hashlib.sha256(self.script.encode()).hexdigest()[:12]
+        self.module = f"worker_{digest}"
+        self.path = f"{WORKER_DIR}/{self.module}.py"
+
+    @property
+    def launcher(self) -> str:
+        """Python that imports the worker as a module (so its bytecode is cached) and runs it."""
+        return (
+            f"import sys; sys.path.insert(0, {WORKER_DIR!r}); "
+            f"import {self.module} as worker; worker.main(sys.argv)"
+        )
+
+
+class WorkerSession(RemoteSession, abc.ABC):
+    """A session whose Python, listings and variables go through the shipped worker; see the
+    module docstring for what a provider adds.
+
+    Subclasses set ``provider_name``, ``capabilities`` and ``noun`` (how messages name the
+    sandbox: ``"devbox"``, ``"pod"``).
+    """
+
+    lists_variables = True
+    noun = "sandbox"
+
+    def __init__(
+        self,
+        provider: RemoteProvider,
+        worker: ShippedWorker,
+        *,
+        sandbox_id: str,
+        session_id: str,
+        spec: SessionSpec,
+        created_at: float,
+        state: dict[str, Any],
+    ) -> None:
+        self._provider = provider
+        self._shipped = worker
+        self._sandbox_id = sandbox_id
+        self.session_id = session_id
+        self.spec = spec
+        self._created_at = created_at
+        self._state = state
+        self._closed = False
+        self._worker_installed = False
+        self._interpreter_turn = asyncio.Lock()
+        self._staged_head: dict[str, str] | None = None
+        self._carried_head: str | None = None
+
+    @property
+    def record(self) -> SessionRecord:
+        return SessionRecord(
+            provider=self.provider_name,
+            session_id=self.session_id,
+            sandbox_id=self._sandbox_id,
+            created_at=self._created_at,
+            metadata=dict(self.spec.metadata),
+            state=json.loads(json.dumps(self._state)),
+        )
+
+    def carry_head(self, name: str, value: str) -> bool:
+        """The next worker call sets the head global in the interpreter (every call goes through
+        the worker, so a warm call stays one ``execute_async`` and its long-poll)."""
+        self._staged_head = {"name": name, "value": value}
+        return True
+
+    @property
+    def carried_head(self) -> str | None:
+        return self._carried_head
+
+    # ---- executions ---------------------------------------------------------------------------
+    # ---- what a provider's transport supplies -------------------------------------------------
+
+    @abc.abstractmethod
+    async def _ready(self) -> None:
+        """Raise if the session cannot take a call; bring a suspended sandbox back."""
+
+    @abc.abstractmethod
+    async def execute(
+        self, command: str, *, wait: float, on_output: OutputCallback | None = None
+    ) -> tuple[Any, bool]:
+        """Run ``command`` (a shell command line) once, never retried (it may run user code);
+        return its outcome (``exit_status``, ``stderr``; stdout through `_stdout_of`) and whether
+        ``wait`` ran out."""
+
+    @abc.abstractmethod
+    async def _stdout_of(self, outcome: Any) -> str:
+        """The whole stdout of an `execute` outcome."""
+
+    @abc.abstractmethod
+    async def _upload(self, path: str, data: bytes) -> None:
+        """Write ``data`` to the absolute ``path`` in the sandbox."""
+
+    @abc.abstractmethod
+    async def _download(self, given: str, path: str, *, limit: int | None = None) -> bytes:
+        """Read the absolute ``path`` (``given`` names it in errors), at most ``limit`` bytes."""
+
+    # ---- the worker -------------------------------------------------------------------------
+
+    async def install_worker(self) -> None:
+        """Put the worker program in the sandbox (and check that it has ``python3``)."""
+        payload = base64.b64encode(self._shipped.script.encode()).decode()
+        path = self._shipped.path
+        command = (
+            f"mkdir -p {WORKER_DIR} && printf %s {payload} | base64 -d > {path}.tmp && "
+            f"mv {path}.tmp {path} && python3 -c "
+            + shlex.quote(
+                # Compiled once here: later calls import the cached bytecode even where the
+                # environment turns bytecode writing off.
+                f"import py_compile, sys; py_compile.compile({path!r}, doraise=True); "
+                "sys.exit(sys.version_info < (3, 8))"
+            )
+        )
+        view, _ = await self.execute(command, wait=120.0)
+        if view.exit_status != 0:
+            raise SandboxError(
+                f"The {self.noun} cannot run the Python worker (it needs python3 >= 3.8, base64 and a "
+                f"writable {WORKER_DIR}); exit {view.exit_status}: {(view.stderr or '')[-500:]}",
+                provider=self.provider_name,
+            )
+        self._worker_installed = True
+
+    async def _worker_missing(self) -> None:
+        """The worker's file is not in the sandbox: install it. A provider whose sandbox can be
+        replaced under a live session (a Kubernetes pod started again) says it is gone instead."""
+        await self.install_worker()
+
+    async def worker(
+        self,
+        op: str,
+        request: dict[str, Any],
+        *,
+        wait: float,
+        on_output: OutputCallback | None = None,
+        interpreter: bool = False,
+    ) -> dict[str, Any]:
+        """Run one worker operation; ``{"timed_out": True}`` when ``wait`` ran out.
+
+        Calls to the interpreter (its operations, and any other that says it talks to the
+        ``interpreter``) take turns: it runs one cell at a time, and a call kept waiting behind
+        another would count that wait against its own timeout.
+        """
+        if interpreter or op in _INTERPRETER_OPS:
+            async with self._interpreter_turn:
+                return await self._worker(op, request, wait=wait, on_output=on_output)
+        return await self._worker(op, request, wait=wait, on_output=on_output)
+
+    async def _worker(
+        self,
+        op: str,
+        request: dict[str, Any],
+        *,
+        wait: float,
+        on_output: OutputCallback | None = None,
+    ) -> dict[str, Any]:
+        staged = self._staged_head
+        if staged is not None:
+            request = {**request, "head": staged}
+        argument = base64.b64encode(json.dumps(request).encode()).decode()
+        if len(argument) > _MAX_INLINE_REQUEST:
+            if not self._worker_installed:
+                await self.install_worker()
+            remote = f"{WORKER_DIR}/request-{uuid.uuid4().hex}.json"
+            await self._upload(remote, json.dumps(request).encode())
+            argument = "@" + remote
+        path = self._shipped.path
+        command = (
+            f"[ -f {path} ] || exit {_WORKER_MISSING_EXIT}; "
+            f"cd {WORKSPACE_ROOT} && python3 -c {shlex.quote(self._shipped.launcher)} "
+            f"{op} {argument}"
+        )
+        view, timed_out = await self.execute(command, wait=wait, on_output=on_output)
+        if timed_out:
+            return {"timed_out": True, "stdout": "", "stderr": "", "late": True}
+        if view.exit_status == _WORKER_MISSING_EXIT:
+            await self._worker_missing()
+            view, timed_out = await self.execute(command, wait=wait, on_output=on_output)
+            if timed_out:
+                return {"timed_out": True, "stdout": "", "stderr": "", "late": True}
+        output = await self._stdout_of(view)
+        marker = _shipped_worker.RESULT_MARKER
+        lines = [line for line in output.splitlines() if line.startswith(marker)]
+        if not lines:
+            raise SandboxError(
+                f"The {self.noun} worker gave no answer (exit {view.exit_status}; its stderr ends: "
+                f"{(view.stderr or '')[-500:]!r}).",
+                provider=self.provider_name,
+            )
+        answer: dict[str, Any] = json.loads(lines[-1][len(marker) :])
+        if "failure" in answer:
+            raise SandboxError(
+                f"The {self.noun} worker failed: {failure_text(answer['failure'])}.",
+                provider=self.provider_name,
+            )
+        if staged is not None and self._staged_head is staged and "not_running" not in answer:
+            self._staged_head, self._carried_head = None, staged["value"]
+        return answer
+
+    # ---- the contract -------------------------------------------------------------------------
+
+    async def _run_code(
+        self,
+        code: str,
+        *,
+        timeout: float,
+        env: dict[str, str],
+        on_output: OutputCallback | None,
+    ) -> ExecutionResult:
+        await self._ready()
+        request = {
+            "code": code,
+            "timeout": timeout,
+            "env": env,
+            "max_output_bytes": self.spec.limits.max_output_bytes,
+        }
+        answer = await self.worker(
+            "code",
+            {**request, "stream": on_output is not None},
+            wait=timeout + _shipped_worker.KILL_GRACE + WORKER_SLACK,
+            on_output=on_output,
+        )
+        return _result("code", answer, timeout, self.noun)
+
+    async def _run_command(
+        self,
+        command: str,
+        *,
+        timeout: float,
+        env: dict[str, str],
+        cwd: str,
+        on_output: OutputCallback | None,
+    ) -> ExecutionResult:
+        await self._ready()
+        request = {
+            "command": command,
+            "cwd": cwd,
+            "env": env,
+            "timeout": timeout,
+            "max_output_bytes": self.spec.limits.max_output_bytes,
+        }
+        answer = await self.worker(
+            "cmd",
+            {**request, "stream": on_output is not None},
+            wait=timeout + 2 * _shipped_worker.KILL_GRACE + WORKER_SLACK,
+            on_output=on_output,
+        )
+        if "missing" in answer:
+            raise InvalidPathError(f"The working directory {cwd} does not exist.")
+        return _result("command", answer, timeout, self.noun)
+
+    async def _shell(self, command: str, what: str) -> None:
+        view, timed_out = await self.execute(command, wait=120.0)
+        if timed_out or view.exit_status != 0:
+            raise SandboxError(
+                f"{what} failed in the {self.noun}: {(view.stderr or '')[-500:]}",
+                provider=self.provider_name,
+            )
+
+    async def write_files(self, files: Mapping[str, bytes]) -> None:
+        resolved = {resolve_path(path): data for path, data in files.items()}
+        await self._ready()
+        parents = sorted({posixpath.dirname(path) for path in resolved} - {WORKSPACE_ROOT})
+        if parents:
+            await self._shell(f"mkdir -p -- {shlex.join(parents)}", "Creating directories")
+        for path, data in resolved.items():
+            await self._upload(path, bytes(data))
+
+    async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
+        resolved = [(path, resolve_path(path)) for path in paths]
+        await self._ready()
+        return {path: await self._download(path, absolute) for path, absolute in resolved}
+
+    async def list_files(self, path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
+        absolute = resolve_path(path)
+        await self._ready()
+        answer = await self.worker("ls", {"path": absolute, "recursive": recursive}, wait=120.0)
+        if answer.get("timed_out"):
+            raise SandboxTimeoutError("Listing files timed out.", provider=self.provider_name)
+        if "missing" in answer:
+            raise InvalidPathError(f"No such path in the workspace: {path}")
+        return [FileInfo(**entry) for entry in answer["entries"]]
+
+    async def list_changes(
+        self,
+        known: Mapping[str, FileInfo],
+        *,
+        max_bytes: int,
+        variables_max_bytes: int | None = None,
+        since: object | None = None,
+    ) -> ChangeListing:
+        """One worker call (``changes``): the worker compares the workspace with ``known`` and
+        answers the changed entries, the gone paths, the changed files' contents and, when
+        asked, the variables dump. ``known`` travels as the worker's token when ``since`` is
+        the cursor it returned (`known_reference`);
+        sent itself, a listing over the inline request limit costs one upload. A dump over the
+        inline size costs its downloads."""
+        await self._ready()
+        request: dict[str, Any] = {
+            "path": WORKSPACE_ROOT,
+            "max_bytes": min(max_bytes, _BUNDLE_BYTES),
+            "max_file_bytes": _BUNDLE_FILE_BYTES,
+        }
+        if variables_max_bytes is not None:
+            request["variables_max_bytes"] = variables_max_bytes
+        answer = await self._changes(request, known, since)
+        if answer.get("stale"):  # the worker lost the listing the token named: send it
+            answer = await self._changes(request, known, None)
+        variables = (
+            None
+            if variables_max_bytes is None
+            else await self._variables(answer["variables"], variables_max_bytes)
+        )
+        contents = {path: base64.b64decode(data) for path, data in answer["contents"].items()}
+        return change_listing(answer, contents, variables)
+
+    async def _changes(
+        self, request: dict[str, Any], known: Mapping[str, FileInfo], since: object | None
+    ) -> dict[str, Any]:
+        request = {**request, **known_reference(known, since)}
+        interpreter = "variables_max_bytes" in request  # the dump waits for a running cell
+        answer = await self.worker("changes", request, wait=120.0, interpreter=interpreter)
+        if answer.get("timed_out"):
+            raise SandboxTimeoutError("Listing files timed out.", provider=self.provider_name)
+        if "missing" in answer:
+            raise InvalidPathError("The workspace is gone.")
+        return answer
+
+    async def remove_files(self, paths: Sequence[str]) -> None:
+        resolved = [resolve_path(path) for path in paths]
+        if WORKSPACE_ROOT in resolved:
+            raise InvalidPathError("The workspace root itself cannot be removed.")
+        if not resolved:
+            return
+        await self._ready()
+        await self._shell(f"rm -rf -- {shlex.join(resolved)}", "Removing files")
+
+    async def _dump_variables(self, max_bytes: int) -> VariablesDump:
+        await self._ready()
+        answer = await self.worker("dump", {"max_bytes": max_bytes}, wait=120.0)
+        return await self._variables(answer, max_bytes)
+
+    async def _variables(self, answer: dict[str, Any], max_bytes: int) -> VariablesDump:
+        """The dump the interpreter answered: inline, or left in files to download."""
+        if answer.get("timed_out"):
+            raise SandboxTimeoutError("Capturing variables timed out.", provider=self.provider_name)
+        if "error" in answer:  # the interpreter exited while dumping
+            raise SandboxError(
+                "Capturing variables failed (the sandbox says: "
+                f"{str(answer['error']['value'])[:200]!r}).",
+                provider=self.provider_name,
+            )
+        if "paths" in answer:  # a large dump is files of the sandbox, not a line of output
+            data = b"".join(
+                [
+                    await self._download("the variables dump", path, limit=max_bytes)
+                    for path in answer["paths"]
+                ]
+            )
+        else:
+            data = base64.b64decode(answer["data"])
+        if len(data) != answer["size"]:
+            raise SandboxError(
+                f"The variables dump is {len(data)} bytes, not the {answer['size']} announced.",
+                provider=self.provider_name,
+            )
+        reasons = {str(name): str(why) for name, why in answer["skipped"].items()}
+        return VariablesDump(
+            data=data, saved=tuple(answer["saved"]), skipped=tuple(reasons), reasons=reasons
+        )
+
+    async def _load_variables(self, data: bytes) -> dict[str, str]:
+        await self._ready()
+        remote = f"{WORKER_DIR}/variables-{uuid.uuid4().hex}.pkl"
+        if not self._worker_installed:
+            await self.install_worker()
+        await self._upload(remote, data)
+        answer = await self.worker("load", {"path": remote}, wait=120.0)
+        if answer.get("timed_out"):
+            raise SandboxTimeoutError("Restoring variables timed out.", provider=self.provider_name)
+        return {str(name): str(why) for name, why in answer["failed"].items()}
+
+
+class AnswerCut:
+    """Passes a worker's stdout on until the line that carries its answer (never shown)."""
+
+    _SENTINEL = "\n" + _shipped_worker.RESULT_MARKER
+
+    def __init__(self) -> None:
+        self._pending = ""
+        self.done = False
+
+    def feed(self, text: str) -> str:
+        if self.done:
+            return ""
+        self._pending += text
+        index = self._pending.find(self._SENTINEL)
+        if index >= 0:
+            self.done = True
+            return self._pending[:index]
+        # Hold back what could be the start of the answer line, split across chunks.
+        keep = next(
+            (
+                size
+                for size in range(min(len(self._SENTINEL) - 1, len(self._pending)), 0, -1)
+                if self._SENTINEL.startswith(self._pending[-size:])
+            ),
+            0,
+        )
+        passed, self._pending = (
+            self._pending[: len(self._pending) - keep],
+            self._pending[len(self._pending) - keep :],
+        )
+        return passed
+
+
+def _result(kind: str, answer: dict[str, Any], timeout: float, noun: str) -> ExecutionResult:
+    error = answer.get("error")
+    timed_out = bool(answer.get("timed_out"))
+    notices = _worker_notices(answer, noun)
+    if answer.get("late"):
+        notices.append(f"The {noun} did not answer within {timeout:.0f}s; the call was stopped.")
+    exit_code = answer.get("exit_code") if kind == "command" else (1 if error else 0)
+    omitted = checked_count(answer.get("omitted"), "omitted")
+    return ExecutionResult(
+        kind="code" if kind == "code" else "command",
+        stdout=answer.get("stdout", ""),
+        stderr=answer.get("stderr", ""),
+        exit_code=None if timed_out else exit_code,
+        error=ExecutionError(**error) if error else None,
+        value=answer.get("value"),
+        artifacts=[
+            Artifact(name=item["name"], mime_type="image/png", data=item["data"])
+            for item in answer.get("artifacts") or []
+        ],
+        duration_ms=float(answer.get("duration_ms") or timeout * 1000 * timed_out),
+        timed_out=timed_out,
+        truncated=bool(omitted),
+        omitted_bytes=omitted,
+        notices=notices,
+    )
+
+
+_GONE = "variables defined earlier are gone."
+
+
+def _worker_notices(answer: dict[str, Any], noun: str) -> list[str]:
+    """The host's notices for the facts the sandbox's worker reports (it sends no sentences: the
+    sandbox runs the user's code, which could write anything there, see guest_facts)."""
+    notices: list[str] = []
+    if answer.get("restarted") is True:
+        notices.append(f"The Python interpreter had stopped and was restarted; {_GONE}")
+    if answer.get("killed_after_timeout") is True:
+        notices.append(
+            "The code did not stop when interrupted, so the Python interpreter was restarted; "
+            + _GONE
+        )
+    resumed = answer.get("resumed")
+    if isinstance(resumed, dict) and resumed.get("failed") is True:
+        notices.append("Python variables saved before suspend could not be restored.")
+    elif isinstance(resumed, dict):
+        lost = variable_names(resumed.get("lost"))
+        notices.append(
+            f"Python variables were restored after the {noun} resumed"
+            + (f" (not restored: {lost})" if lost else "")
+        )
+    notices += figure_notices(answer.get("figures_failed"), answer.get("figures_left_out"))
+    return notices
+
+
+__all__ = [
+    "WORKER_DIR",
+    "WORKER_SLACK",
+    "AnswerCut",
+    "ShippedWorker",
+    "WorkerSession",
+    "worker_script",
+]
