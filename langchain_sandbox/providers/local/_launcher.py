@@ -214,30 +214,33 @@ class Launcher:
         its three pipes have in this process (`control_pipe` made the control one)."""
         worker, kernel_state, pickler, guest = self._runtime_files()
         after_fds = [kernel_state, pickler, guest, self.packages_dir, *self.site_packages]
+        egress = [] if self.egress_dir is None else [(self.egress_dir, EGRESS_DIR)]
+        relay = [self.python_executable, "-I", "-S", "-c", EGRESS_FORWARDER, EGRESS_SOCKET]
         if self.gvisor is not None:
             # runsc passes only stdio: the requests and events are the container's stdin and
             # stdout (WorkerProcess.start(stdio=True)); the worker opens its control FIFO by name.
-            inner = self.gvisor.boot(
-                self.python_executable, "worker", [f"{CHANNEL_DIR}/control", worker, *after_fds]
-            )
+            python = self.python_executable
+            args = [f"{CHANNEL_DIR}/control", worker, *after_fds]
+            inner = self.gvisor.boot(python, "worker", args)
+            if egress:
+                # The filter first, then the relay beside the worker: both run under it.
+                worker_boot = self.gvisor.boot(python, "worker", args, filtered=True)
+                inner = self.gvisor.boot(python, "exec", [*relay, *worker_boot])
             return self._gvisor_command(
                 inner,
                 network=self.network,
                 environment=self.environment(),
+                read_only=egress,
                 read_write=self._ports_bind(),
                 channel=self.gvisor.worker_channel(control_fd),
                 worker=True,
             )
         fds = [str(request_fd), str(event_fd), str(control_fd)]
         inner = [self.python_executable, "-I", "-S", worker, *fds, *after_fds]
-        if self.egress_dir is None:
+        if not egress:
             return self.wrap(inner, network=self.network, read_write=self._ports_bind())
-        relay = [self.python_executable, "-I", "-S", "-c", EGRESS_FORWARDER, EGRESS_SOCKET]
         return self.wrap(
-            [*relay, *inner],
-            network=False,
-            read_only=[(self.egress_dir, EGRESS_DIR)],
-            read_write=self._ports_bind(),
+            [*relay, *inner], network=False, read_only=egress, read_write=self._ports_bind()
         )
 
     @property
@@ -337,7 +340,9 @@ class Launcher:
             tmp_size_bytes=self.tmp_size_bytes,
             channel=channel,
             host_fifos=worker,
-            host_sockets=not worker and channel is not None,
+            # pip's index proxy in its channel; the worker's egress proxy in its binds.
+            host_sockets=(not worker and channel is not None)
+            or (worker and self.egress_dir is not None),
             socket_servers=worker and self.ports_dir is not None,
         )
 
