@@ -156,6 +156,14 @@ class NetworkPolicy:
         host = normal_host(host)
         return any(rule.matches(host, port) for rule in rules)
 
+    @property
+    def entries(self) -> tuple[tuple[str, int | None], ...]:
+        """Each ``allow`` entry as ``(host, port)``: the host normalised (a name, an address or
+        ``*.suffix``), the port ``None`` where the entry names none (80 and 443). Remote
+        providers map these onto their own allow-lists."""
+        rules: tuple[_Rule, ...] = getattr(self, "_rules")  # noqa: B009 (set in __post_init__)
+        return tuple((rule.host, rule.port) for rule in rules)
+
     def sandbox_env(self) -> dict[str, str]:
         """The placeholders the sandbox sees, by variable name."""
         return {secret.name: secret.placeholder for secret in self.secrets}
