@@ -195,14 +195,15 @@ def network_record(network: bool | NetworkPolicy) -> bool | dict[str, Any]:
     return network.record() if isinstance(network, NetworkPolicy) else bool(network)
 
 
-def refuse_policy(network: bool | NetworkPolicy, provider: str, *, offers: str) -> None:
-    """Raise `ConfigurationError` for a `NetworkPolicy` on a provider that cannot enforce one
-    yet (``offers``: what the platform has, for the message), rather than run the session with
-    more network than the policy allows."""
-    if isinstance(network, NetworkPolicy):
+def refuse_secrets(policy: NetworkPolicy, provider: str, *, why: str) -> None:
+    """Raise `ConfigurationError` when ``policy`` has secrets ``provider`` cannot swap in
+    (``why``: what the platform has instead), naming them but never quoting a value."""
+    if policy.secrets:
+        names = ", ".join(secret.name for secret in policy.secrets)
         raise ConfigurationError(
-            f"The {provider} provider does not enforce a NetworkPolicy ({offers}); use "
-            "network=False or True there, or the local provider for a policy (docs/network.md)."
+            f"{provider} cannot enforce the NetworkPolicy's secrets ({names}): {why}. Use the "
+            f"local provider for secrets, or a policy without them on {provider} "
+            "(docs/network.md)."
         )
 
 
@@ -222,5 +223,5 @@ __all__ = [
     "ip_literal",
     "network_record",
     "normal_host",
-    "refuse_policy",
+    "refuse_secrets",
 ]

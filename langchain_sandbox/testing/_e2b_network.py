@@ -4,9 +4,7 @@ emulated sandbox, with the local provider's own egress policy (`NetworkPolicy`).
 E2B's rules: no ``network`` (or no ``denyOut``) leaves outbound traffic as
 ``allow_internet_access`` says; ``denyOut: ["0.0.0.0/0"]`` denies everything but ``allowOut``
 (host names and ``*.domain`` wildcards, on HTTP and HTTPS), which the emulator turns into a policy
-for its machine. Names the emulator's `EgressUpstream` answers itself (test servers on the
-host's loopback standing in for public hosts) have their answers allowed along with them, as
-E2B's own resolver would give public addresses. Settings it cannot enforce the same way (other ``denyOut`` lists, per-host header
+for its machine (`emulated_policy`). Settings it cannot enforce the same way (other ``denyOut`` lists, per-host header
 ``rules``, an egress proxy) are answered with a 400 rather than run with more network.
 """
 
@@ -20,6 +18,7 @@ from langchain_sandbox.network import NetworkPolicy
 from langchain_sandbox.providers.e2b._network import ALL_TRAFFIC
 from langchain_sandbox.providers.local import EgressUpstream
 from langchain_sandbox.testing._e2b_http import api_error
+from langchain_sandbox.testing._emulated_egress import emulated_policy
 
 _ENFORCED = {"allowOut", "denyOut"}
 
@@ -40,13 +39,12 @@ def machine_network(
         return True  # E2B: allowOut alone only makes exceptions to a denyOut
     if denied != [ALL_TRAFFIC]:
         raise api_error(400, "the emulator enforces denyOut only as all traffic (0.0.0.0/0)")
+    if not allowed:
+        return False
     try:
-        policy = NetworkPolicy(allow=allowed)
+        return emulated_policy(allowed, upstream)
     except InvalidInputError as exc:
         raise api_error(400, f"allowOut: {exc}") from None
-    answers = (upstream or EgressUpstream()).hosts
-    stand_ins = [a for name, a in answers.items() if any(policy.allows(name, p) for p in (80, 443))]
-    return NetworkPolicy(allow=[*allowed, *stand_ins]) if allowed else False
 
 
 __all__ = ["machine_network"]

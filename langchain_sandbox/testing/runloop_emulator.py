@@ -55,9 +55,11 @@ from urllib.parse import parse_qs, urlsplit
 
 from langchain_sandbox._event_loop import LoopThread
 from langchain_sandbox.providers.base import Provider
+from langchain_sandbox.providers.local import EgressUpstream
 from langchain_sandbox.testing import _runloop_tunnels
 from langchain_sandbox.testing._edge import EdgeClient, forward, port_host
 from langchain_sandbox.testing._runloop_devboxes import Account, ApiError, Devbox, Execution
+from langchain_sandbox.testing._runloop_network import NetworkPolicies
 
 _DEFAULT_HOLD = 25.0
 _SSE_CHUNK = 64 * 1024
@@ -184,6 +186,8 @@ class RunloopEmulator(EdgeClient):
         api_key: If set, requests with another bearer token get 401.
         network: Whether code in emulated devboxes may reach the network.
         boot_delay: Seconds a new devbox stays ``provisioning``.
+        egress_upstream: How devboxes launched with a network policy (enforced by the local
+            egress proxy, `_runloop_network`) reach upstream servers: test servers' names and CA.
     """
 
     def __init__(
@@ -193,7 +197,10 @@ class RunloopEmulator(EdgeClient):
         api_key: str | None = None,
         network: bool = False,
         boot_delay: float = 0.0,
+        egress_upstream: EgressUpstream | None = None,
     ) -> None:
+        self._egress_upstream = egress_upstream
+        self._policies = NetworkPolicies(egress_upstream)
         self._machines = machines
         self._network = network
         self._boot_delay = boot_delay
@@ -221,9 +228,13 @@ class RunloopEmulator(EdgeClient):
             from langchain_sandbox.providers.local import LocalProvider
 
             self._tmp = tempfile.TemporaryDirectory(prefix="runloop-emulator-")
-            machines = LocalProvider(base_dir=self._tmp.name)
+            machines = LocalProvider(base_dir=self._tmp.name, egress_upstream=self._egress_upstream)
         self._account = Account(
-            self._loop, machines, network=self._network, boot_delay=self._boot_delay
+            self._loop,
+            machines,
+            network=self._network,
+            boot_delay=self._boot_delay,
+            policies=self._policies,
         )
         self._server = _Server(self)
         self._thread = threading.Thread(
@@ -454,6 +465,7 @@ class RunloopEmulator(EdgeClient):
     def _build_routes(self) -> list[tuple[str, re.Pattern[str], Route]]:
         dbx = r"/v1/devboxes/([^/]+)"
         exn = dbx + r"/executions/([^/]+)"
+        policies = self._policies
         table: list[tuple[str, str, Route]] = [
             ("POST", r"/v1/devboxes/create_and_await_running", self._create_and_await),
             ("POST", r"/v1/devboxes", self._create),
@@ -478,6 +490,12 @@ class RunloopEmulator(EdgeClient):
             ("POST", dbx + "/keep_alive", self._keep_alive),
             ("POST", dbx + "/enable_tunnel", self._enable_tunnel),
             ("POST", dbx + "/remove_tunnel", self._remove_tunnel),
+            (
+                "POST",
+                r"/v1/network-policies",
+                lambda *, body, **_: _Reply(policies.create(_json(body))),
+            ),
+            ("GET", r"/v1/network-policies", lambda *, query, **_: _Reply(policies.list(query))),
         ]
         return [(method, re.compile(pattern), route) for method, pattern, route in table]
 

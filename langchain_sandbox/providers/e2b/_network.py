@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from langchain_sandbox.errors import ConfigurationError
-from langchain_sandbox.network import NetworkPolicy, ip_literal
+from langchain_sandbox.network import NetworkPolicy, ip_literal, refuse_secrets
 
 ALL_TRAFFIC = "0.0.0.0/0"
 """E2B's "every destination" (the SDK's ``ctx.all_traffic``)."""
@@ -33,13 +33,12 @@ def create_network(network: bool | NetworkPolicy) -> dict[str, Any]:
     `ConfigurationError` for a policy E2B cannot enforce (see the module docstring)."""
     if not isinstance(network, NetworkPolicy):
         return {"allow_internet_access": network}
-    if network.secrets:
-        names = ", ".join(secret.name for secret in network.secrets)
-        raise ConfigurationError(
-            f"E2B cannot enforce the NetworkPolicy's secrets ({names}): its network rules set "
-            "whole headers to a fixed value and cannot swap a placeholder the code sends. Use "
-            "the local provider for secrets, or a policy without them on E2B (docs/network.md)."
-        )
+    refuse_secrets(
+        network,
+        "E2B",
+        why="its network rules set whole headers to a fixed value and cannot swap a "
+        "placeholder the code sends",
+    )
     refused = [
         entry
         for entry, (host, port) in zip(network.allow, network.entries, strict=True)

@@ -57,7 +57,6 @@ from langchain_sandbox.errors import (
     SandboxTimeoutError,
     SessionClosedError,
 )
-from langchain_sandbox.network import refuse_policy
 from langchain_sandbox.providers import guest, guest_changes, kernel_state
 from langchain_sandbox.providers.base import (
     Capabilities,
@@ -91,6 +90,7 @@ from langchain_sandbox.providers.remote import (
 )
 from langchain_sandbox.providers.runloop import _tunnels
 from langchain_sandbox.providers.runloop import _worker as _runloop_worker
+from langchain_sandbox.providers.runloop._network import launch_network
 from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 from langchain_sandbox.results import (
     DEFAULT_CAPTURE_BYTES,
@@ -371,12 +371,12 @@ class RunloopProvider(RemoteProvider):
         return await self._create(spec or SessionSpec(), {"snapshot_id": snapshot_id})
 
     async def _create(self, spec: SessionSpec, image: dict[str, str]) -> RunloopSession:
-        refuse_policy(
-            spec.network,
-            "Runloop",
-            offers="its network policies (allowed host names) are not mapped yet, and it has "
-            "no secret placeholders",
-        )
+        # A policy Runloop cannot enforce is refused here, before any request.
+        async with self._errors("the network policy"):
+            launch = {
+                **self._launch_parameters,
+                **await launch_network(self.sdk().api, spec.network),
+            }
         session_id = uuid.uuid4().hex
         metadata = tag_metadata(spec.metadata, session_id)
         params: dict[str, Any] = {
@@ -386,8 +386,8 @@ class RunloopProvider(RemoteProvider):
         }
         if spec.env:
             params["environment_variables"] = validate_env(spec.env)
-        if self._launch_parameters:
-            params["launch_parameters"] = self._launch_parameters
+        if launch:
+            params["launch_parameters"] = launch
         from runloop_api_client.lib.polling import PollingConfig
 
         polling = PollingConfig(
