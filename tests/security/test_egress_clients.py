@@ -66,9 +66,12 @@ async def session(
             ca_file=upstreams.ca_file, hosts={"api.test": "127.0.0.1", "other.test": "127.0.0.1"}
         ),
     )
-    # api.test resolves to the host's loopback: that address must be allowed too.
+    # api.test resolves to the host's loopback: that address must be allowed too. The host's
+    # loopback HTTP server is allowed by address.
     port = upstreams.https_port
-    policy = NetworkPolicy(allow=[f"api.test:{port}", f"127.0.0.1:{port}"])
+    policy = NetworkPolicy(
+        allow=[f"api.test:{port}", f"127.0.0.1:{port}", f"127.0.0.1:{upstreams.http_port}"]
+    )
     try:
         # "host": the application's own site-packages, where httpx and requests are installed.
         spec = SessionSpec(template="host", network=policy, limits=Limits(timeout=90))
@@ -86,17 +89,23 @@ async def test_a_client_trusts_the_session_ca_and_reads_a_refusal(
     session: LocalSession, upstreams: Upstreams, client: str
 ) -> None:
     allowed = f"https://api.test:{upstreams.https_port}/{client}"
+    # An allowed loopback address is the host's: NO_PROXY leaves it to the proxy.
+    loopback = f"http://127.0.0.1:{upstreams.http_port}/{client}-loopback"
     # Plain HTTP to a host the policy does not name: the proxy answers the request itself.
     denied = f"http://other.test:{upstreams.http_port}/{client}"
-    code = CLIENTS[client] + f"import json\nprint(json.dumps([get({allowed!r}), get({denied!r})]))"
+    urls = [allowed, loopback, denied]
+    code = CLIENTS[client] + f"import json\nprint(json.dumps([get(url) for url in {urls!r}]))"
     result = await session.run_code(code)
     assert result.ok, result.render()
-    (ok_code, ok_body), (denied_code, denied_body) = json.loads(result.stdout)
+    (ok_code, ok_body), (host_code, host_body), (denied_code, denied_body) = json.loads(
+        result.stdout
+    )
     assert ok_code == 200, ok_body
     assert json.loads(ok_body)["path"] == f"/{client}"
+    assert host_code == 200, host_body
     assert denied_code == 403, denied_body
     assert f"other.test:{upstreams.http_port} is not allowed" in denied_body
-    assert [seen.path for seen in upstreams.seen] == [f"/{client}"]
+    assert [seen.path for seen in upstreams.seen] == [f"/{client}", f"/{client}-loopback"]
     assert any("network policy refused 1 request" in notice for notice in result.notices)
 
 

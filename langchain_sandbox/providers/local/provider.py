@@ -246,7 +246,7 @@ class LocalProvider(Provider):
                     "A NetworkPolicy needs LocalProvider(isolation='bubblewrap') or 'gvisor': "
                     "isolation='none' cannot route the sandbox through its proxy."
                 )
-            env = {**env, **policy.sandbox_env(), **egress_env()}
+            env = {**env, **policy.sandbox_env(), **egress_env(policy)}
         bwrap = self._bwrap_path
         seccomp: bytes | None = None
         user_namespace: int | None = None
