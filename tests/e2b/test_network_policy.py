@@ -55,6 +55,9 @@ print(json.dumps([allowed, denied, raw]))
     try:
         result = await session.run_code(code)
         record = json.dumps(session.record)
+        attached = await provider.attach(json.loads(record))
+        assert attached is not None
+        assert attached.spec.network == policy  # rebuilt from the record, as a resume would
     finally:
         await session.close()
     assert result.ok, result.render()
