@@ -2,10 +2,10 @@
 HTTP and HTTPS (the proxy terminates TLS with the session CA and opens its own verified TLS to
 the upstream). Prints a table; asserts nothing.
 
-    .venv/bin/python benchmarks/bench_egress.py [--requests 300]
+    .venv/bin/python benchmarks/bench_egress.py [--requests 300] [--isolation gvisor]
 
 The same client loop (``http.client``, one connection, ``GET /``) runs twice: on the host
-straight to the upstream server, and in a bubblewrap session with a NetworkPolicy, through the
+straight to the upstream server, and in a session (bubblewrap, or gVisor) with a NetworkPolicy, through the
 proxy (sandbox loopback -> relay -> unix socket -> proxy -> upstream). Upstreams are the test
 suite's loopback servers (``tests/egress_servers.py``); nothing leaves this machine.
 """
@@ -58,7 +58,7 @@ def timed(scheme, host, port, proxy, n, cafile):
 """
 
 
-async def main(requests: int) -> None:
+async def main(requests: int, isolation: str) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         servers = serve_upstreams(Path(scratch), ["api.test"])
         upstreams = next(servers)
@@ -71,6 +71,7 @@ async def main(requests: int) -> None:
         }
         provider = LocalProvider(
             base_dir=Path(scratch) / "sandboxes",
+            isolation=isolation,  # type: ignore[arg-type]
             egress_upstream=EgressUpstream(
                 ca_file=upstreams.ca_file, hosts={"api.test": "127.0.0.1"}
             ),
@@ -92,7 +93,7 @@ async def main(requests: int) -> None:
             await session.close()
             await provider.aclose()
             servers.close()
-    print(f"warm request, median of {requests} (ms)   direct   via proxy   added")
+    print(f"warm request ({isolation}), median of {requests} (ms)   direct   via proxy   added")
     for scheme in ("http", "https"):
         added = proxied[scheme] - direct[scheme]
         print(f"  {scheme:<35} {direct[scheme]:7.3f}   {proxied[scheme]:9.3f}   {added:6.3f}")
@@ -101,4 +102,6 @@ async def main(requests: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=300)
-    asyncio.run(main(parser.parse_args().requests))
+    parser.add_argument("--isolation", choices=("bubblewrap", "gvisor"), default="bubblewrap")
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.requests, arguments.isolation))

@@ -144,11 +144,11 @@ def _print_network_policies(local_usable: bool) -> None:
     elif egress:
         local = "no: pip install 'langchain-sandbox[egress]'"
     else:
-        local = "yes (isolation='bubblewrap'; not under gVisor yet)"
+        local = "yes (isolation='bubblewrap' or 'gvisor'): hosts, wildcards, ports, secrets"
     print("network policies (SessionSpec(network=NetworkPolicy(...))):")
     print(f"  {LOCAL:8} {local}")
-    print(f"  {E2B:8} refused (its allow_out lists are not mapped yet)")
-    print(f"  {RUNLOOP:8} refused (its network policies are not mapped yet)")
+    print(f"  {E2B:8} host names and wildcards (allow_out); secrets, ports, addresses refused")
+    print(f"  {RUNLOOP:8} host names, wildcards, IPv4 addresses; secrets, named ports refused")
     print(f"  {KUBERNETES:8} refused (egress is the cluster's NetworkPolicy on the pods)")
 
 

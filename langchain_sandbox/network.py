@@ -156,6 +156,14 @@ class NetworkPolicy:
         host = normal_host(host)
         return any(rule.matches(host, port) for rule in rules)
 
+    @property
+    def entries(self) -> tuple[tuple[str, int | None], ...]:
+        """Each ``allow`` entry as ``(host, port)``: the host normalised (a name, an address or
+        ``*.suffix``), the port ``None`` where the entry names none (80 and 443). Remote
+        providers map these onto their own allow-lists."""
+        rules: tuple[_Rule, ...] = getattr(self, "_rules")  # noqa: B009 (set in __post_init__)
+        return tuple((rule.host, rule.port) for rule in rules)
+
     def sandbox_env(self) -> dict[str, str]:
         """The placeholders the sandbox sees, by variable name."""
         return {secret.name: secret.placeholder for secret in self.secrets}
@@ -189,12 +197,24 @@ def network_record(network: bool | NetworkPolicy) -> bool | dict[str, Any]:
 
 def refuse_policy(network: bool | NetworkPolicy, provider: str, *, offers: str) -> None:
     """Raise `ConfigurationError` for a `NetworkPolicy` on a provider that cannot enforce one
-    yet (``offers``: what the platform has, for the message), rather than run the session with
+    (``offers``: what the platform has, for the message), rather than run the session with
     more network than the policy allows."""
     if isinstance(network, NetworkPolicy):
         raise ConfigurationError(
             f"The {provider} provider does not enforce a NetworkPolicy ({offers}); use "
             "network=False or True there, or the local provider for a policy (docs/network.md)."
+        )
+
+
+def refuse_secrets(policy: NetworkPolicy, provider: str, *, why: str) -> None:
+    """Raise `ConfigurationError` when ``policy`` has secrets ``provider`` cannot swap in
+    (``why``: what the platform has instead), naming them but never quoting a value."""
+    if policy.secrets:
+        names = ", ".join(secret.name for secret in policy.secrets)
+        raise ConfigurationError(
+            f"{provider} cannot enforce the NetworkPolicy's secrets ({names}): {why}. Use the "
+            f"local provider for secrets, or a policy without them on {provider} "
+            "(docs/network.md)."
         )
 
 
@@ -215,4 +235,5 @@ __all__ = [
     "network_record",
     "normal_host",
     "refuse_policy",
+    "refuse_secrets",
 ]

@@ -75,6 +75,13 @@ def test_quickstart(tmp_path: Path, user_venv: Callable[..., Path]) -> None:
     assert "value:\n801" in text  # the two parallel calls used the first call's variable
     assert "value:\n'May'" in text
     assert "value:\n[0, 4, 8, 12, 16]" in text  # tools.fetch called 20 times from one code call
+    # the key the code used through its placeholder: the API got the value, no message holds it
+    assert "the key the code sees: __LANGCHAIN_SANDBOX_SECRET_WEATHER_API_KEY__" in text
+    assert "{'city': 'Paris', 'forecast': 'sunny, 24 C'}" in text
+    assert "403 langchain-sandbox egress proxy: example.com:80 is not allowed" in text
+    assert "[notice] The network policy refused 1 request (HTTP 403)" in text
+    assert "the API received the real key: True" in text
+    assert "the real key in any message: False" in text
     assert "image/png" in mimes  # the chart, inline
     assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")  # and copied out
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_sandbox._event_loop import entered_off_loop
+from langchain_sandbox.network import NetworkPolicy
 from langchain_sandbox.providers import guest
 from langchain_sandbox.providers.base import Limits, SessionSpec
 from langchain_sandbox.providers.local import INTERRUPT_GRACE, LocalProvider, LocalSession
@@ -188,7 +189,7 @@ class Machine:
 
     @classmethod
     async def create(
-        cls, provider: LocalProvider, env: Mapping[str, str], *, network: bool
+        cls, provider: LocalProvider, env: Mapping[str, str], *, network: bool | NetworkPolicy
     ) -> Machine:
         spec = SessionSpec(env=dict(env), network=network, limits=Limits(timeout=_SANDBOX_TIMEOUT))
         return cls(await provider.create(spec))
@@ -274,9 +275,7 @@ class Machine:
         argv = init_argv(launcher.python_executable, f"/tmp/{EDGE_SOCKET}")
         async with entered_off_loop(
             lambda: launcher.spawnable(
-                launcher.wrap(
-                    argv, network=session.spec.network is True, read_write=[(self._tmp, "/tmp")]
-                )
+                launcher.wrap_networked(argv, read_write=[(self._tmp, "/tmp")])
             )
         ) as (command, fds):
             proc = await asyncio.create_subprocess_exec(

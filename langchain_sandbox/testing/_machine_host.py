@@ -1,27 +1,34 @@
 """Where an emulator's machines come from: the event-loop thread their async API runs on, and the
 provider whose sessions play the emulated sandboxes (a local provider in a temporary directory
-unless the emulator was given one, and then closed with the emulator)."""
+unless the emulator was given one, its egress going to ``egress_upstream`` where a test names
+one, and then closed with the emulator)."""
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
+from typing import TYPE_CHECKING
 
 from langchain_sandbox._event_loop import LoopThread
 from langchain_sandbox.providers.base import Provider
+
+if TYPE_CHECKING:
+    from langchain_sandbox.providers.local import EgressUpstream
 
 
 class MachineHost:
     """The loop thread and the machines' provider of one running emulator."""
 
-    def __init__(self, name: str, machines: Provider | None) -> None:
+    def __init__(
+        self, name: str, machines: Provider | None, *, egress_upstream: EgressUpstream | None = None
+    ) -> None:
         self.loop = LoopThread(name=name)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if machines is None:
             from langchain_sandbox.providers.local import LocalProvider
 
             self._tmp = tempfile.TemporaryDirectory(prefix=f"{name}-")
-            machines = LocalProvider(base_dir=self._tmp.name)
+            machines = LocalProvider(base_dir=self._tmp.name, egress_upstream=egress_upstream)
         self.machines = machines
 
     def stop(self) -> None:

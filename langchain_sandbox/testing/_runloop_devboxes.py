@@ -22,13 +22,16 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_sandbox._event_loop import LoopThread
 from langchain_sandbox.errors import SandboxError
 from langchain_sandbox.providers.base import Limits, Provider, Session, SessionSpec
 from langchain_sandbox.testing import _machine_files
 from langchain_sandbox.workspace import WORKSPACE_ROOT
+
+if TYPE_CHECKING:
+    from langchain_sandbox.testing._runloop_network import NetworkPolicies
 
 T = TypeVar("T")
 
@@ -180,10 +183,12 @@ class Account:
         *,
         network: bool = False,
         boot_delay: float = 0.0,
+        policies: NetworkPolicies | None = None,
     ) -> None:
         self._loop = loop
         self._machines = machines
         self._network = network
+        self._policies = policies
         self.boot_delay = boot_delay
         self._lock = threading.RLock()
         self.changed = threading.Condition(self._lock)
@@ -250,7 +255,9 @@ class Account:
     def _start_machine(self, devbox: Devbox, disk: bytes | None) -> None:
         spec = SessionSpec(
             env=devbox.env,
-            network=self._network,
+            network=self._network
+            if self._policies is None
+            else self._policies.machine_network(devbox.launch_parameters, self._network),
             limits=Limits(timeout=_EXECUTION_LIMIT_SECONDS, max_output_bytes=64 * 1024 * 1024),
         )
         machine = self._run(self._machines.create(spec))

@@ -65,7 +65,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, parse_qsl, unquote, urlsplit
 
-from langchain_sandbox.providers.local import LocalProvider
+from langchain_sandbox.network import NetworkPolicy
+from langchain_sandbox.providers.local import EgressUpstream, LocalProvider
 from langchain_sandbox.testing._e2b_http import (
     EmulatorServer,
     Fault,
@@ -76,6 +77,7 @@ from langchain_sandbox.testing._e2b_http import (
     connect_error,
 )
 from langchain_sandbox.testing._e2b_machine import CellOutcome, Machine
+from langchain_sandbox.testing._e2b_network import machine_network
 from langchain_sandbox.testing._e2b_wire import (
     END_STREAM,
     entry_json,
@@ -116,10 +118,20 @@ class E2BEmulator(EdgeClient):
     Args:
         api_key: When set, control-plane requests must carry it as ``X-API-KEY`` (else 401).
         host: Interface to bind; loopback only by design.
+        egress_upstream: How sandboxes created with ``network`` settings (enforced by the
+            local egress proxy, `_e2b_network`) reach upstream servers: test servers' names
+            and CA.
     """
 
-    def __init__(self, *, api_key: str | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        egress_upstream: EgressUpstream | None = None,
+    ) -> None:
         self.api_key = api_key
+        self._egress_upstream = egress_upstream
         self._host = host
         self._lock = threading.Lock()
         self._sandboxes: dict[str, _Sandbox] = {}
@@ -143,7 +155,9 @@ class E2BEmulator(EdgeClient):
         if self._server is not None:
             return self
         self._tmp = tempfile.TemporaryDirectory(prefix="e2b-emulator-")
-        self._machines = LocalProvider(base_dir=self._tmp.name)
+        self._machines = LocalProvider(
+            base_dir=self._tmp.name, egress_upstream=self._egress_upstream
+        )
         self._loop_thread = threading.Thread(
             target=self._loop.run_forever, name="e2b-emulator-loop", daemon=True
         )
@@ -421,7 +435,7 @@ class E2BEmulator(EdgeClient):
             ),
         }
 
-    def _new_machine(self, env: dict[str, str], *, network: bool) -> Machine:
+    def _new_machine(self, env: dict[str, str], *, network: bool | NetworkPolicy) -> Machine:
         if self._machines is None:
             raise api_error(503, "the emulator is stopping")
         return self._submit(Machine.create(self._machines, env, network=network)).result()
@@ -449,7 +463,7 @@ class E2BEmulator(EdgeClient):
             sandbox_id="i" + secrets.token_hex(10),
             template=str(body.get("templateID") or "base"),
             metadata={str(k): str(v) for k, v in (body.get("metadata") or {}).items()},
-            machine=self._new_machine(env, network=allow is not False),
+            machine=self._new_machine(env, network=machine_network(body, self._egress_upstream)),
             access_token=secrets.token_urlsafe(24),
             allow_internet_access=allow,
             auto_pause=bool(body.get("autoPause")),

@@ -50,6 +50,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from langchain_sandbox._event_loop import LoopThread
 from langchain_sandbox.providers.base import Provider
+from langchain_sandbox.providers.local import EgressUpstream
 from langchain_sandbox.testing import _runloop_tunnels
 from langchain_sandbox.testing._edge import EdgeClient, forward, port_host
 from langchain_sandbox.testing._http_emulator import (
@@ -61,6 +62,7 @@ from langchain_sandbox.testing._http_emulator import (
 )
 from langchain_sandbox.testing._machine_host import MachineHost
 from langchain_sandbox.testing._runloop_devboxes import Account, ApiError, Devbox, Execution
+from langchain_sandbox.testing._runloop_network import NetworkPolicies
 
 _DEFAULT_HOLD = 25.0
 _SSE_CHUNK = 64 * 1024
@@ -77,6 +79,8 @@ class RunloopEmulator(ServedEmulator, EdgeClient):
         api_key: If set, requests with another bearer token get 401.
         network: Whether code in emulated devboxes may reach the network.
         boot_delay: Seconds a new devbox stays ``provisioning``.
+        egress_upstream: How devboxes launched with a network policy (enforced by the local
+            egress proxy, `_runloop_network`) reach upstream servers: test servers' names and CA.
     """
 
     def __init__(
@@ -86,7 +90,10 @@ class RunloopEmulator(ServedEmulator, EdgeClient):
         api_key: str | None = None,
         network: bool = False,
         boot_delay: float = 0.0,
+        egress_upstream: EgressUpstream | None = None,
     ) -> None:
+        self._egress_upstream = egress_upstream
+        self._policies = NetworkPolicies(egress_upstream)
         self._machines = machines
         self._network = network
         self._boot_delay = boot_delay
@@ -104,10 +111,16 @@ class RunloopEmulator(ServedEmulator, EdgeClient):
     def start(self) -> RunloopEmulator:
         if self._server is not None:
             return self
-        self._host = MachineHost("runloop-emulator", self._machines)
+        self._host = MachineHost(
+            "runloop-emulator", self._machines, egress_upstream=self._egress_upstream
+        )
         self._loop = self._host.loop
         self._account = Account(
-            self._loop, self._host.machines, network=self._network, boot_delay=self._boot_delay
+            self._loop,
+            self._host.machines,
+            network=self._network,
+            boot_delay=self._boot_delay,
+            policies=self._policies,
         )
         self._serve("runloop-emulator")
         return self
@@ -236,6 +249,7 @@ class RunloopEmulator(ServedEmulator, EdgeClient):
     def _build_routes(self) -> list[tuple[str, re.Pattern[str], Route]]:
         dbx = r"/v1/devboxes/([^/]+)"
         exn = dbx + r"/executions/([^/]+)"
+        policies = self._policies
         table: list[tuple[str, str, Route]] = [
             ("POST", r"/v1/devboxes/create_and_await_running", self._create_and_await),
             ("POST", r"/v1/devboxes", self._create),
@@ -260,6 +274,12 @@ class RunloopEmulator(ServedEmulator, EdgeClient):
             ("POST", dbx + "/keep_alive", self._keep_alive),
             ("POST", dbx + "/enable_tunnel", self._enable_tunnel),
             ("POST", dbx + "/remove_tunnel", self._remove_tunnel),
+            (
+                "POST",
+                r"/v1/network-policies",
+                lambda *, body, **_: Reply(policies.create(_json(body))),
+            ),
+            ("GET", r"/v1/network-policies", lambda *, query, **_: Reply(policies.list(query))),
         ]
         return [(method, re.compile(pattern), route) for method, pattern, route in table]
 

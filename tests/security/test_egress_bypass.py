@@ -1,6 +1,6 @@
-"""The egress proxy against each way around a network policy, for real: a bubblewrap sandbox
-whose only way out is the proxy, and upstream servers on the host's loopback that record what
-reached them (``egress_servers``). Each test names its bypass class; each fails if the proxy
+"""The egress proxy against each way around a network policy, for real: a sandbox (bubblewrap and
+gVisor) whose only way out is the proxy, and upstream servers on the host's loopback that record
+what reached them (``egress_servers``). Each test names its bypass class; each fails if the proxy
 let the request through (the upstream would have seen it) or the sandbox had another route."""
 
 from __future__ import annotations
@@ -46,11 +46,14 @@ def upstreams(tmp_path: Path) -> Iterator[Upstreams]:
 
 
 @pytest.fixture
-async def provider(tmp_path: Path, upstreams: Upstreams) -> AsyncIterator[LocalProvider]:
+async def provider(
+    tmp_path: Path, upstreams: Upstreams, isolation: str
+) -> AsyncIterator[LocalProvider]:
     hosts = {"api.test": "127.0.0.1", "other.test": "127.0.0.1", "private.test": "127.0.0.1"}
     hosts["six.test"] = "::1"
     made = LocalProvider(
         base_dir=tmp_path / "sandboxes",
+        isolation=isolation,
         egress_upstream=EgressUpstream(ca_file=upstreams.ca_file, hosts=hosts),
     )
     try:
@@ -220,7 +223,7 @@ async def test_websocket_upgrade(provider: LocalProvider, upstreams: Upstreams) 
 
 
 async def test_raw_socket_that_ignores_the_proxy(
-    provider: LocalProvider, upstreams: Upstreams
+    provider: LocalProvider, upstreams: Upstreams, isolation: str
 ) -> None:
     policy = NetworkPolicy(allow=allowed(upstreams, "api.test", "127.0.0.1"))
     session = await open_session(provider, policy)
@@ -238,12 +241,14 @@ for address in [("127.0.0.1", {upstreams.http_port}), ("10.255.255.1", 80), ("::
     finally:
         await session.close()
     assert "connected" not in result.stdout, result.stdout
-    # The sandbox's own loopback (nothing listens there), and no route anywhere else.
+    # The sandbox's own loopback (nothing listens there), and no route anywhere else (gVisor's
+    # network stack names that with the other errno).
+    unreachable = "ENETUNREACH" if isolation == "bubblewrap" else "EHOSTUNREACH"
     assert result.stdout.split() == [
         "failed",
         "ECONNREFUSED",
         "failed",
-        "ENETUNREACH",
+        unreachable,
         "failed",
         "ECONNREFUSED",
     ], result.stdout

@@ -1,7 +1,7 @@
 """A secret's value reaches the upstream host it is bound to and nothing else: not the sandbox
 (its environment, files, processes), not the session's files on the host, its record, a
-snapshot of its workspace and variables, a log, a repr or an error message. Run for real
-(bubblewrap, loopback upstreams from ``egress_servers``)."""
+snapshot of its workspace and variables, a log, a repr or an error message. Run for real on both
+isolation levels (loopback upstreams from ``egress_servers``)."""
 
 from __future__ import annotations
 
@@ -33,9 +33,12 @@ def upstreams(tmp_path: Path) -> Iterator[Upstreams]:
 
 
 @pytest.fixture
-async def provider(tmp_path: Path, upstreams: Upstreams) -> AsyncIterator[LocalProvider]:
+async def provider(
+    tmp_path: Path, upstreams: Upstreams, isolation: str
+) -> AsyncIterator[LocalProvider]:
     made = LocalProvider(
         base_dir=tmp_path / "sandboxes",
+        isolation=isolation,
         egress_upstream=EgressUpstream(ca_file=upstreams.ca_file, hosts={"api.test": "127.0.0.1"}),
     )
     try:

@@ -56,7 +56,7 @@ from langchain_sandbox.errors import (
     SandboxTimeoutError,
     SessionClosedError,
 )
-from langchain_sandbox.network import refuse_policy
+from langchain_sandbox.network import network_record
 from langchain_sandbox.providers import guest_changes, kernel_state
 from langchain_sandbox.providers.base import (
     Capabilities,
@@ -71,6 +71,7 @@ from langchain_sandbox.providers.base import (
     check_port,
     install_spec_packages,
 )
+from langchain_sandbox.providers.e2b._network import create_network, recorded_network
 from langchain_sandbox.providers.names import E2B as PROVIDER_NAME
 from langchain_sandbox.providers.remote import (
     SESSION_KEY,
@@ -282,7 +283,7 @@ class E2BSession(RemoteSession):
             metadata=dict(self.spec.metadata),
             state={
                 "template": self.spec.template,
-                "network": self.spec.network,
+                "network": network_record(self.spec.network),
                 "paused": self._paused,
                 "limits": {
                     "timeout": limits.timeout,
@@ -835,9 +836,7 @@ class E2BProvider(RemoteProvider):
 
     async def create(self, spec: SessionSpec | None = None) -> Session:
         spec = spec or SessionSpec()
-        refuse_policy(
-            spec.network, "E2B", offers="its allow_out lists and header rules are not mapped yet"
-        )
+        network = create_network(spec.network)
         session_id = uuid.uuid4().hex
         metadata = tag_metadata(spec.metadata, session_id)
         env = validate_env(spec.env)
@@ -851,7 +850,7 @@ class E2BProvider(RemoteProvider):
                 timeout=self.lease_seconds,
                 metadata=metadata,
                 envs=env,
-                allow_internet_access=spec.network,
+                **network,
                 lifecycle={"on_timeout": self.on_timeout},
                 idempotency_key=idempotency_key,
             ),
@@ -876,7 +875,7 @@ class E2BProvider(RemoteProvider):
         spec = SessionSpec(
             template=state.get("template"),
             limits=limits,
-            network=bool(state.get("network", False)),
+            network=recorded_network(state),
             metadata=dict(record.get("metadata") or {}),
         )
         return E2BSession(

@@ -60,8 +60,10 @@ class EgressUpstream:
     Attributes:
         ca_file: Certificates to verify upstream servers with instead of the host's trust store
             (a corporate CA; a test server's CA).
-        hosts: Fixed name-to-address answers used instead of the host's resolver (as
-            ``/etc/hosts`` would, for this proxy only). The address checks still apply.
+        hosts: Fixed answers used instead of the host's resolver (as ``/etc/hosts`` would, for
+            this proxy only): an address, or ``address:port`` to connect to another port than
+            the request's (a local stand-in server for a name's port 443). The address checks
+            still apply, to the address and port connected to.
     """
 
     ca_file: str | None = None
@@ -104,16 +106,17 @@ class EgressProxy:
 
     # ------------------------------------------------------------------ policy
 
-    async def _address(self, host: str, port: int) -> str:
-        """The checked address to connect to for ``host:port``, or raise `_Denied`."""
+    async def _address(self, host: str, port: int) -> tuple[str, int]:
+        """The checked address and port to connect to for ``host:port``, or raise `_Denied`."""
         if not self.policy.allows(host, port):
             raise _Denied(
                 f"{_authority(host, port)} is not allowed by the session's network policy"
             )
         if ip_literal(host) is not None:
-            return host
+            return host, port
         if host in self.upstream.hosts:
-            candidates = [self.upstream.hosts[host]]
+            address, port = _split_authority(self.upstream.hosts[host], port)
+            candidates = [address]
         else:
             try:
                 infos = await asyncio.get_running_loop().getaddrinfo(
@@ -124,7 +127,7 @@ class EgressProxy:
             candidates = [str(info[4][0]) for info in infos]
         for address in candidates:
             if ipaddress.ip_address(address).is_global or self.policy.allows(address, port):
-                return address
+                return address, port
         raise _Denied(
             f"{host} resolves to {candidates[0]}, a non-public address the policy does not allow"
         )
@@ -168,7 +171,7 @@ class EgressProxy:
                 await writer.start_tls(self.ca.server_context(host))
                 client = h11.Connection(h11.SERVER)
                 request = await _next(client, reader)
-                tunnel: tuple[str, int, str] | None = (host, port, address)
+                tunnel: tuple[str, int, tuple[str, int]] | None = (host, port, address)
             else:
                 tunnel = None
             while isinstance(request, h11.Request):
@@ -190,7 +193,7 @@ class EgressProxy:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         request: Any,
-        tunnel: tuple[str, int, str] | None,
+        tunnel: tuple[str, int, tuple[str, int]] | None,
         upstream: _Upstream | None,
     ) -> _Upstream | None:
         """Answer one request (forwarded or refused); the upstream connection to keep, or
@@ -238,8 +241,8 @@ class EgressProxy:
         return upstream
 
     async def _target(
-        self, request: Any, tunnel: tuple[str, int, str] | None
-    ) -> tuple[str, int, str, bytes]:
+        self, request: Any, tunnel: tuple[str, int, tuple[str, int]] | None
+    ) -> tuple[str, int, tuple[str, int], bytes]:
         """``(host, port, address, origin-form target)`` of a request, or raise `_Denied`."""
         if any(name == b"upgrade" for name, _ in request.headers):
             raise _Denied("protocol upgrades (WebSocket) are not supported by the egress proxy")
@@ -303,11 +306,16 @@ class _Upstream:
 
     @classmethod
     async def open(
-        cls, h11: Any, host: str, port: int, address: str, context: ssl.SSLContext | None
+        cls,
+        h11: Any,
+        host: str,
+        port: int,
+        address: tuple[str, int],
+        context: ssl.SSLContext | None,
     ) -> _Upstream:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(
-                address, port, ssl=context, server_hostname=host if context else None
+                *address, ssl=context, server_hostname=host if context else None
             ),
             30,
         )

@@ -8,6 +8,7 @@ network namespace holds only its own loopback), so it fails instead of going aro
 
 from __future__ import annotations
 
+from langchain_sandbox.network import NetworkPolicy, ip_literal
 from langchain_sandbox.providers.local._unix_server import RELAY
 
 EGRESS_DIR = "/opt/egress"
@@ -43,14 +44,21 @@ CA_FILE = "ca.pem"
 """The session CA's certificate, in the egress directory (the only CA the sandbox trusts)."""
 
 
-def egress_env() -> dict[str, str]:
+def egress_env(policy: NetworkPolicy) -> dict[str, str]:
     """The variables that send the sandbox's HTTP(S) clients through the proxy and make them
-    trust the session's CA (the sandbox's own loopback stays direct)."""
+    trust the session's CA.
+
+    The sandbox's own loopback stays direct (``NO_PROXY``), except a loopback address the policy
+    allows: that entry names the host's (a local service the code may call), so requests to it
+    go to the proxy; ``localhost`` still reaches the sandbox's own servers.
+    """
     proxy = f"http://127.0.0.1:{EGRESS_PORT}"
     ca = f"{EGRESS_DIR}/{CA_FILE}"
     env = {name: proxy for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")}
     env.update({name.lower(): value for name, value in env.items()})
-    env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1,::1"
+    allowed = {ip_literal(host) for host, _ in policy.entries}
+    direct = ["localhost", *(a for a in ("127.0.0.1", "::1") if ip_literal(a) not in allowed)]
+    env["NO_PROXY"] = env["no_proxy"] = ",".join(direct)
     for name in (
         "SSL_CERT_FILE",
         "REQUESTS_CA_BUNDLE",

@@ -22,7 +22,9 @@ reachable from the sandbox. Each process a session starts (its worker, pip) is o
 * the **worker protocol** runs over the container's stdin (requests) and stdout (events), the
   only descriptors ``runsc`` hands to a container; interrupts go through a FIFO the host made
   (``--host-fifo=open``), in a per-container channel directory bound at `CHANNEL_DIR`.
-  pip's index proxy is a unix socket there (``--host-uds=open`` for pip's container only).
+  pip's index proxy is a unix socket there (``--host-uds=open`` for pip's container); a session
+  with a network policy binds its egress proxy's socket into the worker's container, which then
+  gets ``--host-uds=open`` too (the only host sockets it can reach are in its binds).
 
 Every container's ``runsc`` state (``--root``) and bundle live in the session's directory, so
 closing the session, or ``gc`` after a crash, removes them with it (`kill_containers` first); ``runsc`` runs with
@@ -282,9 +284,13 @@ class GvisorSandbox:
         """The channel directory of the control FIFO open at ``control_fd``."""
         return os.path.dirname(os.readlink(f"/proc/self/fd/{control_fd}"))
 
-    def boot(self, python: str, mode: str, args: Sequence[str]) -> list[str]:
-        """``args`` as the container's command, started through `BOOT`."""
-        return [python, "-I", "-S", "-c", BOOT, mode, SECCOMP_FILE if self.seccomp else "", *args]
+    def boot(
+        self, python: str, mode: str, args: Sequence[str], *, filtered: bool = False
+    ) -> list[str]:
+        """``args`` as the container's command, started through `BOOT` (``filtered``: by a
+        process the filter already holds, which passes it on; it is not installed twice)."""
+        seccomp = SECCOMP_FILE if self.seccomp and not filtered else ""
+        return [python, "-I", "-S", "-c", BOOT, mode, seccomp, *args]
 
     def command(
         self,

@@ -215,30 +215,40 @@ class Launcher:
         worker, kernel_state, pickler, guest = self._runtime_files()
         after_fds = [kernel_state, pickler, guest, self.packages_dir, *self.site_packages]
         if self.gvisor is not None:
+            egress = [] if self.egress_dir is None else [(self.egress_dir, EGRESS_DIR)]
+            relay = [self.python_executable, "-I", "-S", "-c", EGRESS_FORWARDER, EGRESS_SOCKET]
             # runsc passes only stdio: the requests and events are the container's stdin and
             # stdout (WorkerProcess.start(stdio=True)); the worker opens its control FIFO by name.
-            inner = self.gvisor.boot(
-                self.python_executable, "worker", [f"{CHANNEL_DIR}/control", worker, *after_fds]
-            )
+            python = self.python_executable
+            args = [f"{CHANNEL_DIR}/control", worker, *after_fds]
+            inner = self.gvisor.boot(python, "worker", args)
+            if egress:
+                # The filter first, then the relay beside the worker: both run under it.
+                worker_boot = self.gvisor.boot(python, "worker", args, filtered=True)
+                inner = self.gvisor.boot(python, "exec", [*relay, *worker_boot])
             return self._gvisor_command(
                 inner,
                 network=self.network,
                 environment=self.environment(),
+                read_only=egress,
                 read_write=self._ports_bind(),
                 channel=self.gvisor.worker_channel(control_fd),
                 worker=True,
             )
         fds = [str(request_fd), str(event_fd), str(control_fd)]
         inner = [self.python_executable, "-I", "-S", worker, *fds, *after_fds]
+        return self.wrap_networked(inner, read_write=self._ports_bind())
+
+    def wrap_networked(
+        self, command: Sequence[str], *, read_write: Sequence[tuple[str, str]] = ()
+    ) -> list[str]:
+        """`wrap` with the session's own network: the host's, none, or (with a policy) the
+        egress proxy's socket bound in and its relay started beside ``command``."""
         if self.egress_dir is None:
-            return self.wrap(inner, network=self.network, read_write=self._ports_bind())
+            return self.wrap(command, network=self.network, read_write=read_write)
         relay = [self.python_executable, "-I", "-S", "-c", EGRESS_FORWARDER, EGRESS_SOCKET]
-        return self.wrap(
-            [*relay, *inner],
-            network=False,
-            read_only=[(self.egress_dir, EGRESS_DIR)],
-            read_write=self._ports_bind(),
-        )
+        egress = [(self.egress_dir, EGRESS_DIR)]
+        return self.wrap([*relay, *command], network=False, read_only=egress, read_write=read_write)
 
     @property
     def workspace_owner(self) -> tuple[int, int] | None:
@@ -337,7 +347,9 @@ class Launcher:
             tmp_size_bytes=self.tmp_size_bytes,
             channel=channel,
             host_fifos=worker,
-            host_sockets=not worker and channel is not None,
+            # pip's index proxy in its channel; the worker's egress proxy in its binds.
+            host_sockets=(not worker and channel is not None)
+            or any(sandbox == EGRESS_DIR for _, sandbox in read_only),
             socket_servers=worker and self.ports_dir is not None,
         )
 

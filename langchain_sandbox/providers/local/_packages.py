@@ -219,9 +219,10 @@ async def install_packages(
         )
     if proxy is not None and proxy.refused:
         refused = ", ".join(sorted(set(proxy.refused)))
-        result = result.with_notices(
-            f"pip tried to reach {refused}, which the package index settings do not allow"
-        )
+        rules = "the package index settings"
+        if launcher.policy is not None:
+            rules += " or the session's network policy"
+        result = result.with_notices(f"pip tried to reach {refused}, which {rules} do not allow")
     return result
 
 

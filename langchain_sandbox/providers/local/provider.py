@@ -241,12 +241,12 @@ class LocalProvider(Provider):
         env = validate_env(spec.env)
         policy = spec.network if isinstance(spec.network, NetworkPolicy) else None
         if policy is not None:
-            if self.isolation != "bubblewrap":
+            if self.isolation == "none":
                 raise ConfigurationError(
-                    "A NetworkPolicy needs LocalProvider(isolation='bubblewrap'): "
-                    f"isolation={self.isolation!r} cannot route the sandbox through its proxy."
+                    "A NetworkPolicy needs LocalProvider(isolation='bubblewrap') or 'gvisor': "
+                    "isolation='none' cannot route the sandbox through its proxy."
                 )
-            env = {**env, **policy.sandbox_env(), **egress_env()}
+            env = {**env, **policy.sandbox_env(), **egress_env(policy)}
         bwrap = self._bwrap_path
         seccomp: bytes | None = None
         user_namespace: int | None = None

@@ -48,7 +48,6 @@ from langchain_sandbox.errors import (
     SandboxGoneError,
     SessionClosedError,
 )
-from langchain_sandbox.network import refuse_policy
 from langchain_sandbox.providers import shipped_worker as _runloop_worker
 from langchain_sandbox.providers.base import (
     Capabilities,
@@ -68,6 +67,7 @@ from langchain_sandbox.providers.remote import (
     tag_metadata,
 )
 from langchain_sandbox.providers.runloop import _tunnels
+from langchain_sandbox.providers.runloop._network import launch_network
 from langchain_sandbox.providers.runloop._sdk import runloop_sdk, status_code, translate
 from langchain_sandbox.providers.worker_session import (
     WORKER_DIR,
@@ -225,12 +225,12 @@ class RunloopProvider(RemoteProvider):
         return await self._create(spec or SessionSpec(), {"snapshot_id": snapshot_id})
 
     async def _create(self, spec: SessionSpec, image: dict[str, str]) -> RunloopSession:
-        refuse_policy(
-            spec.network,
-            "Runloop",
-            offers="its network policies (allowed host names) are not mapped yet, and it has "
-            "no secret placeholders",
-        )
+        # A policy Runloop cannot enforce is refused here, before any request.
+        async with self._errors("the network policy"):
+            launch = {
+                **self._launch_parameters,
+                **await launch_network(self.sdk().api, spec.network),
+            }
         session_id = uuid.uuid4().hex
         metadata = tag_metadata(spec.metadata, session_id)
         params: dict[str, Any] = {
@@ -240,8 +240,8 @@ class RunloopProvider(RemoteProvider):
         }
         if spec.env:
             params["environment_variables"] = validate_env(spec.env)
-        if self._launch_parameters:
-            params["launch_parameters"] = self._launch_parameters
+        if launch:
+            params["launch_parameters"] = launch
         from runloop_api_client.lib.polling import PollingConfig
 
         polling = PollingConfig(
