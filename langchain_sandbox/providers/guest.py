@@ -13,8 +13,9 @@ disagree:
 * `collect_figures` turns open matplotlib figures into PNG bytes, up to a total size;
 * `FdCapture` captures file descriptor 1 or 2 (Python and child processes alike);
 * `Tools` is the ``tools`` object code calls host tools through (the transport is the
-  provider's: the local worker's own pipes; on E2B and Runloop a `tool_frame` in the output
-  stream the host already reads, see `FramedToolCalls`).
+  provider's: the local worker's own pipes; on E2B and Runloop frames in the output stream the
+  host already reads, see `guest_tool_frames`);
+* `EchoSink` is where one stream of a cell goes when a caller watches its output live.
 
 Only built-in or already-loaded modules are imported at the top: the local worker's cold start
 includes this module.
@@ -48,9 +49,6 @@ MAX_FIGURE_BYTES = 16 * 1024 * 1024
 CELL_PREFIX = "<cell-"
 """Cells are compiled as ``<cell-N>``."""
 _REPR_FAILED = "repr() failed with"
-TOOL_FRAME = "\x1elangchain_sandbox.tool:"
-"""Starts a tool call's frame in a stream of output the host reads (E2B's kernel stdout, the Runloop
-worker's): the JSON of the call follows, and a newline ends it."""
 _READ_CHUNK = 65536
 
 
@@ -286,56 +284,6 @@ class Tools:
         return function
 
 
-def tool_frame(seq: int, name: str, args: dict[str, Any]) -> str:
-    """The frame of one tool call (`TOOL_FRAME`, the call's JSON, a newline). An argument JSON
-    cannot hold travels as its ``repr``; the tool's schema on the host decides."""
-    import json
-
-    return TOOL_FRAME + json.dumps({"seq": seq, "name": name, "args": args}, default=repr) + "\n"
-
-
-class FramedToolCalls:
-    """The transport of `Tools` where the host reads the code's output stream but can only
-    answer with a file (E2B's kernel): each call is a `tool_frame` written to ``stream``, and
-    the host writes its reply, JSON, to ``{answers}-{seq}.json``, polled here.
-
-    A file read half-written is not yet valid JSON, so it is read again. Past ``seconds`` (the
-    outer call's timeout) a call is refused: a ``tools`` object left behind by a call that
-    ended can never block code.
-    """
-
-    def __init__(self, stream: Any, answers: str, seconds: float) -> None:
-        import time
-
-        self._stream = stream
-        self._answers = answers
-        self._deadline = time.monotonic() + seconds
-        self._seq = 0
-
-    def __call__(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        import json
-        import time
-
-        if time.monotonic() > self._deadline:
-            return {"ok": False, "kind": "limit", "error": "the call these tools belong to ended"}
-        self._seq += 1
-        path = f"{self._answers}-{self._seq}.json"
-        self._stream.write(tool_frame(self._seq, name, args))
-        self._stream.flush()
-        delay = 0.001
-        while True:
-            try:
-                with open(path, encoding="utf-8") as handle:
-                    reply = json.loads(handle.read())
-                if isinstance(reply, dict) and reply.get("seq") == self._seq:
-                    os.unlink(path)
-                    return reply
-            except (OSError, ValueError):
-                pass
-            time.sleep(delay)
-            delay = min(delay * 2, 0.02)
-
-
 # As compiled: the source path, or the name given when it was compiled or shipped.
 _OWN_FILE = describe_exception.__code__.co_filename
 
@@ -436,6 +384,24 @@ class FdCapture:
                 self.sink.feed(chunk)
 
 
+class EchoSink:
+    """Where one stream of a cell goes: its capture (anything with ``write(bytes)`` and
+    ``limit``), and with an ``echo`` the head the capture keeps is also passed on as it arrives
+    (for callers watching live output)."""
+
+    def __init__(self, name: str, capture: Any, echo: Any = None) -> None:
+        self._name = name
+        self._capture = capture
+        self._echo = echo
+        self._echo_room = capture.limit // 2
+
+    def feed(self, chunk: bytes) -> None:
+        if self._echo is not None and self._echo_room > 0:
+            self._echo(self._name, chunk[: self._echo_room].decode("utf-8", errors="ignore"))
+            self._echo_room -= len(chunk)
+        self._capture.write(chunk)
+
+
 def text_stream(fd: int) -> io.TextIOWrapper:
     """A line-buffered UTF-8 text stream on ``fd`` that never closes the descriptor."""
     return io.TextIOWrapper(
@@ -474,11 +440,10 @@ __all__ = [
     "CELL_PREFIX",
     "MAX_FIGURE_BYTES",
     "MAX_VALUE_CHARS",
-    "TOOL_FRAME",
     "CellSources",
     "Cells",
+    "EchoSink",
     "FdCapture",
-    "FramedToolCalls",
     "ToolError",
     "ToolLimitError",
     "Tools",
@@ -490,6 +455,5 @@ __all__ = [
     "repr_failure",
     "restore_env",
     "text_stream",
-    "tool_frame",
     "value_text",
 ]

@@ -58,7 +58,7 @@ from langchain_sandbox.errors import (
     SessionClosedError,
 )
 from langchain_sandbox.network import refuse_policy
-from langchain_sandbox.providers import guest, guest_changes, kernel_state
+from langchain_sandbox.providers import guest, guest_changes, guest_tool_frames, kernel_state
 from langchain_sandbox.providers.base import (
     Capabilities,
     ChangeListing,
@@ -91,7 +91,13 @@ from langchain_sandbox.providers.remote import (
 )
 from langchain_sandbox.providers.runloop import _tunnels
 from langchain_sandbox.providers.runloop import _worker as _runloop_worker
+from langchain_sandbox.providers.runloop._tool_channel import (
+    StdinReplies,
+    follow,
+    run_code_with_tools,
+)
 from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
+from langchain_sandbox.providers.tool_channel import ToolHost
 from langchain_sandbox.results import (
     DEFAULT_CAPTURE_BYTES,
     Artifact,
@@ -146,6 +152,7 @@ CAPABILITIES = Capabilities(
     native_snapshots=True,
     processes=True,
     ports=True,
+    tools_from_code=True,
 )
 
 
@@ -185,6 +192,7 @@ def _shipped_sources() -> dict[str, str]:
     sources = {
         "kernel_state": inspect.getsource(kernel_state),
         "guest": inspect.getsource(guest),
+        "guest_tool_frames": inspect.getsource(guest_tool_frames),
         "cloudpickle": cloudpickle_source(),
     }
     return {
@@ -580,28 +588,38 @@ class RunloopSession(RemoteSession):
             await self.wake("suspended")
 
     async def execute(
-        self, command: str, *, wait: float, on_output: OutputCallback | None = None
+        self,
+        command: str,
+        *,
+        wait: float,
+        on_output: OutputCallback | None = None,
+        tools: StdinReplies | None = None,
     ) -> tuple[Any, bool]:
         """Run ``command`` once; return its final view and whether ``wait`` ran out.
 
         ``execute_async`` is sent exactly once (never retried: it runs code); the long-poll that
         follows only reads, so it is retried on transient errors. With ``on_output``, the
         execution's output streams (SSE) are followed meanwhile and passed on as they come, up to
-        the worker's answer line.
+        the worker's answer line. With ``tools``, stdin is attached and stdout followed for the
+        code's tool calls (see `_tool_channel`).
         """
+        stdin = {"attach_stdin": True} if tools is not None else {}
         try:
             async with self._provider._errors("execute_async"):
-                view = await self._api().devboxes.execute_async(self.devbox_id, command=command)
+                view = await self._api().devboxes.execute_async(
+                    self.devbox_id, command=command, **stdin
+                )
         except SandboxError as exc:
             raise await self._diagnose(exc) from exc
-        followers = (
-            [
-                asyncio.create_task(self._follow(view.execution_id, "stdout", on_output)),
-                asyncio.create_task(self._follow(view.execution_id, "stderr", on_output)),
-            ]
-            if on_output is not None
-            else []
+        if tools is not None:
+            tools.execution_id = view.execution_id
+        streams: list[Literal["stdout", "stderr"]] = (
+            ["stdout", "stderr"] if on_output else ["stdout"] if tools else []
         )
+        followers = [
+            asyncio.create_task(follow(self, view.execution_id, s, on_output, tools))
+            for s in streams
+        ]
         deadline = time.monotonic() + wait
         try:
             while view.status != "completed":
@@ -621,31 +639,6 @@ class RunloopSession(RemoteSession):
                 follower.cancel()
             await asyncio.gather(*followers, return_exceptions=True)
         return view, False
-
-    async def _follow(
-        self, execution_id: str, name: Literal["stdout", "stderr"], on_output: OutputCallback
-    ) -> None:
-        executions = self._api().devboxes.executions
-        opener = (
-            executions.stream_stdout_updates
-            if name == "stdout"
-            else executions.stream_stderr_updates
-        )
-        answer = _AnswerCut() if name == "stdout" else None
-        try:
-            updates = await opener(execution_id, devbox_id=self.devbox_id)
-            async with updates:
-                async for chunk in updates:
-                    text = answer.feed(chunk.output) if answer else chunk.output
-                    if text:
-                        on_output(name, text)
-                    if answer is not None and answer.done:
-                        return
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            # Live output is a courtesy: the result still carries all of it.
-            logger.debug("following %s of execution %s stopped", name, execution_id, exc_info=True)
 
     async def _wait_once(self, current: Any, hold: int) -> Any:
         import httpx
@@ -745,6 +738,7 @@ class RunloopSession(RemoteSession):
         wait: float,
         on_output: OutputCallback | None = None,
         interpreter: bool = False,
+        tools: StdinReplies | None = None,
     ) -> dict[str, Any]:
         """Run one worker operation; ``{"timed_out": True}`` when ``wait`` ran out.
 
@@ -754,7 +748,7 @@ class RunloopSession(RemoteSession):
         """
         if interpreter or op in _INTERPRETER_OPS:
             async with self._interpreter_turn:
-                return await self._worker(op, request, wait=wait, on_output=on_output)
+                return await self._worker(op, request, wait=wait, on_output=on_output, tools=tools)
         return await self._worker(op, request, wait=wait, on_output=on_output)
 
     async def _worker(
@@ -764,6 +758,7 @@ class RunloopSession(RemoteSession):
         *,
         wait: float,
         on_output: OutputCallback | None = None,
+        tools: StdinReplies | None = None,
     ) -> dict[str, Any]:
         staged = self._staged_head
         if staged is not None:
@@ -781,12 +776,14 @@ class RunloopSession(RemoteSession):
             f"cd {WORKSPACE_ROOT} && python3 -c {shlex.quote(self._provider.worker_launcher)} "
             f"{op} {argument}"
         )
-        view, timed_out = await self.execute(command, wait=wait, on_output=on_output)
+        view, timed_out = await self.execute(command, wait=wait, on_output=on_output, tools=tools)
         if timed_out:
             return {"timed_out": True, "stdout": "", "stderr": "", "late": True}
         if view.exit_status == _WORKER_MISSING_EXIT:
             await self.install_worker()
-            view, timed_out = await self.execute(command, wait=wait, on_output=on_output)
+            view, timed_out = await self.execute(
+                command, wait=wait, on_output=on_output, tools=tools
+            )
             if timed_out:
                 return {"timed_out": True, "stdout": "", "stderr": "", "late": True}
         output = await self._stdout_of(view)
@@ -817,21 +814,38 @@ class RunloopSession(RemoteSession):
         timeout: float,
         env: dict[str, str],
         on_output: OutputCallback | None,
+        tools: StdinReplies | None = None,
     ) -> ExecutionResult:
+        """``tools``: the channel of code that calls host tools (see `_tool_channel`)."""
         await self._ready()
         request = {
             "code": code,
             "timeout": timeout,
             "env": env,
             "max_output_bytes": self.spec.limits.max_output_bytes,
+            **({"tools": tools.specs} if tools is not None else {}),
         }
         answer = await self.worker(
             "code",
             {**request, "stream": on_output is not None},
             wait=timeout + _runloop_worker.KILL_GRACE + _WORKER_SLACK,
             on_output=on_output,
+            tools=tools,
         )
         return _result("code", answer, timeout)
+
+    async def _run_code_with_tools(
+        self,
+        code: str,
+        *,
+        timeout: float,
+        env: dict[str, str],
+        on_output: OutputCallback | None,
+        tools: ToolHost,
+    ) -> ExecutionResult:
+        return await run_code_with_tools(
+            self, code, timeout=timeout, env=env, on_output=on_output, tools=tools
+        )
 
     async def _run_command(
         self,
@@ -1119,39 +1133,6 @@ class RunloopSession(RemoteSession):
             )
         except SandboxGoneError:
             return
-
-
-class _AnswerCut:
-    """Passes a worker's stdout on until the line that carries its answer (never shown)."""
-
-    _SENTINEL = "\n" + _runloop_worker.RESULT_MARKER
-
-    def __init__(self) -> None:
-        self._pending = ""
-        self.done = False
-
-    def feed(self, text: str) -> str:
-        if self.done:
-            return ""
-        self._pending += text
-        index = self._pending.find(self._SENTINEL)
-        if index >= 0:
-            self.done = True
-            return self._pending[:index]
-        # Hold back what could be the start of the answer line, split across chunks.
-        keep = next(
-            (
-                size
-                for size in range(min(len(self._SENTINEL) - 1, len(self._pending)), 0, -1)
-                if self._SENTINEL.startswith(self._pending[-size:])
-            ),
-            0,
-        )
-        passed, self._pending = (
-            self._pending[: len(self._pending) - keep],
-            self._pending[len(self._pending) - keep :],
-        )
-        return passed
 
 
 def _result(kind: str, answer: dict[str, Any], timeout: float) -> ExecutionResult:
