@@ -32,21 +32,47 @@ def tool_frame(seq: int, name: str, args: dict[str, Any]) -> str:
 class RelayedToolCalls:
     """The transport of `Tools` where a relay carries frames out and replies in (the Runloop
     worker: the interpreter hands a `tool_frame` to ``send``, its short-lived client prints it
-    and passes on the replies the host writes to its stdin; ``receive`` returns the next one).
-    A reply to another call (a resend) is skipped."""
+    and passes on the replies the host writes to its stdin, `relay_lines`; ``receive`` returns
+    the next one). A reply to another call (a resend) is skipped.
 
-    def __init__(self, send: Any, receive: Any) -> None:
+    ``waits_on`` is ``(reply socket, listener)``: one call runs at a time, so a client that
+    connects while the code waits for a reply means the host that waited is gone (it was
+    killed; its replayed call is here). The call then stops the code, which the new call runs
+    again.
+    """
+
+    def __init__(self, send: Any, receive: Any, waits_on: tuple[Any, Any]) -> None:
         self._send = send
         self._receive = receive
+        self._waits_on = waits_on
         self._seq = 0
 
     def __call__(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        import select
+
         self._seq += 1
         self._send(tool_frame(self._seq, name, args))
         while True:
+            ready = select.select(list(self._waits_on), [], [])[0]
+            if self._waits_on[0] not in ready:
+                return {"ok": False, "kind": "limit", "error": "the host of this call is gone"}
             reply = self._receive()
             if isinstance(reply, dict) and reply.get("seq") == self._seq:
                 return reply
+
+
+def relay_lines(fd: int, deliver: Any) -> None:
+    """Read JSON lines from ``fd`` until its end and ``deliver`` each object (the Runloop
+    client's stdin: the host's replies). Raw reads: a buffered ``sys.stdin`` would hold its
+    lock in this thread at the process's exit."""
+    pending = b""
+    while chunk := os.read(fd, 1 << 20):
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            try:
+                deliver(json.loads(line))
+            except (ValueError, OSError):
+                continue
 
 
 class FramedToolCalls:
@@ -86,4 +112,4 @@ class FramedToolCalls:
             delay = min(delay * 2, 0.02)
 
 
-__all__ = ["TOOL_FRAME", "FramedToolCalls", "RelayedToolCalls", "tool_frame"]
+__all__ = ["TOOL_FRAME", "FramedToolCalls", "RelayedToolCalls", "relay_lines", "tool_frame"]

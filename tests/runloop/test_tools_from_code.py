@@ -4,9 +4,14 @@ one ``execute_async`` with ``attach_stdin``, each answer one ``send_std_in`` of 
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
+import shlex
 from typing import Any
 
+from langchain_sandbox.processes import ProcessSpec
+from langchain_sandbox.providers.guest_tool_frames import TOOL_FRAME
 from langchain_sandbox.providers.runloop import RunloopProvider
 from langchain_sandbox.testing.runloop_emulator import RunloopEmulator
 
@@ -45,4 +50,37 @@ async def test_answers_go_to_the_executions_stdin(
     await session.run_code("1")
     (plain,) = [r.json() for r in emulator.requests if r.path.endswith("/execute_async")]
     assert "attach_stdin" not in plain
+    await session.close()
+
+
+async def test_a_call_whose_host_died_gives_way_to_the_next_one(provider: RunloopProvider) -> None:
+    """A killed host leaves its execution waiting for a tool reply that never comes (the devbox
+    outlives the host). The next client to connect is the replayed call of a new host: the
+    waiting code stops with ``ToolLimitError`` and the new call runs at once, variables kept.
+
+    (The emulator runs a devbox's executions one at a time, so the orphan is started here as a
+    background process, which does not hold the devbox the way an execution does.)"""
+    session = await provider.create()
+    await session.run_code("kept = 41")
+    request = {
+        "code": "try:\n    tools.double(n=1)\nexcept tools.ToolLimitError as exc:\n    print(exc)",
+        "timeout": 120,
+        "env": {},
+        "max_output_bytes": 100_000,
+        "tools": _Host.specs,
+    }
+    argument = base64.b64encode(json.dumps(request).encode()).decode()
+    launcher = shlex.quote(provider.worker_launcher)
+    orphan = ProcessSpec(name="orphan", command=f"python3 -c {launcher} code {argument}")
+    await session.start_process(orphan)
+    for _ in range(100):  # until its frame is out: it waits for the reply
+        if TOOL_FRAME in (await session.process_output("orphan")).text:
+            break
+        await asyncio.sleep(0.1)
+    result = await session.run_code("kept + 1", timeout=30)
+    assert not result.timed_out, result.render()
+    assert result.ok, result.render()
+    assert result.value == "42"
+    output = (await session.process_output("orphan")).text
+    assert '"stdout": "the host of this call is gone\\n"' in output
     await session.close()

@@ -165,6 +165,7 @@ class _Interpreter:
         self.streams = guest.text_stream(1), guest.text_stream(2)
         self.cells = guest.Cells({"__name__": "__main__", "__builtins__": builtins})
         self.namespace: dict[str, Any] = self.cells.namespace
+        self.listener: socket.socket | None = None  # where the next client connects
         # Facts for the host to word (never sentences: see providers/guest_facts.py).
         self.facts: dict[str, Any] = {}
 
@@ -200,6 +201,7 @@ class _Interpreter:
             calls = _shipped("guest_tool_frames").RelayedToolCalls(
                 lambda frame: _send(conn, {"frame": frame}),
                 lambda: _receive(conn).get("tool_result"),
+                (conn, self.listener),
             )
             self.namespace["tools"] = guest.Tools(request["tools"], calls)
         limit = int(request.get("max_output_bytes", 1_000_000))
@@ -310,6 +312,10 @@ def _send(conn: socket.socket, payload: dict[str, Any]) -> None:
         conn.sendall(struct.pack(">Q", len(data)) + data)
 
 
+def _relay_reply(conn: socket.socket, reply: Any) -> None:
+    _send(conn, {"tool_result": reply})  # a reply the host wrote to this command's stdin
+
+
 def _send_output(conn: socket.socket, name: str, text: str) -> None:
     if text:
         _send(conn, {"stream": name, "data": text})
@@ -348,6 +354,7 @@ def serve(state_dir: str) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(8)
+    interpreter.listener = listener
     with open(os.path.join(state_dir, PID_NAME), "w") as handle:
         handle.write(str(os.getpid()))
     while True:
@@ -443,7 +450,9 @@ def call_interpreter(state_dir: str, request: dict[str, Any]) -> dict[str, Any]:
     with conn:
         _send(conn, request)
         if request.get("tools"):
-            threading.Thread(target=_relay_replies, args=(conn,), daemon=True).start()
+            deliver = functools.partial(_relay_reply, conn)
+            relay = _shipped("guest_tool_frames").relay_lines
+            threading.Thread(target=relay, args=(0, deliver), daemon=True).start()
         try:
             response = _receive_answer(conn, deadline)
         except TimeoutError:
@@ -487,17 +496,6 @@ def _receive_answer(conn: socket.socket, deadline: float | None) -> dict[str, An
         target = sys.stdout if message["stream"] == "stdout" else sys.stderr
         target.write(message["data"])
         target.flush()
-
-
-def _relay_replies(conn: socket.socket) -> None:
-    """The host's answers to tool calls, one JSON line each on this command's stdin (Runloop's
-    ``send_std_in``), passed on to the interpreter."""
-    pending = b""
-    while chunk := os.read(0, 1 << 20):  # not sys.stdin: its lock would outlive the process
-        *lines, pending = (pending + chunk).split(b"\n")
-        for line in lines:
-            with contextlib.suppress(ValueError, OSError):
-                _send(conn, {"tool_result": json.loads(line)})
 
 
 def run_command(request: dict[str, Any]) -> dict[str, Any]:
