@@ -8,22 +8,13 @@ import asyncio
 import base64
 import json
 import shlex
-from typing import Any
+
+from tool_hosts import DoublingHost
 
 from langchain_sandbox.processes import ProcessSpec
 from langchain_sandbox.providers.guest_tool_frames import TOOL_FRAME
 from langchain_sandbox.providers.runloop import RunloopProvider
 from langchain_sandbox.testing.runloop_emulator import RunloopEmulator
-
-
-class _Host:
-    specs = [{"name": "double", "params": ["n"]}]
-
-    async def call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        return {"ok": True, "value": args["n"] * 2}
-
-    def notices(self) -> list[str]:
-        return []
 
 
 async def test_answers_go_to_the_executions_stdin(
@@ -32,7 +23,7 @@ async def test_answers_go_to_the_executions_stdin(
     session = await provider.create()
     await session.run_code("0")  # the worker and its interpreter are ready
     emulator.clear_log()
-    result = await session.run_code("[tools.double(n=i) for i in range(3)]", tools=_Host())
+    result = await session.run_code("[tools.double(n=i) for i in range(3)]", tools=DoublingHost())
     assert result.ok, result.render()
     assert result.value == "[0, 2, 4]"
     calls = [(r.method, r.path.rsplit("/", 1)[-1], r.json()) for r in emulator.requests]
@@ -67,7 +58,7 @@ async def test_a_call_whose_host_died_gives_way_to_the_next_one(provider: Runloo
         "timeout": 120,
         "env": {},
         "max_output_bytes": 100_000,
-        "tools": _Host.specs,
+        "tools": DoublingHost.specs,
     }
     argument = base64.b64encode(json.dumps(request).encode()).decode()
     launcher = shlex.quote(provider.worker_launcher)

@@ -86,7 +86,7 @@ from langchain_sandbox.providers.remote import (
     tag_metadata,
 )
 from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
-from langchain_sandbox.providers.tool_channel import FrameFilter, ToolHost
+from langchain_sandbox.providers.tool_channel import FrameFilter
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE
 from langchain_sandbox.workspace import WORKSPACE_ROOT, relative_path, resolve_path
@@ -353,18 +353,7 @@ class E2BSession(RemoteSession):
         }
         return ExecutionResult(kind="code", **fields)
 
-    async def _run_code_with_tools(
-        self,
-        code: str,
-        *,
-        timeout: float,
-        env: dict[str, str],
-        on_output: OutputCallback | None,
-        tools: ToolHost,
-    ) -> ExecutionResult:
-        return await run_code_with_tools(
-            self, code, timeout=timeout, env=env, on_output=on_output, tools=tools
-        )
+    _run_code_with_tools = run_code_with_tools  # over the provider's channel
 
     async def _run_command(
         self,

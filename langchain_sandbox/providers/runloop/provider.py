@@ -97,7 +97,6 @@ from langchain_sandbox.providers.runloop._tool_channel import (
     run_code_with_tools,
 )
 from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
-from langchain_sandbox.providers.tool_channel import ToolHost
 from langchain_sandbox.results import (
     DEFAULT_CAPTURE_BYTES,
     Artifact,
@@ -834,18 +833,7 @@ class RunloopSession(RemoteSession):
         )
         return _result("code", answer, timeout)
 
-    async def _run_code_with_tools(
-        self,
-        code: str,
-        *,
-        timeout: float,
-        env: dict[str, str],
-        on_output: OutputCallback | None,
-        tools: ToolHost,
-    ) -> ExecutionResult:
-        return await run_code_with_tools(
-            self, code, timeout=timeout, env=env, on_output=on_output, tools=tools
-        )
+    _run_code_with_tools = run_code_with_tools  # over the provider's channel
 
     async def _run_command(
         self,

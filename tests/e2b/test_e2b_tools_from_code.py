@@ -5,20 +5,11 @@ write per answer, a kernel call that removes ``tools``), and what it leaves behi
 from __future__ import annotations
 
 import re
-from typing import Any
+
+from tool_hosts import DoublingHost
 
 from langchain_sandbox.providers.e2b import E2BProvider
 from langchain_sandbox.testing.e2b_emulator import E2BEmulator
-
-
-class _Host:
-    specs = [{"name": "double", "params": ["n"]}]
-
-    async def call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        return {"ok": True, "value": args["n"] * 2}
-
-    def notices(self) -> list[str]:
-        return []
 
 
 async def test_each_call_is_a_frame_out_and_one_file_write_in(
@@ -27,7 +18,7 @@ async def test_each_call_is_a_frame_out_and_one_file_write_in(
     session = await provider.create()
     emulator.clear_requests()
     code = "[tools.double(n=i) for i in range(3)]"
-    result = await session.run_code(code, tools=_Host())
+    result = await session.run_code(code, tools=DoublingHost())
     assert result.ok, result.render()
     assert result.value == "[0, 2, 4]"
     routes = [
@@ -65,7 +56,7 @@ async def test_a_tools_object_left_behind_refuses_calls_once_its_call_has_ended(
     from langchain_sandbox.providers.e2b._tool_channel import _install, _kernel
 
     session = await provider.create()
-    await _kernel(session, _install(_Host.specs, "/tmp/.left-behind", 0.0), "leave tools")
+    await _kernel(session, _install(DoublingHost.specs, "/tmp/.left-behind", 0.0), "leave tools")
     result = await session.run_code(
         "try:\n    tools.double(n=1)\nexcept tools.ToolLimitError as exc:\n    r = str(exc)\nr"
     )
