@@ -75,3 +75,19 @@ async def test_a_call_whose_host_died_gives_way_to_the_next_one(provider: Runloo
     output = (await session.process_output("orphan")).text
     assert '"stdout": "the host of this call is gone\\n"' in output
     await session.close()
+
+
+async def test_a_tool_call_after_the_stream_was_held_past_its_limit(
+    provider: RunloopProvider, emulator: RunloopEmulator
+) -> None:
+    """Runloop ends an output stream that has been held open too long (an SSE ``408`` error
+    frame); the SDK reconnects from the last offset, so a call made later is still seen."""
+    emulator.max_hold = 1.0
+    session = await provider.create()
+    code = "import time\ntime.sleep(2.5)\ntools.double(n=21)"
+    result = await session.run_code(code, tools=DoublingHost(), timeout=30)
+    assert result.ok, result.render()
+    assert result.value == "42"
+    streams = [r for r in emulator.requests if r.path.endswith("/stream_stdout_updates")]
+    assert len(streams) >= 2  # reconnected
+    await session.close()
