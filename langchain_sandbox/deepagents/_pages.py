@@ -19,6 +19,9 @@ from deepagents.backends.utils import (
     normalize_read_bounds,
 )
 
+from langchain_sandbox.deepagents._outside import sandbox_path
+from langchain_sandbox.workspace import WORKSPACE_ROOT
+
 MAX_PAGE_BYTES = 500 * 1024
 """Largest text page ``read`` returns (BaseSandbox's ``MAX_OUTPUT_BYTES``)."""
 
@@ -133,3 +136,38 @@ def _utf8(data: bytes) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return None
+
+
+def not_absolute(path: str) -> str:
+    """The error for a path that is not absolute."""
+    return (
+        f"Error: '{path}' is not an absolute path. Use one under {WORKSPACE_ROOT}: files there "
+        "are kept with the conversation."
+    )
+
+
+def read_error(path: str, code: str) -> ReadResult:
+    """``read``'s result for a file operation error ``code``."""
+    return ReadResult(error=f"File '{path}': {code}")
+
+
+def write_error(path: str, code: str) -> str:
+    """``write``'s message for ``code``, saying where writing works."""
+    if code == "invalid_path" and sandbox_path(path) is None:
+        return not_absolute(path)
+    if code == "permission_denied":
+        # Say where writing works: the model asked for a place the sandbox's user may not write.
+        return (
+            f"Error: Permission denied writing file '{path}'. Files under {WORKSPACE_ROOT} can be "
+            "written, and are kept with the conversation."
+        )
+    return f"Error writing file '{path}': {code}"
+
+
+def edit_error(path: str, code: str) -> str:
+    """``edit``'s message for ``code``."""
+    if code == "file_not_found":
+        return f"Error: File '{path}' not found"
+    if code == "permission_denied":
+        return f"Error: Permission denied editing file '{path}'"
+    return f"Error editing file '{path}': {code}"

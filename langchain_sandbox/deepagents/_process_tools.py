@@ -1,5 +1,6 @@
 """The process tools for a Deep Agents agent: ``sandbox_shell`` (``background=true``) and
-``sandbox_process``, going through a [`SandboxBackend`][langchain_sandbox.SandboxBackend].
+``sandbox_process``, and ``sandbox_exec`` with host tools its code may call, going through a
+[`SandboxBackend`][langchain_sandbox.SandboxBackend].
 
 Deep Agents' graph has no ``sandbox`` channel: the backend files each changing call's record by
 its place in the conversation (``_lineage``), and continues from there. These tools take the same
@@ -10,12 +11,15 @@ in a new process or a fork starts the services of its checkpoint like any other 
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.callbacks import CallbackManagerForToolRun
 from langchain_core.runnables import RunnableConfig
 from pydantic import Field
 
 from langchain_sandbox.tools.base import Content, SandboxCall, SandboxTool, ToolReply
+from langchain_sandbox.tools.exec import SandboxExecTool
 from langchain_sandbox.tools.processes import SandboxProcessTool
 from langchain_sandbox.tools.shell import SandboxShellTool
 
@@ -30,7 +34,9 @@ class _ThroughBackend(SandboxTool):
 
     backend: Any = Field(default=None, exclude=True)
 
-    async def _filed(self, backend_call: _Call, args: dict[str, Any]) -> ToolReply:
+    async def _filed(
+        self, backend_call: _Call, args: dict[str, Any], config: RunnableConfig, run_manager: Any
+    ) -> ToolReply:
         record = await backend_call.record()
         call = SandboxCall(
             runtime=backend_call.runtime,
@@ -39,6 +45,9 @@ class _ThroughBackend(SandboxTool):
             step_call=backend_call.step_call,
             resumable=backend_call.resumable,
             on_output=None,
+            config=config,
+            run_manager=run_manager,
+            caller_loop=None if isinstance(run_manager, CallbackManagerForToolRun) else _loop(),
         )
         reply = await self._acall(call, args)
         if reply.record.get("head") != (record or {}).get("head"):
@@ -50,7 +59,7 @@ class _ThroughBackend(SandboxTool):
     ) -> tuple[Content, dict[str, Any]]:
         backend: SandboxBackend = self.backend
         with self._tool_errors():
-            reply = backend._sync(lambda call: self._filed(call, args))
+            reply = backend._sync(lambda call: self._filed(call, args, config, run_manager))
         return reply.content, reply.artifact
 
     async def _arun(
@@ -58,7 +67,7 @@ class _ThroughBackend(SandboxTool):
     ) -> tuple[Content, dict[str, Any]]:
         backend: SandboxBackend = self.backend
         with self._tool_errors():
-            reply = await backend._async(lambda call: self._filed(call, args))
+            reply = await backend._async(lambda call: self._filed(call, args, config, run_manager))
         return reply.content, reply.artifact
 
 
@@ -71,9 +80,20 @@ class BackendProcessTool(SandboxProcessTool, _ThroughBackend):
     """``sandbox_process`` through a backend."""
 
 
+class BackendExecTool(SandboxExecTool, _ThroughBackend):
+    """``sandbox_exec`` through a backend (its ``tools`` are the backend's ``code_tools``)."""
+
+
+def _loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def process_tools(backend: SandboxBackend) -> list[Any]:
     """The two tools, bound to ``backend``."""
     return [BackendShellTool(backend=backend), BackendProcessTool(backend=backend)]
 
 
-__all__ = ["BackendProcessTool", "BackendShellTool", "process_tools"]
+__all__ = ["BackendExecTool", "BackendProcessTool", "BackendShellTool", "process_tools"]

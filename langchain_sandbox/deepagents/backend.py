@@ -80,9 +80,13 @@ from langchain_sandbox.deepagents._outside import (
 from langchain_sandbox.deepagents._pages import (
     MAX_BINARY_BYTES,
     binary_too_large,
+    edit_error,
     is_binary_path,
+    not_absolute,
+    read_error,
     read_page,
     replace_in,
+    write_error,
 )
 from langchain_sandbox.errors import InvalidInputError, InvalidPathError, SandboxError
 from langchain_sandbox.graph.step_lineage import (
@@ -220,6 +224,9 @@ class SandboxBackend(BaseSandbox):
             each command in a fresh ``bash -c`` in ``/home/user``, as Deep Agents' own sandboxes
             do: the shell's state is neither restored nor saved, which makes a command about a
             millisecond cheaper.
+        code_tools: Host tools the agent's code may call as ``tools.name(...)``, in the
+            ``sandbox_exec`` tool `exec_tools` makes (``execute`` runs shell commands, which
+            have no ``tools`` object; see ``docs/tools-from-code.md``).
     """
 
     @checked_init
@@ -231,6 +238,7 @@ class SandboxBackend(BaseSandbox):
         provider_options: dict[str, Any] | None = None,
         thread_id: str | None = None,
         persistent_shell: bool = True,
+        code_tools: Sequence[BaseTool | Callable[..., Any]] = (),
     ) -> None:
         if provider is not None and runtime is not None:
             raise ValueError("Pass provider or runtime, not both.")
@@ -242,6 +250,7 @@ class SandboxBackend(BaseSandbox):
         self._build_lock = threading.Lock()
         self.default_thread_id = thread_id or private_thread_id()
         self.persistent_shell = persistent_shell
+        self.code_tools = list(code_tools)
         # As the tools do: a missing extra or API key fails here, not at the agent's first call
         # (on an event loop, where building would block it, the first call builds it instead).
         if provider is not None and not on_event_loop():
@@ -345,6 +354,15 @@ class SandboxBackend(BaseSandbox):
         from langchain_sandbox.deepagents._process_tools import process_tools
 
         return process_tools(self)
+
+    def exec_tools(self) -> list[BaseTool]:
+        """``[sandbox_exec]``: stateful Python in the thread's sandbox whose code may call the
+        ``code_tools`` (durably: a replayed call returns their recorded results), to pass to
+        ``create_deep_agent(tools=backend.exec_tools(), backend=backend)``. It goes through this
+        backend, like `process_tools`."""
+        from langchain_sandbox.deepagents._process_tools import BackendExecTool
+
+        return [BackendExecTool(backend=self, tools=self.code_tools)]
 
     # -- execute -----------------------------------------------------------------------------
 
@@ -507,7 +525,7 @@ class SandboxBackend(BaseSandbox):
             return (
                 binary_too_large(file_path)
                 if error == "too_large"
-                else _read_error(file_path, error)
+                else read_error(file_path, error)
             )
         return read_page(file_path, fetched.data[file_path], offset, limit)
 
@@ -524,7 +542,7 @@ class SandboxBackend(BaseSandbox):
     async def _awrite(self, call: _Call, file_path: str, content: str) -> WriteResult:
         [response] = await self._aupload(call, [(file_path, content.encode("utf-8"))])
         if response.error is not None:
-            return WriteResult(error=_write_error(file_path, response.error))
+            return WriteResult(error=write_error(file_path, response.error))
         return WriteResult(path=response.path)
 
     def edit(
@@ -556,13 +574,13 @@ class SandboxBackend(BaseSandbox):
     ) -> EditResult:
         target = sandbox_path(file_path)
         if target is None:
-            return EditResult(error=_not_absolute(file_path))
+            return EditResult(error=not_absolute(file_path))
         inside = _in_workspace(target)
 
         async def _edit(session: Session) -> EditResult:
             fetched = await _fetch_on(session, {file_path: target}, max_bytes=None)
             if file_path in fetched.errors:
-                return EditResult(error=_edit_error(file_path, fetched.errors[file_path]))
+                return EditResult(error=edit_error(file_path, fetched.errors[file_path]))
             updated, result = replace_in(
                 file_path, fetched.data[file_path], old, new, replace_all=replace_all
             )
@@ -572,7 +590,7 @@ class SandboxBackend(BaseSandbox):
                 await session.write_files({target: updated})
                 return result
             if code := (await write_outside(session, {target: updated})).get(target):
-                return EditResult(error=_edit_error(file_path, code))
+                return EditResult(error=edit_error(file_path, code))
             return dataclasses.replace(result, path=outside_note(file_path))
 
         try:
@@ -821,37 +839,6 @@ def _entry(info: SandboxFileInfo) -> FileInfo:
         modified = datetime.fromtimestamp(info.mtime_ns / 1e9, tz=UTC)
         entry["modified_at"] = modified.isoformat()
     return entry
-
-
-def _not_absolute(path: str) -> str:
-    return (
-        f"Error: '{path}' is not an absolute path. Use one under {WORKSPACE_ROOT}: files there "
-        "are kept with the conversation."
-    )
-
-
-def _read_error(path: str, code: str) -> ReadResult:
-    return ReadResult(error=f"File '{path}': {code}")
-
-
-def _write_error(path: str, code: str) -> str:
-    if code == "invalid_path" and sandbox_path(path) is None:
-        return _not_absolute(path)
-    if code == "permission_denied":
-        # Say where writing works: the model asked for a place the sandbox's user may not write.
-        return (
-            f"Error: Permission denied writing file '{path}'. Files under {WORKSPACE_ROOT} can be "
-            "written, and are kept with the conversation."
-        )
-    return f"Error writing file '{path}': {code}"
-
-
-def _edit_error(path: str, code: str) -> str:
-    if code == "file_not_found":
-        return f"Error: File '{path}' not found"
-    if code == "permission_denied":
-        return f"Error: Permission denied editing file '{path}'"
-    return f"Error editing file '{path}': {code}"
 
 
 def _graph_config() -> RunnableConfig | None:

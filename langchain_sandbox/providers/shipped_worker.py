@@ -67,12 +67,17 @@ from collections.abc import Callable
 from typing import Any
 
 from langchain_sandbox.providers import guest as _guest_module
+from langchain_sandbox.providers import guest_tool_frames as _guest_tool_frames_module
 from langchain_sandbox.providers.guest_changes import changes
 from langchain_sandbox.providers import kernel_state as _kernel_state_module
 from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 from langchain_sandbox.results import OutputCapture
 
-_SHIPPED: dict[str, Any] = {"kernel_state": _kernel_state_module, "guest": _guest_module}
+_SHIPPED: dict[str, Any] = {
+    "kernel_state": _kernel_state_module,
+    "guest": _guest_module,
+    "guest_tool_frames": _guest_tool_frames_module,
+}
 # The devbox copy carries the modules' sources here instead (zlib-compressed, then base64).
 SHIPPED_SOURCES: dict[str, str] = {}
 
@@ -127,25 +132,6 @@ class _CodeTimeout(BaseException):
     """Raised in the interpreter's main thread when a cell runs past its timeout."""
 
 
-class _Sink:
-    """Where one stream of a cell goes: its `OutputCapture`, and with an ``echo`` the head
-    the capture keeps is also passed on as it arrives (for callers watching live output)."""
-
-    def __init__(
-        self, name: str, capture: OutputCapture, echo: Callable[[str, str], None] | None
-    ) -> None:
-        self._name = name
-        self._capture = capture
-        self._echo = echo
-        self._echo_room = capture.limit // 2
-
-    def feed(self, chunk: bytes) -> None:
-        if self._echo is not None and self._echo_room > 0:
-            self._echo(self._name, chunk[: self._echo_room].decode("utf-8", errors="ignore"))
-            self._echo_room -= len(chunk)
-        self._capture.write(chunk)
-
-
 def _b64(data: bytes) -> str:
     return binascii.b2a_base64(data, newline=False).decode()
 
@@ -179,6 +165,7 @@ class _Interpreter:
         self.streams = guest.text_stream(1), guest.text_stream(2)
         self.cells = guest.Cells({"__name__": "__main__", "__builtins__": builtins})
         self.namespace: dict[str, Any] = self.cells.namespace
+        self.listener: socket.socket | None = None  # where the next client connects
         # Facts for the host to word (never sentences: see providers/guest_facts.py).
         self.facts: dict[str, Any] = {}
 
@@ -203,9 +190,20 @@ class _Interpreter:
                     os.unlink(leftover)
 
     def run(
-        self, request: dict[str, Any], echo: Callable[[str, str], None] | None = None
+        self,
+        request: dict[str, Any],
+        echo: Callable[[str, str], None] | None = None,
+        conn: socket.socket | None = None,
     ) -> dict[str, Any]:
+        """``conn``: the client's, which relays the code's tool calls (``tools`` in the request)."""
         guest = _shipped("guest")
+        if request.get("tools") and conn is not None:
+            calls = _shipped("guest_tool_frames").RelayedToolCalls(
+                lambda frame: _send(conn, {"frame": frame}),
+                lambda: _receive(conn).get("tool_result"),
+                (conn, self.listener),
+            )
+            self.namespace["tools"] = guest.Tools(request["tools"], calls)
         limit = int(request.get("max_output_bytes", 1_000_000))
         out, err = OutputCapture(limit), OutputCapture(limit)
         result: dict[str, Any] = {"value": None, "error": None, "timed_out": False}
@@ -214,7 +212,7 @@ class _Interpreter:
             self.outputs, ("stdout", "stderr"), (out, err), strict=True
         ):
             output.restore()
-            output.attach(_Sink(name, capture, echo))
+            output.attach(guest.EchoSink(name, capture, echo))
         sys.stdout, sys.stderr = self.streams
         started = time.monotonic()
         timeout = request.get("timeout")
@@ -234,6 +232,8 @@ class _Interpreter:
             result["error"] = guest.describe_exception(exc, machinery=(_OWN_FILE,))
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+            if request.get("tools"):
+                self.namespace.pop("tools", None)  # not a variable: the next call brings its own
             guest.flush_streams()
             for output in self.outputs:
                 output.detach()
@@ -256,7 +256,10 @@ class _Interpreter:
         return result
 
     def handle(
-        self, request: dict[str, Any], echo: Callable[[str, str], None] | None = None
+        self,
+        request: dict[str, Any],
+        echo: Callable[[str, str], None] | None = None,
+        conn: socket.socket | None = None,
     ) -> dict[str, Any]:
         op = request.get("op")
         head = request.get("head")
@@ -266,7 +269,7 @@ class _Interpreter:
         if op == "head":
             return {}
         if op == "code":
-            return self.run(request, echo)
+            return self.run(request, echo, conn)
         if op == "dump":
             for name in os.listdir(self.state_dir):
                 if name.startswith(DUMP_NAME):  # the last dump's parts, downloaded since
@@ -300,9 +303,17 @@ class _Interpreter:
         return {"failure": _shipped("guest").failure_facts(ValueError(op))}
 
 
+_SENDING = threading.Lock()  # output pumps, the cell's tool calls and the reply relay share conns
+
+
 def _send(conn: socket.socket, payload: dict[str, Any]) -> None:
     data = json.dumps(payload).encode()
-    conn.sendall(struct.pack(">Q", len(data)) + data)
+    with _SENDING:
+        conn.sendall(struct.pack(">Q", len(data)) + data)
+
+
+def _relay_reply(conn: socket.socket, reply: Any) -> None:
+    _send(conn, {"tool_result": reply})  # a reply the host wrote to this command's stdin
 
 
 def _send_output(conn: socket.socket, name: str, text: str) -> None:
@@ -343,6 +354,7 @@ def serve(state_dir: str) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(8)
+    interpreter.listener = listener
     with open(os.path.join(state_dir, PID_NAME), "w") as handle:
         handle.write(str(os.getpid()))
     while True:
@@ -354,7 +366,7 @@ def serve(state_dir: str) -> None:
                 continue
             try:
                 echo = functools.partial(_send_output, conn) if request.get("stream") else None
-                response = interpreter.handle(request, echo)
+                response = interpreter.handle(request, echo, conn)
             except BaseException as exc:
                 response = {"failure": _shipped("guest").failure_facts(exc)}
             try:
@@ -437,6 +449,10 @@ def call_interpreter(state_dir: str, request: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + float(timeout) + KILL_GRACE if timeout else None
     with conn:
         _send(conn, request)
+        if request.get("tools"):
+            deliver = functools.partial(_relay_reply, conn)
+            relay = _shipped("guest_tool_frames").relay_lines
+            threading.Thread(target=relay, args=(0, deliver), daemon=True).start()
         try:
             response = _receive_answer(conn, deadline)
         except TimeoutError:
@@ -473,6 +489,8 @@ def _receive_answer(conn: socket.socket, deadline: float | None) -> dict[str, An
         if deadline is not None:
             conn.settimeout(max(deadline - time.monotonic(), 0.001))
         message = _receive(conn)
+        if "frame" in message:  # a tool call of the code, for the host reading this output
+            message = {"stream": "stdout", "data": message["frame"]}
         if "stream" not in message:
             return message
         target = sys.stdout if message["stream"] == "stdout" else sys.stderr

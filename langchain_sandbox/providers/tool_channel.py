@@ -6,14 +6,25 @@ The session hands each event to a [`ToolHost`][langchain_sandbox.providers.tool_
 (`langchain_sandbox.tools.from_code.ToolBridge` is the one the tools build) and sends its reply,
 tagged with the event's ``seq``. The sandbox is not trusted: an event is checked here, and a
 malformed one is answered with an error instead of reaching a tool.
+
+Where the channel is an output stream the host already reads (E2B's kernel stdout, the Runloop
+worker's), the events travel as frames inside it (`langchain_sandbox.providers.guest_tool_frames`):
+`FrameFilter` takes them out, so the caller's output never shows them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import inspect
+import json
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
+
+from langchain_sandbox.providers.guest_tool_frames import TOOL_FRAME
+
+MAX_FRAME_CHARS = 64 * 1024 * 1024
+"""A frame longer than this is not one (no call's arguments are that large): it is output."""
 
 
 @runtime_checkable
@@ -47,11 +58,14 @@ class ToolEvents:
 
     Args:
         host: Runs the tools.
-        answer: Sends a reply (with its ``seq``) to the sandbox: ``answer(event, reply)``.
+        answer: Sends a reply (with its ``seq``) to the sandbox: ``answer(event, reply)``; a
+            coroutine function where sending is I/O (a file or a command's stdin).
     """
 
     def __init__(
-        self, host: ToolHost, answer: Callable[[dict[str, Any], dict[str, Any]], None]
+        self,
+        host: ToolHost,
+        answer: Callable[[dict[str, Any], dict[str, Any]], Awaitable[None] | None],
     ) -> None:
         self._host = host
         self._answer = answer
@@ -71,7 +85,9 @@ class ToolEvents:
             reply = error_reply("invalid", "a tool call needs a tool name and keyword arguments")
         else:
             reply = await self._host.call(name, args)
-        self._answer(event, {**reply, "seq": seq})
+        sent = self._answer(event, {**reply, "seq": seq})
+        if inspect.isawaitable(sent):
+            await sent
 
     async def __aenter__(self) -> ToolEvents:
         return self
@@ -85,4 +101,59 @@ class ToolEvents:
                 await task
 
 
-__all__ = ["ToolEvents", "ToolHost", "error_reply"]
+def held_back(text: str, marker: str) -> int:
+    """How many characters at the end of ``text`` could begin ``marker``: a stream is read in
+    chunks, and a marker may be split across two."""
+    for size in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-size:]):
+            return size
+    return 0
+
+
+class FrameFilter:
+    """Takes tool frames out of a stream of output, chunk by chunk, and hands each one's event
+    to ``on_event`` (a frame that is not a JSON object gives an empty event, which
+    `ToolEvents` leaves unanswered: no call waits for it).
+
+    User code writes to the same stream, so it can write a frame too: that is one more tool
+    call it could have made anyway, checked like any other.
+    """
+
+    def __init__(self, on_event: Callable[[dict[str, Any]], None]) -> None:
+        self._on_event = on_event
+        self._pending = ""
+
+    def feed(self, text: str) -> str:
+        """The output in ``text`` (and in what earlier chunks held back), frames taken out."""
+        pending = self._pending + text
+        passed: list[str] = []
+        while (start := pending.find(TOOL_FRAME)) >= 0:
+            end = pending.find("\n", start)
+            if end < 0:
+                if len(pending) - start > MAX_FRAME_CHARS:
+                    break  # output that merely starts like a frame
+                passed.append(pending[:start])
+                self._pending = pending[start:]
+                return "".join(passed)
+            passed.append(pending[:start])
+            self._frame(pending[start + len(TOOL_FRAME) : end])
+            pending = pending[end + 1 :]
+        keep = held_back(pending, TOOL_FRAME)
+        passed.append(pending[: len(pending) - keep])
+        self._pending = pending[len(pending) - keep :]
+        return "".join(passed)
+
+    def finish(self) -> str:
+        """What was held back when the stream ended: output, not a frame."""
+        rest, self._pending = self._pending, ""
+        return rest
+
+    def _frame(self, body: str) -> None:
+        try:
+            event = json.loads(body)
+        except ValueError:
+            event = None
+        self._on_event(event if isinstance(event, dict) else {})
+
+
+__all__ = ["FrameFilter", "ToolEvents", "ToolHost", "error_reply", "held_back"]

@@ -2,7 +2,7 @@
 
 Runloop devboxes and Kubernetes agent-sandbox pods have no kernel API: they run a command and
 move files. Stateful Python therefore runs in a small interpreter inside the sandbox
-(`langchain_sandbox.providers.runloop._worker`, shipped as one standalone script), started in the
+(`langchain_sandbox.providers.shipped_worker`, shipped as one standalone script), started in the
 background by the first ``run_code`` and reached by one short command per call, which prints one
 answer line. `WorkerSession` is everything above the transport: the worker's protocol (code,
 commands, listings, change listings, variables), files through the worker, the head marker
@@ -29,14 +29,14 @@ import shlex
 import uuid
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from langchain_sandbox.errors import (
     InvalidPathError,
     SandboxError,
     SandboxTimeoutError,
 )
-from langchain_sandbox.providers import guest, guest_changes, kernel_state
+from langchain_sandbox.providers import guest, guest_changes, guest_tool_frames, kernel_state
 from langchain_sandbox.providers import shipped_worker as _shipped_worker
 from langchain_sandbox.providers.base import (
     ChangeListing,
@@ -59,6 +59,7 @@ from langchain_sandbox.providers.remote import (
     known_reference,
 )
 from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
+from langchain_sandbox.providers.tool_channel import held_back
 from langchain_sandbox.results import (
     DEFAULT_CAPTURE_BYTES,
     Artifact,
@@ -108,12 +109,20 @@ def _shipped_sources() -> dict[str, str]:
     sources = {
         "kernel_state": inspect.getsource(kernel_state),
         "guest": inspect.getsource(guest),
+        "guest_tool_frames": inspect.getsource(guest_tool_frames),
         "cloudpickle": cloudpickle_source(),
     }
     return {
         name: base64.b64encode(zlib.compress(source.encode(), 9)).decode()
         for name, source in sources.items()
     }
+
+
+class CodeToolChannel(Protocol):
+    """Where one code execution's tool calls are answered (Runloop: its stdin); the worker is
+    told the tools' ``specs``."""
+
+    specs: list[dict[str, Any]]
 
 
 class ShippedWorker:
@@ -200,11 +209,17 @@ class WorkerSession(RemoteSession, abc.ABC):
 
     @abc.abstractmethod
     async def execute(
-        self, command: str, *, wait: float, on_output: OutputCallback | None = None
+        self,
+        command: str,
+        *,
+        wait: float,
+        on_output: OutputCallback | None = None,
+        tools: CodeToolChannel | None = None,
     ) -> tuple[Any, bool]:
         """Run ``command`` (a shell command line) once, never retried (it may run user code);
         return its outcome (``exit_status``, ``stderr``; stdout through `_stdout_of`) and whether
-        ``wait`` ran out."""
+        ``wait`` ran out. ``tools``: where the code's tool calls are answered, on a provider
+        with ``capabilities.tools_from_code``."""
 
     @abc.abstractmethod
     async def _stdout_of(self, outcome: Any) -> str:
@@ -256,6 +271,7 @@ class WorkerSession(RemoteSession, abc.ABC):
         wait: float,
         on_output: OutputCallback | None = None,
         interpreter: bool = False,
+        tools: CodeToolChannel | None = None,
     ) -> dict[str, Any]:
         """Run one worker operation; ``{"timed_out": True}`` when ``wait`` ran out.
 
@@ -265,7 +281,7 @@ class WorkerSession(RemoteSession, abc.ABC):
         """
         if interpreter or op in _INTERPRETER_OPS:
             async with self._interpreter_turn:
-                return await self._worker(op, request, wait=wait, on_output=on_output)
+                return await self._worker(op, request, wait=wait, on_output=on_output, tools=tools)
         return await self._worker(op, request, wait=wait, on_output=on_output)
 
     async def _worker(
@@ -275,6 +291,7 @@ class WorkerSession(RemoteSession, abc.ABC):
         *,
         wait: float,
         on_output: OutputCallback | None = None,
+        tools: CodeToolChannel | None = None,
     ) -> dict[str, Any]:
         staged = self._staged_head
         if staged is not None:
@@ -292,12 +309,14 @@ class WorkerSession(RemoteSession, abc.ABC):
             f"cd {WORKSPACE_ROOT} && python3 -c {shlex.quote(self._shipped.launcher)} "
             f"{op} {argument}"
         )
-        view, timed_out = await self.execute(command, wait=wait, on_output=on_output)
+        view, timed_out = await self.execute(command, wait=wait, on_output=on_output, tools=tools)
         if timed_out:
             return {"timed_out": True, "stdout": "", "stderr": "", "late": True}
         if view.exit_status == _WORKER_MISSING_EXIT:
             await self._worker_missing()
-            view, timed_out = await self.execute(command, wait=wait, on_output=on_output)
+            view, timed_out = await self.execute(
+                command, wait=wait, on_output=on_output, tools=tools
+            )
             if timed_out:
                 return {"timed_out": True, "stdout": "", "stderr": "", "late": True}
         output = await self._stdout_of(view)
@@ -328,19 +347,24 @@ class WorkerSession(RemoteSession, abc.ABC):
         timeout: float,
         env: dict[str, str],
         on_output: OutputCallback | None,
+        tools: CodeToolChannel | None = None,
     ) -> ExecutionResult:
+        """``tools``: the channel of code that calls host tools (the provider's
+        ``_run_code_with_tools`` makes it)."""
         await self._ready()
         request = {
             "code": code,
             "timeout": timeout,
             "env": env,
             "max_output_bytes": self.spec.limits.max_output_bytes,
+            **({"tools": tools.specs} if tools is not None else {}),
         }
         answer = await self.worker(
             "code",
             {**request, "stream": on_output is not None},
             wait=timeout + _shipped_worker.KILL_GRACE + WORKER_SLACK,
             on_output=on_output,
+            tools=tools,
         )
         return _result("code", answer, timeout, self.noun)
 
@@ -521,18 +545,9 @@ class AnswerCut:
             self.done = True
             return self._pending[:index]
         # Hold back what could be the start of the answer line, split across chunks.
-        keep = next(
-            (
-                size
-                for size in range(min(len(self._SENTINEL) - 1, len(self._pending)), 0, -1)
-                if self._SENTINEL.startswith(self._pending[-size:])
-            ),
-            0,
-        )
-        passed, self._pending = (
-            self._pending[: len(self._pending) - keep],
-            self._pending[len(self._pending) - keep :],
-        )
+        keep = held_back(self._pending, self._SENTINEL)
+        passed = self._pending[: len(self._pending) - keep]
+        self._pending = self._pending[len(self._pending) - keep :]
         return passed
 
 

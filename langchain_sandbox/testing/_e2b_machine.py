@@ -12,8 +12,8 @@ survive between cells, like E2B's Jupyter kernel, and an interrupt request raise
 one process tree (a daemon a command ``setsid``s outlives the command and dies with the sandbox)
 and one loopback (a server one command starts, the next one, a cell and the emulator's edge reach).
 
-Host-side file operations (envd's file API) stay inside the workspace: symlinks that lead out are
-not followed.
+Host-side file operations (envd's file API) stay inside the workspace and ``/tmp``: symlinks that
+lead out are not followed.
 """
 
 from __future__ import annotations
@@ -180,7 +180,6 @@ class Machine:
     def __init__(self, session: LocalSession) -> None:
         self._session = session
         self.workspace = Path(session.workspace_dir)
-        self._real_workspace = os.path.realpath(self.workspace)
         self._workers: dict[str, _Worker] = {}
         self._closed = False
         self._init: InitProcess | None = None
@@ -197,36 +196,45 @@ class Machine:
     # -- files, seen from the host -----------------------------------------------------------
 
     def host_path(self, path: str, *, follow: bool = True) -> Path:
-        """Map an absolute sandbox path to the host; only the workspace exists in the emulator.
+        """Map an absolute sandbox path to the host: the workspace, and ``/tmp`` (shared by
+        every process of the VM, as on E2B) exist in the emulator.
 
-        Symlinks must not lead out of the workspace: the parent always resolves inside it, and
+        Symlinks must not lead out of their root: the parent always resolves inside it, and
         the path itself too when it will be followed (read, written, listed).
         """
-        if path == WORKSPACE_ROOT:
-            return self.workspace
-        if not path.startswith(WORKSPACE_ROOT + "/"):
+        for root, base in ((WORKSPACE_ROOT, self.workspace), ("/tmp", Path(self._tmp))):
+            if path == root:
+                return base
+            if path.startswith(root + "/"):
+                break
+        else:
             raise FileNotFoundError(path)
-        parts = [p for p in path[len(WORKSPACE_ROOT) + 1 :].split("/") if p not in ("", ".")]
+        parts = [p for p in path[len(root) + 1 :].split("/") if p not in ("", ".")]
         if ".." in parts:
             raise FileNotFoundError(path)
-        host = self.workspace.joinpath(*parts)
+        host = base.joinpath(*parts)
+        real_base = os.path.realpath(base)
         for checked in (host.parent, host) if follow else (host.parent,):
             real = os.path.realpath(checked)
-            if real != self._real_workspace and not real.startswith(self._real_workspace + "/"):
+            if real != real_base and not real.startswith(real_base + "/"):
                 raise FileNotFoundError(path)
         return host
 
     def give(self, host: Path) -> None:
-        """Make ``host`` and the directories above it, up to the workspace, the sandbox's: it
-        owns the workspace (a dedicated uid when the host is root), so it can change what the
+        """Make ``host`` and the directories above it, up to its root, the sandbox's: it owns
+        the workspace (a dedicated uid when the host is root), so it can change what the
         emulator wrote there from the host, as it can on E2B."""
         owner = self.workspace.stat()
+        root = self.workspace if host.is_relative_to(self.workspace) else Path(self._tmp)
         path = host
-        while path != self.workspace and path.is_relative_to(self.workspace):
+        while path != root and path.is_relative_to(root):
             os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
             path = path.parent
 
     def sandbox_path(self, host: Path) -> str:
+        if not host.is_relative_to(self.workspace):
+            rel = host.relative_to(self._tmp).as_posix()
+            return "/tmp" if rel == "." else f"/tmp/{rel}"
         rel = host.relative_to(self.workspace).as_posix()
         return WORKSPACE_ROOT if rel == "." else f"{WORKSPACE_ROOT}/{rel}"
 

@@ -28,6 +28,7 @@ from langchain_sandbox._event_loop import LoopThread
 from langchain_sandbox.errors import SandboxError
 from langchain_sandbox.providers.base import Limits, Provider, Session, SessionSpec
 from langchain_sandbox.testing import _machine_files
+from langchain_sandbox.testing._runloop_stdin import StdinPipe
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class Execution:
     stderr: str = ""
     done: threading.Event = field(default_factory=threading.Event)
     future: concurrent.futures.Future[Any] | None = None
+    stdin: StdinPipe | None = None  # with ``attach_stdin``
 
     def view(self, last_n: int = 100, max_bytes: int | None = None) -> dict[str, Any]:
         """``DevboxAsyncExecutionDetailView``: output is the last ``last_n`` lines (and at most
@@ -369,9 +371,12 @@ class Account:
 
     # ---- executions -------------------------------------------------------------------------
 
-    def execute(self, devbox_id: str, command: str) -> Execution:
+    def execute(self, devbox_id: str, command: str, *, attach_stdin: bool = False) -> Execution:
         devbox, machine = self.running(devbox_id)
         execution = Execution(id=_new_id("exn"), devbox_id=devbox.id, command=command)
+        if attach_stdin:
+            execution.stdin = StdinPipe(machine.workspace_dir, execution.id)  # type: ignore[attr-defined]
+            command = execution.stdin.wrap(command)
         with self._lock:
             devbox.executions[execution.id] = execution
 
@@ -393,6 +398,8 @@ class Account:
                 exit_status = result.exit_code if result.exit_code is not None else 137
             except Exception as exc:
                 stdout, stderr, exit_status = "", f"{exc}\n", 1
+            if execution.stdin is not None:
+                execution.stdin.close()
             with self.changed:
                 if execution.status != "completed":
                     execution.stdout, execution.stderr = stdout, stderr

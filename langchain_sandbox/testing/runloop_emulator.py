@@ -1,8 +1,8 @@
 """A local emulator of the Runloop API, for testing agents (and this package) offline.
 
 It speaks the HTTP API that ``runloop_api_client`` really uses (devboxes, ``execute_async`` with
-``wait_for_status`` long-polls, SSE output streams, file upload/download, suspend/resume, disk
-snapshots) on ``127.0.0.1``, and runs every devbox on a real local sandbox, so commands and code
+``wait_for_status`` long-polls, SSE output streams, ``attach_stdin`` with ``send_std_in``, file
+upload/download, suspend/resume, disk snapshots) on ``127.0.0.1``, and runs every devbox on a real local sandbox, so commands and code
 really execute. Point the SDK at it with ``base_url=emulator.url`` (or ``RUNLOOP_BASE_URL``); no
 SDK internals are patched.
 
@@ -36,8 +36,6 @@ handler; the devboxes themselves live in ``_runloop_devboxes.py``.
 from __future__ import annotations
 
 import contextlib
-import email.parser
-import email.policy
 import functools
 import json
 import re
@@ -61,6 +59,8 @@ from langchain_sandbox.testing._http_emulator import (
     ServedEmulator,
 )
 from langchain_sandbox.testing._machine_host import MachineHost
+from langchain_sandbox.testing._runloop_bodies import json_body as _json
+from langchain_sandbox.testing._runloop_bodies import multipart_fields as _multipart
 from langchain_sandbox.testing._runloop_devboxes import Account, ApiError, Devbox, Execution
 from langchain_sandbox.testing._runloop_network import NetworkPolicies
 
@@ -261,6 +261,7 @@ class RunloopEmulator(ServedEmulator, EdgeClient):
             ("POST", exn + "/wait_for_status", self._wait_execution),
             ("GET", exn, self._retrieve_execution),
             ("POST", exn + "/kill", self._kill),
+            ("POST", exn + "/send_std_in", self._send_stdin),
             ("GET", exn + "/stream_(stdout|stderr)_updates", self._stream),
             ("POST", dbx + "/write_file_contents", self._write_contents),
             ("POST", dbx + "/read_file_contents", self._read_contents),
@@ -326,8 +327,20 @@ class RunloopEmulator(ServedEmulator, EdgeClient):
 
     def _execute_async(self, devbox_id: str, *, body: bytes, **_: Any) -> Reply:
         request = _json(body)
-        execution = self.account.execute(devbox_id, str(request["command"]))
+        execution = self.account.execute(
+            devbox_id, str(request["command"]), attach_stdin=bool(request.get("attach_stdin"))
+        )
         return Reply(execution.view(max_bytes=self.inline_output_bytes))
+
+    def _send_stdin(self, devbox_id: str, execution_id: str, *, body: bytes, **_: Any) -> Reply:
+        request, execution = _json(body), self._execution(devbox_id, execution_id)
+        if execution.stdin is None or execution.status == "completed":
+            raise ApiError(400, f"Execution {execution_id} does not take stdin")
+        if request.get("signal") == "EOF":
+            execution.stdin.close()
+        elif not request.get("text") or not execution.stdin.write(request["text"], execution.done):
+            raise ApiError(400, "send nonempty text, or the signal EOF, while the command runs")
+        return Reply({"devbox_id": devbox_id, "execution_id": execution_id, "success": True})
 
     def _execution(self, devbox_id: str, execution_id: str) -> Execution:
         return self.account.execution(devbox_id, execution_id)
@@ -466,31 +479,6 @@ class RunloopEmulator(ServedEmulator, EdgeClient):
 
     def _remove_tunnel(self, devbox_id: str, **_: Any) -> Reply:
         return Reply(_runloop_tunnels.remove(self.account, devbox_id))
-
-
-def _json(body: bytes) -> dict[str, Any]:
-    if not body:
-        return {}
-    value = json.loads(body)
-    if not isinstance(value, dict):
-        raise ApiError(400, "The body must be a JSON object")
-    return value
-
-
-def _multipart(body: bytes, content_type: str) -> dict[str, bytes]:
-    """The fields of a ``multipart/form-data`` body (stdlib ``email`` parses the MIME)."""
-    if not content_type.startswith("multipart/form-data"):
-        raise ApiError(400, "upload_file expects multipart/form-data")
-    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-        f"Content-Type: {content_type}\r\n\r\n".encode() + body
-    )
-    fields: dict[str, bytes] = {}
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        payload = part.get_payload(decode=True)
-        if name:
-            fields[str(name)] = payload if isinstance(payload, bytes) else b""
-    return fields
 
 
 @contextlib.asynccontextmanager

@@ -6,7 +6,8 @@ effect on the host: a line appended to ``--ledger``), then ``pause()``, which pr
 ``{"event": "blocked"}`` and hangs so the test can SIGKILL the process mid-call. ``--phase
 resume`` resumes the thread from its checkpoint in a new process: the code runs again, ``bump(1)``
 must come from the journal (no second line), ``pause()`` and ``bump(n=2)`` run for real. It prints
-``{"event": "done", "output": <the tool's text>}``.
+``{"event": "done", "output": <the tool's text>}``. ``--provider e2b|runloop`` runs the sandbox on
+that provider (its SDK's environment settings point it at the test's emulator).
 """
 
 from __future__ import annotations
@@ -22,12 +23,17 @@ from agent_worker import async_saver, sync_saver
 from langchain.agents import create_agent
 from langchain_core.tools import tool
 
-from langchain_sandbox import SandboxExecTool
+from langchain_sandbox import SandboxExecTool, SandboxMiddleware
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 from langchain_sandbox.testing.scripted_model import ScriptedToolModel, call
 
-CODE = "a = tools.bump(n=1)\ntools.pause()\nb = tools.bump(n=2)\nprint('bumped', a, b)"
+FIRST = "open('/tmp/made-by-the-first-call', 'w').close()"  # /tmp: in no snapshot
+CODE = (
+    "import os\n"
+    "print('same sandbox', os.path.exists('/tmp/made-by-the-first-call'))\n"
+    "a = tools.bump(n=1)\ntools.pause()\nb = tools.bump(n=2)\nprint('bumped', a, b)"
+)
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -52,14 +58,22 @@ def build(args: argparse.Namespace, saver: Any) -> tuple[Any, SandboxRuntime]:
             time.sleep(3600)
         return "resumed"
 
-    runtime = SandboxRuntime(snapshotter=Snapshotter(LocalDirectoryBlobStore(args.blobs)))
-    model = ScriptedToolModel(script=[call("sandbox_exec", code=CODE), "Done."])
+    snapshotter = Snapshotter(LocalDirectoryBlobStore(args.blobs))
+    runtime = SandboxRuntime(args.provider, snapshotter=snapshotter)
+    # A first call puts the sandbox in a checkpoint: the resumed process attaches to it (a remote
+    # one outlives the kill, its interpreter still in the killed call) instead of making one.
+    script = [call("sandbox_exec", code=FIRST), call("sandbox_exec", code=CODE), "Done."]
+    model = ScriptedToolModel(script=script)
+    if args.middleware:
+        # The sandbox's record goes into the graph's state: a resume attaches to it.
+        middleware = SandboxMiddleware(runtime=runtime, code_tools=[bump, pause])
+        return create_agent(model, middleware=[middleware], checkpointer=saver), runtime
     exec_tool = SandboxExecTool(runtime=runtime, tools=[bump, pause])
     return create_agent(model, tools=[exec_tool], checkpointer=saver), runtime
 
 
 def tool_output(result: dict[str, Any]) -> str:
-    return str(next(m.content for m in result["messages"] if m.type == "tool"))
+    return str([m.content for m in result["messages"] if m.type == "tool"][-1])
 
 
 def main() -> None:
@@ -67,6 +81,8 @@ def main() -> None:
     for name in ("--saver", "--target", "--blobs", "--thread", "--ledger", "--phase"):
         parser.add_argument(name, required=True)
     parser.add_argument("--async", dest="use_async", action="store_true")
+    parser.add_argument("--provider", default="local", help="local, e2b or runloop")
+    parser.add_argument("--middleware", action="store_true", help="SandboxMiddleware(code_tools=)")
     args = parser.parse_args()
     config = {"configurable": {"thread_id": args.thread}}
     first = {"messages": [("user", "bump twice")]}

@@ -40,7 +40,7 @@ import re
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from langchain_sandbox.environment import validate_env
@@ -72,6 +72,8 @@ from langchain_sandbox.providers.base import (
     install_spec_packages,
 )
 from langchain_sandbox.providers.e2b._network import create_network, recorded_network
+from langchain_sandbox.providers.e2b._streams import Streams
+from langchain_sandbox.providers.e2b._tool_channel import run_code_with_tools
 from langchain_sandbox.providers.names import E2B as PROVIDER_NAME
 from langchain_sandbox.providers.remote import (
     SESSION_KEY,
@@ -85,7 +87,8 @@ from langchain_sandbox.providers.remote import (
     tag_metadata,
 )
 from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
-from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult, OutputCapture
+from langchain_sandbox.providers.tool_channel import FrameFilter
+from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE
 from langchain_sandbox.workspace import WORKSPACE_ROOT, relative_path, resolve_path
 
@@ -107,6 +110,7 @@ CAPABILITIES = Capabilities(
     native_snapshots=False,
     processes=True,
     ports=True,
+    tools_from_code=True,
 )
 
 _BACKSTOP = 30.0  # the SDK's own deadline sits behind ours, only to never hang
@@ -209,34 +213,6 @@ def _translate(
     if isinstance(exc, e2b.InvalidArgumentException | e2b.TemplateException):
         return make(InvalidInputError)
     return make(SandboxError, retryable=False)
-
-
-class _Streams:
-    """Output of one call: capped at the source, and passed on to the caller's callback."""
-
-    def __init__(self, limit: int, on_output: OutputCallback | None) -> None:
-        self._captures = {"stdout": OutputCapture(limit), "stderr": OutputCapture(limit)}
-        self._on_output = on_output
-
-    def sink(self, stream: Literal["stdout", "stderr"]) -> Callable[[Any], None]:
-        """A callback for the SDK; it passes ``str`` (commands) or ``OutputMessage`` (code)."""
-
-        def write(chunk: Any) -> None:
-            text = chunk if isinstance(chunk, str) else str(getattr(chunk, "line", chunk))
-            self._captures[stream].write(text.encode())
-            if self._on_output is not None:
-                self._on_output(stream, text)
-
-        return write
-
-    def fields(self) -> dict[str, Any]:
-        out, err = self._captures["stdout"], self._captures["stderr"]
-        return {
-            "stdout": out.text(),
-            "stderr": err.text(),
-            "truncated": out.truncated or err.truncated,
-            "omitted_bytes": out.omitted + err.omitted,
-        }
 
 
 class E2BSession(RemoteSession):
@@ -344,11 +320,13 @@ class E2BSession(RemoteSession):
         timeout: float,
         env: dict[str, str],
         on_output: OutputCallback | None,
+        frames: FrameFilter | None = None,
     ) -> ExecutionResult:
+        """``frames``: code that calls host tools (see `_tool_channel`)."""
         import httpx
 
         await self._ready(timeout)
-        streams = _Streams(self.spec.limits.max_output_bytes, on_output)
+        streams = Streams(self.spec.limits.max_output_bytes, on_output, frames)
         started = time.monotonic()
         execution: Any = None
         try:
@@ -376,6 +354,8 @@ class E2BSession(RemoteSession):
         }
         return ExecutionResult(kind="code", **fields)
 
+    _run_code_with_tools = run_code_with_tools  # over the provider's channel
+
     async def _run_command(
         self,
         command: str,
@@ -388,7 +368,7 @@ class E2BSession(RemoteSession):
         import e2b
 
         await self._ready(timeout)
-        streams = _Streams(self.spec.limits.max_output_bytes, on_output)
+        streams = Streams(self.spec.limits.max_output_bytes, on_output)
         started = time.monotonic()
         try:
             handle = await self._sandbox.commands.run(

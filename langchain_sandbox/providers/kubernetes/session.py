@@ -31,7 +31,7 @@ from langchain_sandbox.providers.base import (
     SessionSpec,
 )
 from langchain_sandbox.providers.names import KUBERNETES as PROVIDER_NAME
-from langchain_sandbox.providers.worker_session import AnswerCut, WorkerSession
+from langchain_sandbox.providers.worker_session import AnswerCut, CodeToolChannel, WorkerSession
 
 if TYPE_CHECKING:
     from langchain_sandbox.providers.kubernetes.provider import KubernetesProvider
@@ -122,8 +122,14 @@ class KubernetesSession(WorkerSession):
             raise SessionClosedError("This Kubernetes session was closed.", provider=PROVIDER_NAME)
 
     async def execute(
-        self, command: str, *, wait: float, on_output: OutputCallback | None = None
+        self,
+        command: str,
+        *,
+        wait: float,
+        on_output: OutputCallback | None = None,
+        tools: CodeToolChannel | None = None,
     ) -> tuple[Any, bool]:
+        # ``tools`` is never given: the runtime's execute has no stdin (tools_from_code=False).
         handle = await self._handle()
         async with self._provider._errors("execute"):
             result = await handle.commands.run(

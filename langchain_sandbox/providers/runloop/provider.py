@@ -2,7 +2,7 @@
 
 A session is one devbox. Runloop offers shell commands, files, suspend/resume and disk snapshots,
 but no kernel, so stateful Python runs in a small interpreter inside the devbox
-(`langchain_sandbox.providers.runloop._worker`), started in the background by the first
+(`langchain_sandbox.providers.shipped_worker`), started in the background by the first
 ``run_code`` and reached by one short command per call. Every call is one ``execute_async``
 request plus one ``wait_for_status`` long-poll while it runs (two HTTP requests for a warm call).
 
@@ -69,9 +69,14 @@ from langchain_sandbox.providers.remote import (
 from langchain_sandbox.providers.runloop import _tunnels
 from langchain_sandbox.providers.runloop._network import launch_network
 from langchain_sandbox.providers.runloop._sdk import runloop_sdk, status_code, translate
+from langchain_sandbox.providers.runloop._tool_channel import (
+    StdinReplies,
+    follow,
+    run_code_with_tools,
+)
 from langchain_sandbox.providers.worker_session import (
     WORKER_DIR,
-    AnswerCut,
+    CodeToolChannel,
     ShippedWorker,
     WorkerSession,
 )
@@ -110,6 +115,7 @@ CAPABILITIES = Capabilities(
     native_snapshots=True,
     processes=True,
     ports=True,
+    tools_from_code=True,
 )
 
 
@@ -401,6 +407,8 @@ class RunloopSession(WorkerSession):
     def __repr__(self) -> str:
         return f"RunloopSession(devbox_id={self.devbox_id!r}, session_id={self.session_id!r})"
 
+    _run_code_with_tools = run_code_with_tools  # over the provider's channel
+
     def _api(self) -> Any:
         return self._provider.sdk().api
 
@@ -411,28 +419,40 @@ class RunloopSession(WorkerSession):
             await self.wake("suspended")
 
     async def execute(
-        self, command: str, *, wait: float, on_output: OutputCallback | None = None
+        self,
+        command: str,
+        *,
+        wait: float,
+        on_output: OutputCallback | None = None,
+        tools: CodeToolChannel | None = None,
     ) -> tuple[Any, bool]:
         """Run ``command`` once; return its final view and whether ``wait`` ran out.
 
         ``execute_async`` is sent exactly once (never retried: it runs code); the long-poll that
         follows only reads, so it is retried on transient errors. With ``on_output``, the
         execution's output streams (SSE) are followed meanwhile and passed on as they come, up to
-        the worker's answer line.
+        the worker's answer line. With ``tools``, stdin is attached and stdout followed for the
+        code's tool calls (see `_tool_channel`).
         """
+        if tools is not None and not isinstance(tools, StdinReplies):
+            raise TypeError("a Runloop execution answers tool calls through StdinReplies")
+        stdin = {"attach_stdin": True} if tools is not None else {}
         try:
             async with self._provider._errors("execute_async"):
-                view = await self._api().devboxes.execute_async(self.devbox_id, command=command)
+                view = await self._api().devboxes.execute_async(
+                    self.devbox_id, command=command, **stdin
+                )
         except SandboxError as exc:
             raise await self._diagnose(exc) from exc
-        followers = (
-            [
-                asyncio.create_task(self._follow(view.execution_id, "stdout", on_output)),
-                asyncio.create_task(self._follow(view.execution_id, "stderr", on_output)),
-            ]
-            if on_output is not None
-            else []
+        if tools is not None:
+            tools.execution_id = view.execution_id
+        streams: list[Literal["stdout", "stderr"]] = (
+            ["stdout", "stderr"] if on_output else ["stdout"] if tools else []
         )
+        followers = [
+            asyncio.create_task(follow(self, view.execution_id, s, on_output, tools))
+            for s in streams
+        ]
         deadline = time.monotonic() + wait
         try:
             while view.status != "completed":
@@ -452,31 +472,6 @@ class RunloopSession(WorkerSession):
                 follower.cancel()
             await asyncio.gather(*followers, return_exceptions=True)
         return view, False
-
-    async def _follow(
-        self, execution_id: str, name: Literal["stdout", "stderr"], on_output: OutputCallback
-    ) -> None:
-        executions = self._api().devboxes.executions
-        opener = (
-            executions.stream_stdout_updates
-            if name == "stdout"
-            else executions.stream_stderr_updates
-        )
-        answer = AnswerCut() if name == "stdout" else None
-        try:
-            updates = await opener(execution_id, devbox_id=self.devbox_id)
-            async with updates:
-                async for chunk in updates:
-                    text = answer.feed(chunk.output) if answer else chunk.output
-                    if text:
-                        on_output(name, text)
-                    if answer is not None and answer.done:
-                        return
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            # Live output is a courtesy: the result still carries all of it.
-            logger.debug("following %s of execution %s stopped", name, execution_id, exc_info=True)
 
     async def _wait_once(self, current: Any, hold: int) -> Any:
         import httpx

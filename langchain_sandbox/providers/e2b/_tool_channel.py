@@ -1,0 +1,107 @@
+"""Tools called from code on E2B, over the channels a code call already has.
+
+E2B's kernel speaks only through the ``/execute`` stream the SDK reads (and envd's file API), so:
+
+* **the request** is a frame (`langchain_sandbox.providers.guest_tool_frames.tool_frame`) the code writes to
+  its stdout, which the host reads as it streams and takes out of the output
+  (`langchain_sandbox.providers.tool_channel.FrameFilter`);
+* **the answer** is a file the host writes through envd (``POST /files``), named by a token of
+  this call and the call's sequence number, under ``/tmp`` (never the workspace: no snapshot or
+  listing sees it); the code polls it and deletes it
+  (`langchain_sandbox.providers.guest_tool_frames.FramedToolCalls`).
+
+Nothing listens in the sandbox. The ``tools`` object is made by a kernel call before the user's
+code and removed by one after it; it lives in ``builtins``, not in the user's globals, so a
+variables dump never holds it, and one left behind (the host died in between) refuses calls
+once the call's timeout has passed. The host side (validation, the run's config, the journal,
+the limits) is the one every provider shares: a `ToolHost` behind `ToolEvents`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import hashlib
+import inspect
+import json
+import uuid
+import zlib
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from langchain_sandbox.errors import SandboxError
+from langchain_sandbox.providers import guest, guest_tool_frames
+from langchain_sandbox.providers.base import OutputCallback
+from langchain_sandbox.providers.tool_channel import FrameFilter, ToolEvents, ToolHost
+from langchain_sandbox.results import ExecutionResult
+
+if TYPE_CHECKING:
+    from langchain_sandbox.providers.e2b.provider import E2BSession
+
+ANSWERS_PREFIX = "/tmp/.langchain_sandbox-tool-"
+"""Answer files are ``{ANSWERS_PREFIX}{token}-{seq}.json``."""
+
+_REMOVE = "    import builtins\n    builtins.__dict__.pop('tools', None)\n"
+
+
+@functools.cache
+def _shipped(module: ModuleType) -> tuple[str, bytes]:
+    """A guest module as the kernel builds it: a name versioned by its source, the source."""
+    source = inspect.getsource(module)
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    name = module.__name__.rpartition(".")[2]
+    return f"_langchain_sandbox_{name}_{digest}", base64.b64encode(zlib.compress(source.encode()))
+
+
+def _install(specs: list[dict[str, Any]], answers: str, seconds: float) -> str:
+    """Kernel lines that make the ``tools`` object of one call (run by ``_kernel_call``)."""
+    return (
+        "    g = module({!r}, {!r})\n".format(*_shipped(guest))
+        + "    f = module({!r}, {!r})\n".format(*_shipped(guest_tool_frames))
+        + "    import builtins\n"
+        f"    calls = f.FramedToolCalls(sys.stdout, {answers!r}, {seconds!r})\n"
+        f"    builtins.tools = g.Tools(json.loads({json.dumps(specs)!r}), calls)\n"
+    )
+
+
+async def run_code_with_tools(
+    session: E2BSession,
+    code: str,
+    *,
+    timeout: float,
+    env: dict[str, str],
+    on_output: OutputCallback | None,
+    tools: ToolHost,
+) -> ExecutionResult:
+    """``run_code`` whose code may call ``tools`` (see the module docstring)."""
+    answers = ANSWERS_PREFIX + uuid.uuid4().hex
+    await _kernel(session, _install(tools.specs, answers, timeout), "make the tools callable")
+
+    async def answer(event: dict[str, Any], reply: dict[str, Any]) -> None:
+        path, data = f"{answers}-{reply['seq']}.json", json.dumps(reply)
+        await session._provider._retry(
+            "answer a tool call", lambda: session._sandbox.files.write(path, data)
+        )
+
+    try:
+        async with ToolEvents(tools, answer) as events:
+            return await session._run_code(
+                code,
+                timeout=timeout,
+                env=env,
+                on_output=on_output,
+                frames=FrameFilter(events.on_event),
+            )
+    finally:
+        with contextlib.suppress(SandboxError):
+            await _kernel(session, _REMOVE, "remove the tools")
+
+
+async def _kernel(session: E2BSession, body: str, what: str) -> None:
+    from langchain_sandbox.providers.e2b.provider import _MARKER
+
+    await session._kernel_call(f"{body}    print({_MARKER!r})\n", what, kernel_state=False)
+
+
+__all__ = ["ANSWERS_PREFIX", "run_code_with_tools"]
