@@ -61,7 +61,7 @@ async def test_a_call_whose_host_died_gives_way_to_the_next_one(provider: Runloo
         "tools": DoublingHost.specs,
     }
     argument = base64.b64encode(json.dumps(request).encode()).decode()
-    launcher = shlex.quote(provider.worker_launcher)
+    launcher = shlex.quote(provider.shipped_worker.launcher)
     orphan = ProcessSpec(name="orphan", command=f"python3 -c {launcher} code {argument}")
     await session.start_process(orphan)
     for _ in range(100):  # until its frame is out: it waits for the reply
