@@ -18,10 +18,13 @@ import asyncio
 import contextlib
 import inspect
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
 from langchain_sandbox.providers.guest_tool_frames import TOOL_FRAME
+
+logger = logging.getLogger(__name__)
 
 MAX_FRAME_CHARS = 64 * 1024 * 1024
 """A frame longer than this is not one (no call's arguments are that large): it is output."""
@@ -85,9 +88,13 @@ class ToolEvents:
             reply = error_reply("invalid", "a tool call needs a tool name and keyword arguments")
         else:
             reply = await self._host.call(name, args)
-        sent = self._answer(event, {**reply, "seq": seq})
-        if inspect.isawaitable(sent):
-            await sent
+        try:
+            sent = self._answer(event, {**reply, "seq": seq})
+            if inspect.isawaitable(sent):
+                await sent
+        except Exception:
+            # The code waits for this reply until the call's timeout, which its result tells.
+            logger.warning("the reply to tool call %s could not be sent", seq, exc_info=True)
 
     async def __aenter__(self) -> ToolEvents:
         return self

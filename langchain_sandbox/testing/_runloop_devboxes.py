@@ -14,6 +14,7 @@ snapshots) is one state machine.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import posixpath
@@ -399,7 +400,7 @@ class Account:
             except Exception as exc:
                 stdout, stderr, exit_status = "", f"{exc}\n", 1
             if execution.stdin is not None:
-                execution.stdin.close()
+                await asyncio.to_thread(execution.stdin.close)  # file calls: off the loop
             with self.changed:
                 if execution.status != "completed":
                     execution.stdout, execution.stderr = stdout, stderr

@@ -176,3 +176,25 @@ async def test_e2b_and_runloop_through_their_sdks_never_block_the_loop(
     ) as runtime:
         outcome = await runtime.arun_command("t", "echo hi > f && cat f")
         assert outcome.value.stdout == "hi\n"
+
+
+async def test_tools_from_code_on_e2b_and_runloop_never_block_the_loop(
+    e2b: E2BEmulator, runloop: RunloopEmulator, blockbuster: BlockBuster
+) -> None:
+    """The exec tool with host tools, on each remote provider's channel: the frames read from
+    the output, the replies sent (an envd file, a ``send_std_in``), the guest modules shipped."""
+    from langchain_core.tools import tool
+
+    @tool
+    def double(n: int) -> int:
+        """Double n."""
+        return n * 2
+
+    for name, options in (
+        ("e2b", {"api_key": "e2b_fake_key", "api_url": e2b.url, "sandbox_url": e2b.url}),
+        ("runloop", {"api_key": "rl_fake_key", "base_url": runloop.url}),
+    ):
+        async with SandboxRuntime(name, provider_options=options) as runtime:
+            exec_tool = SandboxExecTool(runtime=runtime, tools=[double])
+            text = await exec_tool.ainvoke({"code": "tools.double(n=21)", "timeout": 20})
+            assert "42" in str(text), text

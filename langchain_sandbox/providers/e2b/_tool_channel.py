@@ -19,6 +19,7 @@ the limits) is the one every provider shares: a `ToolHost` behind `ToolEvents`.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import functools
@@ -76,12 +77,17 @@ async def run_code_with_tools(
 ) -> ExecutionResult:
     """``run_code`` whose code may call ``tools`` (see the module docstring)."""
     answers = ANSWERS_PREFIX + uuid.uuid4().hex
-    await _kernel(session, _install(tools.specs, answers, timeout), "make the tools callable")
+    # The guest modules' sources are read from files the first time: off the event loop.
+    install = await asyncio.to_thread(_install, tools.specs, answers, timeout)
+    await _kernel(session, install, "make the tools callable")
 
     async def answer(event: dict[str, Any], reply: dict[str, Any]) -> None:
-        path, data = f"{answers}-{reply['seq']}.json", json.dumps(reply)
+        path, data = f"{answers}-{reply['seq']}.json", json.dumps(reply).encode()
         await session._provider._retry(
-            "answer a tool call", lambda: session._sandbox.files.write(path, data)
+            # A raw body: a multipart one would have httpx guess a type (mimetypes reads
+            # the system's tables, blocking, the first time).
+            "answer a tool call",
+            lambda: session._sandbox.files.write(path, data, use_octet_stream=True),
         )
 
     try:
