@@ -97,12 +97,16 @@ def test_three_workers_share_thirty_threads_and_survive_a_sigkill(
     story = Story(
         "count", "postgres", postgres_dsn, postgres_dsn, "--provider", "kubernetes", env=env
     )
-    workers = [story.start("--serve") for _ in range(WORKERS)]
+    # The first worker sets the store and the checkpointer's tables up alone (the setups of three
+    # processes at once race on a fresh database); the others start once it is ready.
+    workers = [story.start("--serve")]
     latencies: list[float] = []
     threads = [f"scale-{uuid.uuid4().hex[:6]}-{i}" for i in range(THREADS)]
     started = time.monotonic()
     try:
-        for worker in workers:
+        read_event(workers[0], "ready")
+        workers += [story.start("--serve") for _ in range(WORKERS - 1)]
+        for worker in workers[1:]:
             read_event(worker, "ready")
         # Turn 1: thread i on worker i % 3.
         first = _turns(workers, [(i % WORKERS, t) for i, t in enumerate(threads)], latencies)
