@@ -22,7 +22,8 @@ Stories (``--story``):
   for a human's approval (a tool that calls ``interrupt()``), then reads the side effect back;
 * ``approval-agent``: the same script in create_agent + SandboxMiddleware (each call a ``Send``);
 * ``hitl``: create_agent with HumanInTheLoopMiddleware gating ``sandbox_exec``;
-* ``count``: every human message increments a counter variable and appends to a file;
+* ``count``: every human message increments a counter variable and appends to a file (the
+  message ``ask`` pauses the thread at an ``interrupt()`` instead, until a ``resume``);
 * ``code``: every human message is Python code the model runs as it is;
 * ``tools``: every human message is a JSON tool call ``{"tool": name, "args": {...}}`` the model
   makes as it is (background processes and ports, through ``sandbox_shell`` and
@@ -138,6 +139,8 @@ def fork_script(messages: list[BaseMessage]) -> Any:
 def count_script(messages: list[BaseMessage]) -> Any:
     if isinstance(messages[-1], ToolMessage):
         return "counted"
+    if messages[-1].text == "ask":  # pause the thread for a human (interrupt()) first
+        return call("ask_approval", question="Go on counting?")
     code = (
         "import os\nn = globals().get('n', 0) + 1\n"
         "open('log.txt', 'a').write(f'{n}:{os.getpid()}\\n')\nprint(n, open('log.txt').read().split())"
@@ -267,7 +270,7 @@ def build(args: argparse.Namespace, runtime: SandboxRuntime, saver: Any) -> Any:
     }[args.story]
     from langchain.agents import create_agent
 
-    tools = [ask_approval] if args.story == "approval-agent" else []
+    tools = [ask_approval] if args.story in ("approval-agent", "count") else []
     return create_agent(
         ScriptedToolModel(script=script), tools=tools, middleware=middleware, checkpointer=saver
     )
@@ -326,7 +329,8 @@ def emit_done(
 
 def serve(graph: Any, args: argparse.Namespace, runtime: SandboxRuntime) -> None:
     """Answer one command per stdin line: a turn (``{"message": ...}``, with ``"checkpoint_id"``
-    to continue from that checkpoint and ``"thread"`` for another thread than ``--thread``),
+    to continue from that checkpoint and ``"thread"`` for another thread than ``--thread``;
+    ``{"resume": value}`` answers the thread's interrupt),
     ``{"live": true}`` or ``{"flush": true}`` (wait until the snapshots written behind are
     complete, or failed)."""
     emit("ready")
@@ -345,7 +349,9 @@ def serve(graph: Any, args: argparse.Namespace, runtime: SandboxRuntime) -> None
         if command.get("checkpoint_id"):  # a fork from that checkpoint, in this live process
             configurable.update(checkpoint_id=command["checkpoint_id"], checkpoint_ns="")
         result = graph.invoke(
-            {"messages": [HumanMessage(command["message"])]},
+            Command(resume=command["resume"])
+            if "resume" in command
+            else {"messages": [HumanMessage(command["message"])]},
             {"configurable": configurable},
             durability="sync",
         )
@@ -353,6 +359,7 @@ def serve(graph: Any, args: argparse.Namespace, runtime: SandboxRuntime) -> None
         emit(
             "turn",
             tools=tools,
+            interrupted=bool(result.get("__interrupt__")),
             sandbox=result.get("sandbox"),
             live=runtime.live_sessions(),
             history=[history_row(s) for s in graph.get_state_history(thread)],

@@ -1,8 +1,9 @@
 """The scale-out story on Kubernetes: three worker processes share one Postgres checkpointer and one
 snapshot store (a LangGraph ``PostgresStore``), with the emulated agent-sandbox cluster as the
 sandbox host. Thirty threads take turns spread across the workers; one worker is SIGKILLed while
-it holds live sessions, and some pods are lost; the other workers continue every thread with its
-files and variables at the right checkpoint, each side effect once, and no claim is left behind.
+it holds live sessions and one of its threads waits at an ``interrupt()``, and some pods are lost;
+the other workers answer the interrupt and continue every thread with its files and variables at
+the right checkpoint, each side effect once, and no claim is left behind after gc.
 
 Each turn of the ``count`` story (``agent_worker.py``) adds one to the sandbox's variable ``n`` and
 appends ``n:pid`` to ``log.txt``, so a turn that ran twice, or state that went back, shows.
@@ -96,18 +97,26 @@ def test_three_workers_share_thirty_threads_and_survive_a_sigkill(
     story = Story(
         "count", "postgres", postgres_dsn, postgres_dsn, "--provider", "kubernetes", env=env
     )
-    workers = [story.start("--serve") for _ in range(WORKERS)]
+    # The first worker sets the store and the checkpointer's tables up alone (the setups of three
+    # processes at once race on a fresh database); the others start once it is ready.
+    workers = [story.start("--serve")]
     latencies: list[float] = []
     threads = [f"scale-{uuid.uuid4().hex[:6]}-{i}" for i in range(THREADS)]
     started = time.monotonic()
     try:
-        for worker in workers:
+        read_event(workers[0], "ready")
+        workers += [story.start("--serve") for _ in range(WORKERS - 1)]
+        for worker in workers[1:]:
             read_event(worker, "ready")
         # Turn 1: thread i on worker i % 3.
         first = _turns(workers, [(i % WORKERS, t) for i, t in enumerate(threads)], latencies)
         for thread in threads:
             count, entries = _counted(first[thread]["tools"][-1])
             assert (count, len(entries)) == (1, 1), first[thread]["tools"][-1]
+        # One of worker 0's threads (not one whose pod is lost below) waits for a human.
+        paused = threads[5 * WORKERS]
+        asked = _send(workers[0], {"message": "ask", "thread": paused}, "turn")
+        assert asked["interrupted"], asked
         for worker in workers:
             _send(worker, {"flush": True}, "flushed")
 
@@ -130,6 +139,10 @@ def test_three_workers_share_thirty_threads_and_survive_a_sigkill(
             ]
             cluster.restart_pod(cluster.sandbox_of(claim))
 
+        # Another worker answers the interrupt the dead one was waiting on.
+        answered = _send(workers[1], {"resume": "yes", "thread": paused}, "turn")
+        assert not answered["interrupted"], answered
+
         # Turn 2 on the survivors: every thread goes on from its own checkpoint.
         plan = [(1 + i % (WORKERS - 1), t) for i, t in enumerate(threads)]
         second = _turns(workers, plan, latencies)
@@ -140,7 +153,7 @@ def test_three_workers_share_thirty_threads_and_survive_a_sigkill(
             assert [e.split(":")[0] for e in entries] == ["1", "2"], "each turn ran once"
             if thread in lost:
                 assert "restored" in tool, tool
-            assert second[thread]["sandbox"]["revision"] == 2
+            assert second[thread]["sandbox"]["revision"] == 2, "the pause changed nothing"
     finally:
         for worker in workers[1:]:
             if worker.poll() is None:
