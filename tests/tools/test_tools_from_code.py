@@ -215,6 +215,45 @@ def test_the_middleware_gives_sandbox_exec_the_code_tools(runtime: SandboxRuntim
     assert "tools.fetch(record_id: integer" in exec_tool.description
 
 
+@tool
+def ask_human(question: str) -> str:
+    """Asks a human (pauses the graph)."""
+    from langgraph.types import interrupt
+
+    return str(interrupt(question))
+
+
+def test_an_inner_tool_that_interrupts_is_refused_and_the_graph_goes_on(
+    runtime: SandboxRuntime,
+) -> None:
+    """The graph cannot pause inside sandboxed code: the inner ``interrupt()`` becomes a
+    ``ToolError`` the code catches, the run does not stop at an interrupt, the session goes on."""
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_sandbox import SandboxMiddleware
+    from langchain_sandbox.testing import ScriptedToolModel, call
+
+    code = (
+        "kept = 7\n"
+        "try:\n    tools.ask_human(question='ok?')\n"
+        "except tools.ToolError as exc:\n    print('refused:', exc)"
+    )
+    model = ScriptedToolModel(
+        script=[call("sandbox_exec", code=code), call("sandbox_exec", code="kept * 6"), "Done."]
+    )
+    middleware = SandboxMiddleware(runtime=runtime, code_tools=[ask_human])
+    agent = create_agent(model, middleware=[middleware], checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "asks"}}
+    out = agent.invoke({"messages": [("user", "go")]}, config)
+    assert "__interrupt__" not in out
+    assert not agent.get_state(config).interrupts
+    first, second = (m.content for m in out["messages"] if m.type == "tool")
+    assert "refused:" in first
+    assert "interrupt()" in first
+    assert "value:\n42" in second
+
+
 def test_malformed_calls_from_the_sandbox_are_refused_not_run(runtime: SandboxRuntime) -> None:
     # The sandbox is not trusted: code that drives the transport itself (an unknown tool, or
     # arguments that are not keyword arguments) gets an error, and no tool runs.
