@@ -223,19 +223,32 @@ class KubernetesProvider(RemoteProvider):
         )
 
     async def _api_client(self) -> Any:
-        """A ``kubernetes_asyncio`` client of its own (the SDK's default loads into a global)."""
+        """A ``kubernetes_asyncio`` client of its own (the SDK's default loads into a global).
+        Its configuration is loaded in a worker thread: the loaders read the kubeconfig, or a
+        service account's token and CA, with blocking file calls."""
+        from kubernetes_asyncio import client
+
+        return client.ApiClient(await asyncio.to_thread(self._configuration))
+
+    def _configuration(self) -> Any:
         from kubernetes_asyncio import client, config
 
         if self._kubeconfig is None and self._context is None:
             with contextlib.suppress(config.ConfigException):
                 configuration = client.Configuration()
                 config.load_incluster_config(client_configuration=configuration)
-                return client.ApiClient(configuration)
+                return configuration
+        # A fresh Configuration, not a copy of the module's default (as new_client_from_config).
+        configuration = type.__call__(client.Configuration)
         try:
-            # KUBECONFIG read now, not when kubernetes_asyncio was first imported.
-            return await config.new_client_from_config(
-                config_file=self._kubeconfig or os.environ.get("KUBECONFIG"),
-                context=self._context,
+            # KUBECONFIG read now, not when kubernetes_asyncio was first imported; this thread
+            # has no loop of its own, so the loader's coroutine runs on a private one.
+            asyncio.run(
+                config.load_kube_config(
+                    config_file=self._kubeconfig or os.environ.get("KUBECONFIG"),
+                    context=self._context,
+                    client_configuration=configuration,
+                )
             )
         except (config.ConfigException, OSError) as exc:
             raise ConfigurationError(
@@ -243,6 +256,7 @@ class KubernetesProvider(RemoteProvider):
                 f"loaded ({type(exc).__name__}).",
                 provider=PROVIDER_NAME,
             ) from exc
+        return configuration
 
     async def client(self) -> Any:
         """The ``AsyncSandboxClient`` of the running event loop (its HTTP sessions are bound
