@@ -6,12 +6,14 @@ server (every function it knows, ``os.stat``, file reads and writes and contende
 included), for calls made from this package's code, on every thread that runs a loop: the
 caller's and the runtime's own. Each scenario is a real async path: the default runtime built
 lazily inside a run, the local provider with snapshots and a restore in a fresh runtime, the
-tools outside a graph, ``SandboxToolNode``, the E2B and Runloop providers through their SDKs,
-and the LangGraph-store blob store.
+tools outside a graph, ``SandboxToolNode``, the E2B, Runloop and Kubernetes providers through
+their SDKs, and the LangGraph-store blob store.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,8 +34,10 @@ from langchain_sandbox import (
     SandboxRuntime,
     Snapshotter,
 )
+from langchain_sandbox.providers.kubernetes.provider import KubernetesProvider
 from langchain_sandbox.testing import ScriptedToolModel, call
 from langchain_sandbox.testing.e2b_emulator import E2BEmulator
+from langchain_sandbox.testing.kubernetes_emulator import KubernetesEmulator
 from langchain_sandbox.testing.runloop_emulator import RunloopEmulator
 
 FIGURE = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"
@@ -198,3 +202,46 @@ async def test_tools_from_code_on_e2b_and_runloop_never_block_the_loop(
             exec_tool = SandboxExecTool(runtime=runtime, tools=[double])
             text = await exec_tool.ainvoke({"code": "tools.double(n=21)", "timeout": 20})
             assert "42" in str(text), text
+
+
+async def test_kubernetes_through_its_sdk_never_blocks_the_loop(
+    blockbuster: BlockBuster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Kubernetes provider through ``k8s-agent-sandbox`` and ``kubernetes_asyncio``: the
+    claim, the calls, a snapshot and the close. ``kubernetes_asyncio`` loads its configuration
+    with blocking file reads; the provider does that in ``_configuration`` on a worker thread,
+    the one place allowed to block here. The spy makes the allowance honest: it fails the test
+    if ``_configuration`` ever runs on a thread whose loop is running (the runtime's own)."""
+    for function in blockbuster.functions.values():
+        function.can_block_in("providers/kubernetes/provider.py", "_configuration")
+    on_a_running_loop: list[str] = []
+    load = KubernetesProvider._configuration
+
+    def spy(provider: KubernetesProvider) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return load(provider)
+        on_a_running_loop.append(threading.current_thread().name)
+        return load(provider)
+
+    monkeypatch.setattr(KubernetesProvider, "_configuration", spy)
+    blockbuster.deactivate()  # the emulator is test infrastructure, started unarmed
+    with KubernetesEmulator() as cluster:
+        blockbuster.activate()
+        store = LangGraphStoreBlobStore(InMemoryStore())
+        options = {"kubeconfig": str(cluster.kubeconfig), "runtime_url": cluster.url}
+        async with SandboxRuntime(
+            "kubernetes",
+            provider_options=options,
+            snapshotter=Snapshotter(store),
+            persist="every_call",
+        ) as runtime:
+            assert (await runtime.arun_code("t", "k = 3")).value.ok
+            outcome = await runtime.arun_code("t", "k * 2")
+            assert outcome.value.value == "6"
+            assert outcome.record.get("snapshot")
+            listed = await runtime.arun_command("t", "echo hi > f && cat f")
+            assert listed.value.stdout == "hi\n"
+        blockbuster.deactivate()
+    assert on_a_running_loop == [], on_a_running_loop
