@@ -11,9 +11,12 @@ unix socket bound into the sandbox). For every request the proxy:
   or otherwise non-public address unless the policy allows that address itself, and connects to
   the address it checked (no second lookup for a rebinding DNS to answer differently);
 * terminates TLS with a certificate from the session's own CA (`SessionCA`), HTTP/1.1 only, and
-  verifies the upstream server with the host's trust store (or `EgressUpstream.ca_file`);
+  verifies the upstream server with the host's trust store (or `EgressUpstream.ca_file`); a
+  tunnel that does not start with TLS is read as plain HTTP (`_egress_relay.tunnel_is_tls`);
 * replaces each secret's placeholder in the request's headers with its value, toward that secret's
-  hosts only; refuses protocol upgrades (WebSocket), which it could not inspect afterwards.
+  hosts only;
+* relays a WebSocket once its upgrade request passed all of the above (`_egress_relay.relay`), and
+  refuses any other upgrade (h2c included).
 
 HTTP/1.1 is parsed by ``h11`` (the ``egress`` extra) on both sides: the proxy never frames a
 message by hand, so a request the two sides could read differently is an error, not a bypass.
@@ -34,6 +37,13 @@ from typing import Any
 from langchain_sandbox.errors import MissingDependencyError
 from langchain_sandbox.network import NetworkPolicy, ip_literal, normal_host
 from langchain_sandbox.providers.local._egress_ca import SessionCA
+from langchain_sandbox.providers.local._egress_relay import (
+    refused_upgrade,
+    relay,
+    tunnel_is_tls,
+    upgrade_headers,
+    upgrade_tokens,
+)
 from langchain_sandbox.providers.local._egress_sandbox import CA_FILE, EGRESS_SOCKET
 from langchain_sandbox.providers.local._unix_server import serving_unix
 
@@ -68,6 +78,16 @@ class EgressUpstream:
 
     ca_file: str | None = None
     hosts: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Tunnel:
+    """A ``CONNECT`` tunnel the policy allowed: every request in it goes to this endpoint."""
+
+    host: str
+    port: int
+    address: tuple[str, int]
+    tls: bool
 
 
 class _Denied(Exception):
@@ -167,11 +187,17 @@ class EgressProxy:
                     await self._deny(client, writer, str(denied))
                     return
                 writer.write(client.send(h11.Response(status_code=200, headers=[])))
-                await writer.drain()
-                await writer.start_tls(self.ca.server_context(host))
+                pending = client.trailing_data[0]
+                tls = await tunnel_is_tls(writer, pending)
                 client = h11.Connection(h11.SERVER)
+                if tls:
+                    if pending:  # a ClientHello sent before the 200: start_tls cannot take it
+                        return
+                    await writer.start_tls(self.ca.server_context(host))
+                elif pending:  # (h11 reads an empty chunk as the end of the stream)
+                    client.receive_data(pending)
                 request = await _next(client, reader)
-                tunnel: tuple[str, int, tuple[str, int]] | None = (host, port, address)
+                tunnel: _Tunnel | None = _Tunnel(host, port, address, tls)
             else:
                 tunnel = None
             while isinstance(request, h11.Request):
@@ -193,7 +219,7 @@ class EgressProxy:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         request: Any,
-        tunnel: tuple[str, int, tuple[str, int]] | None,
+        tunnel: _Tunnel | None,
         upstream: _Upstream | None,
     ) -> _Upstream | None:
         """Answer one request (forwarded or refused); the upstream connection to keep, or
@@ -201,6 +227,9 @@ class EgressProxy:
         h11 = self._h11
         try:
             host, port, address, target = await self._target(request, tunnel)
+            upgrade = upgrade_tokens(request.headers)
+            if upgrade and (refusal := refused_upgrade(upgrade)):
+                raise _Denied(refusal)
         except _Denied as denied:
             await self._deny(client, writer, str(denied))
             return None
@@ -208,8 +237,9 @@ class EgressProxy:
             if upstream is not None:
                 upstream.close()
             try:
+                tls = tunnel is not None and tunnel.tls
                 upstream = await _Upstream.open(
-                    h11, host, port, address, self._client_context if tunnel else None
+                    h11, host, port, address, self._client_context if tls else None
                 )
             except ssl.SSLCertVerificationError as exc:
                 reason = f"{_authority(host, port)} presented a certificate that does not verify"
@@ -220,6 +250,8 @@ class EgressProxy:
                 await self._deny(client, writer, reason, status=502)
                 return None
         headers = self._headers(request.headers, host, port)
+        if upgrade:
+            headers = upgrade_headers(headers)
         await upstream.send(h11.Request(method=request.method, target=target, headers=headers))
         while not isinstance(event := await _next(client, reader), h11.EndOfMessage):
             if isinstance(event, h11.Data):
@@ -227,6 +259,9 @@ class EgressProxy:
         await upstream.send(h11.EndOfMessage())
         response = await upstream.next()
         while isinstance(response, h11.InformationalResponse):
+            if response.status_code == 101 and upgrade:
+                await self._switch(client, reader, writer, upstream, response)
+                return None
             response = await upstream.next()
         if not isinstance(response, h11.Response):
             raise h11.RemoteProtocolError("no response from upstream")
@@ -240,15 +275,29 @@ class EgressProxy:
         await writer.drain()
         return upstream
 
+    async def _switch(
+        self,
+        client: Any,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        upstream: _Upstream,
+        response: Any,
+    ) -> None:
+        """Pass the upstream's ``101`` on and relay the switched connection until it ends."""
+        h11 = self._h11
+        kept = [(n, v) for n, v in response.headers if n not in _HOP_BY_HOP]
+        switch = h11.InformationalResponse(status_code=101, headers=upgrade_headers(kept))
+        writer.write(client.send(switch))
+        early = (client.trailing_data[0], upstream.connection.trailing_data[0])
+        await relay((reader, writer), (upstream.reader, upstream.writer), early)
+
     async def _target(
-        self, request: Any, tunnel: tuple[str, int, tuple[str, int]] | None
+        self, request: Any, tunnel: _Tunnel | None
     ) -> tuple[str, int, tuple[str, int], bytes]:
         """``(host, port, address, origin-form target)`` of a request, or raise `_Denied`."""
-        if any(name == b"upgrade" for name, _ in request.headers):
-            raise _Denied("protocol upgrades (WebSocket) are not supported by the egress proxy")
         named = [value.decode("latin-1") for name, value in request.headers if name == b"host"]
         if tunnel is not None:
-            host, port, address = tunnel
+            host, port, address = tunnel.host, tunnel.port, tunnel.address
             target = request.target
             if not target.startswith(b"/"):
                 raise _Denied("a request inside a tunnel must use a path, not a URL")
@@ -301,8 +350,8 @@ class _Upstream:
         self._h11 = h11
         self.endpoint = (host, port)
         self.connection = h11.Connection(h11.CLIENT)
-        self._reader = reader
-        self._writer = writer
+        self.reader = reader
+        self.writer = writer
 
     @classmethod
     async def open(
@@ -333,14 +382,14 @@ class _Upstream:
     async def send(self, event: Any) -> None:
         data = self.connection.send(event)
         if data:
-            self._writer.write(data)
-            await self._writer.drain()
+            self.writer.write(data)
+            await self.writer.drain()
 
     async def next(self) -> Any:
-        return await _next(self.connection, self._reader)
+        return await _next(self.connection, self.reader)
 
     def close(self) -> None:
-        self._writer.close()
+        self.writer.close()
 
 
 async def _next(connection: Any, reader: asyncio.StreamReader) -> Any:
