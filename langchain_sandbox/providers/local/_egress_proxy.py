@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import os
 import socket
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,11 @@ from langchain_sandbox.providers.local._egress_relay import (
     upgrade_tokens,
 )
 from langchain_sandbox.providers.local._egress_sandbox import CA_FILE, EGRESS_SOCKET
+from langchain_sandbox.providers.local._egress_transparent import (
+    PORTS,
+    DnsResponder,
+    open_listeners,
+)
 from langchain_sandbox.providers.local._unix_server import serving_unix
 
 _MAX_BODY_CHUNK = 65536
@@ -90,6 +96,13 @@ class _Tunnel:
     tls: bool
 
 
+_Opening = Callable[
+    [asyncio.StreamReader, asyncio.StreamWriter],
+    Awaitable["tuple[Any, Any, _Tunnel | None] | None"],
+]
+"""How a connection starts: its h11 connection, first event and tunnel (``None``: answered)."""
+
+
 class _Denied(Exception):
     """A request the policy refuses; its message is the reason the sandbox's code reads."""
 
@@ -117,12 +130,19 @@ class EgressProxy:
         self._h11 = _h11()
         self._client_context = ssl.create_default_context(cafile=self.upstream.ca_file)
         self._client_context.set_alpn_protocols(["http/1.1"])
+        self._sni_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._sni_context.sni_callback = self._sni
+        self._transparent: list[asyncio.Server | asyncio.BaseTransport] = []
+        self._transparent_tasks: set[asyncio.Task[None]] = set()
 
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[EgressProxy]:
         """Serve while the session lives."""
         async with serving_unix(self.socket_path, self._serve):
-            yield self
+            try:
+                yield self
+            finally:
+                await self.detach()
 
     # ------------------------------------------------------------------ policy
 
@@ -172,34 +192,30 @@ class EgressProxy:
     # ------------------------------------------------------------------ connections
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._answer(reader, writer, self._open_proxied)
+
+    async def serve_transparent(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, port: int
+    ) -> None:
+        """Answer a connection the sandbox made to the transparent path's ``port``
+        (`_egress_transparent`): the host comes from the SNI (443) or the ``Host`` header (80)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._transparent_tasks.add(task)
+            task.add_done_callback(self._transparent_tasks.discard)
+        await self._answer(reader, writer, functools.partial(self._open_transparent, port=port))
+
+    async def _answer(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, opening: _Opening
+    ) -> None:
+        """Answer one connection's requests, in order, until it ends or one is refused."""
         h11 = self._h11
-        client = h11.Connection(h11.SERVER)
         upstream: _Upstream | None = None
         try:
-            request = await _next(client, reader)
-            if not isinstance(request, h11.Request):
+            opened = await opening(reader, writer)
+            if opened is None:
                 return
-            if request.method == b"CONNECT":
-                host, port = _split_authority(request.target.decode("latin-1"), 443)
-                try:
-                    address = await self._address(host, port)
-                except _Denied as denied:
-                    await self._deny(client, writer, str(denied))
-                    return
-                writer.write(client.send(h11.Response(status_code=200, headers=[])))
-                pending = client.trailing_data[0]
-                tls = await tunnel_is_tls(writer, pending)
-                client = h11.Connection(h11.SERVER)
-                if tls:
-                    if pending:  # a ClientHello sent before the 200: start_tls cannot take it
-                        return
-                    await writer.start_tls(self.ca.server_context(host))
-                elif pending:  # (h11 reads an empty chunk as the end of the stream)
-                    client.receive_data(pending)
-                request = await _next(client, reader)
-                tunnel: _Tunnel | None = _Tunnel(host, port, address, tls)
-            else:
-                tunnel = None
+            client, request, tunnel = opened
             while isinstance(request, h11.Request):
                 upstream = await self._exchange(client, reader, writer, request, tunnel, upstream)
                 if upstream is None or client.our_state is not h11.DONE:
@@ -212,6 +228,102 @@ class EgressProxy:
             if upstream is not None:
                 upstream.close()
             writer.close()
+
+    async def _open_proxied(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[Any, Any, _Tunnel | None] | None:
+        """A proxy client's first request (through its ``CONNECT`` tunnel, if it opens one)."""
+        h11 = self._h11
+        client = h11.Connection(h11.SERVER)
+        request = await _next(client, reader)
+        if not isinstance(request, h11.Request) or request.method != b"CONNECT":
+            return client, request, None
+        host, port = _split_authority(request.target.decode("latin-1"), 443)
+        try:
+            address = await self._address(host, port)
+        except _Denied as denied:
+            await self._deny(client, writer, str(denied))
+            return None
+        writer.write(client.send(h11.Response(status_code=200, headers=[])))
+        pending = client.trailing_data[0]
+        tls = await tunnel_is_tls(writer, pending)
+        client = h11.Connection(h11.SERVER)
+        if tls:
+            if pending:  # a ClientHello sent before the 200: start_tls cannot take it
+                return None
+            await writer.start_tls(self.ca.server_context(host))
+        elif pending:  # (h11 reads an empty chunk as the end of the stream)
+            client.receive_data(pending)
+        return client, await _next(client, reader), _Tunnel(host, port, address, tls)
+
+    async def _open_transparent(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, port: int
+    ) -> tuple[Any, Any, _Tunnel | None] | None:
+        """A transparent connection's first request, its host checked as a ``CONNECT``'s."""
+        h11 = self._h11
+        client = h11.Connection(h11.SERVER)
+        request = await _next(client, reader)
+        if not isinstance(request, h11.Request):
+            return None
+        tls = writer.get_extra_info("ssl_object")
+        if tls is not None:
+            host = tls.egress_host  # set by _sni, before the handshake ended
+        else:
+            named = [v.decode("latin-1") for n, v in request.headers if n == b"host"]
+            host = _split_authority(named[0], port)[0] if named else ""
+        try:
+            if not host:
+                raise _Denied("a request to the transparent path must name its host")
+            address = await self._address(host, port)
+        except _Denied as denied:
+            await self._deny(client, writer, str(denied))
+            return None
+        return client, request, _Tunnel(host, port, address, tls is not None)
+
+    def _sni(self, ssl_object: Any, name: str | None, context: ssl.SSLContext) -> int | None:
+        """Present a certificate for the name the client asked for (the policy decides after
+        the handshake, with a 403 the client can read); refuse a handshake without a name."""
+        if not name:
+            self.denied.append("a TLS connection to the transparent path named no host (SNI)")
+            return ssl.ALERT_DESCRIPTION_HANDSHAKE_FAILURE
+        host = normal_host(name)
+        ssl_object.context = self.ca.server_context(host)
+        ssl_object.egress_host = host
+        return None
+
+    async def attach(self, worker_pid: int) -> None:
+        """Open the transparent path into the sandbox of bubblewrap's ``worker_pid``; one
+        opened for an earlier worker of the session closes. Raises `OSError` if it cannot."""
+        await self.detach()
+        listeners, dns = await asyncio.to_thread(open_listeners, worker_pid)
+        loop = asyncio.get_running_loop()
+        try:
+            transport, _ = await loop.create_datagram_endpoint(DnsResponder, sock=dns)
+            self._transparent.append(transport)
+            for port, listener in zip(PORTS, listeners, strict=True):
+                server = await asyncio.start_server(
+                    functools.partial(self.serve_transparent, port=port),
+                    sock=listener,
+                    ssl=self._sni_context if port == 443 else None,
+                )
+                self._transparent.append(server)
+        except BaseException:
+            for made in [dns, *listeners]:
+                made.close()
+            await self.detach()
+            raise
+
+    async def detach(self) -> None:
+        """Close the transparent path and its connections (idempotent)."""
+        opened, self._transparent = self._transparent, []
+        for item in opened:
+            item.close()
+        for task in list(self._transparent_tasks):
+            task.cancel()
+        await asyncio.gather(*self._transparent_tasks, return_exceptions=True)
+        for item in opened:
+            if isinstance(item, asyncio.Server):
+                await item.wait_closed()
 
     async def _exchange(
         self,
