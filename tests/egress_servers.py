@@ -7,12 +7,13 @@ upstream, and what never did."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import json
 import ssl
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -25,6 +26,9 @@ from websockets.http11 import Request as WebSocketRequest
 from websockets.sync.server import Server as WebSocketServer
 from websockets.sync.server import ServerConnection
 from websockets.sync.server import serve as websocket_serve
+
+from langchain_sandbox import SessionSpec
+from langchain_sandbox.providers.local import EgressUpstream, LocalProvider, LocalSession
 
 
 @dataclass
@@ -158,3 +162,20 @@ def serve_upstreams(directory: Path, names: Sequence[str]) -> Iterator[Upstreams
             server.server_close()
         for websocket_server in (ws, wss):
             websocket_server.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def egress_session(
+    base_dir: Path, isolation: str, upstream: EgressUpstream, spec: SessionSpec
+) -> AsyncIterator[LocalSession]:
+    """A session made by a local provider whose egress proxy uses ``upstream``; the session and
+    the provider close with the block."""
+    provider = LocalProvider(base_dir=base_dir, isolation=isolation, egress_upstream=upstream)
+    try:
+        made = await provider.create(spec)
+        try:
+            yield made
+        finally:
+            await made.close()
+    finally:
+        await provider.aclose()

@@ -7,14 +7,17 @@ finds no name resolution and no route. Upstream servers on the host's loopback
 from __future__ import annotations
 
 import json
+import random
+import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from egress_servers import Upstreams, serve_upstreams
+from egress_servers import Upstreams, egress_session, serve_upstreams
 
 from langchain_sandbox import Limits, NetworkPolicy, Secret, SessionSpec
-from langchain_sandbox.providers.local import EgressUpstream, LocalProvider, LocalSession
+from langchain_sandbox.providers.local import EgressUpstream, LocalSession
+from langchain_sandbox.providers.local._egress_transparent import STAND_IN, dns_answer
 
 SECRET = Secret("API_KEY", "s3cr3t-transparent-value", hosts=["api.test"])
 
@@ -58,11 +61,6 @@ async def session(
         "other.test": f"127.0.0.1:{upstreams.http_port}",
         "denied.test": f"127.0.0.1:{upstreams.http_port}",
     }
-    provider = LocalProvider(
-        base_dir=tmp_path / "sandboxes",
-        isolation=isolation,
-        egress_upstream=EgressUpstream(ca_file=upstreams.ca_file, hosts=hosts),
-    )
     allow = [
         "api.test:443",
         "other.test:80",
@@ -70,14 +68,10 @@ async def session(
         f"127.0.0.1:{upstreams.http_port}",
     ]
     policy = NetworkPolicy(allow=allow, secrets=[SECRET])
-    try:
-        made = await provider.create(SessionSpec(network=policy, limits=Limits(timeout=60)))
-        try:
-            yield made
-        finally:
-            await made.close()
-    finally:
-        await provider.aclose()
+    spec = SessionSpec(network=policy, limits=Limits(timeout=60))
+    upstream = EgressUpstream(ca_file=upstreams.ca_file, hosts=hosts)
+    async with egress_session(tmp_path / "sandboxes", isolation, upstream, spec) as made:
+        yield made
 
 
 CALLS = [
@@ -109,3 +103,26 @@ async def test_clients_that_ignore_the_proxy(
         "/secure": f"Bearer {SECRET.value}",
         "/plain": f"Bearer {SECRET.placeholder}",
     }
+
+
+def query(name: str, kind: int) -> bytes:
+    labels = b"".join(bytes([len(part)]) + part.encode() for part in name.split("."))
+    return bytes.fromhex("abcd01000001000000000000") + labels + b"\0" + kind.to_bytes(2) + b"\0\1"
+
+
+def test_the_dns_responder_answers_names_with_the_stand_in_and_nothing_else() -> None:
+    a_record = dns_answer(query("api.test", 1))
+    assert a_record is not None
+    assert a_record[:2] == b"\xab\xcd"
+    assert a_record[6:8] == b"\0\1"
+    assert a_record.endswith(socket.inet_aton(STAND_IN))
+    aaaa = dns_answer(query("api.test", 28))
+    assert aaaa is not None
+    assert aaaa[6:8] == b"\0\0"
+    # Whatever the sandbox sends, the responder answers or ignores it: it never raises.
+    rng = random.Random(24)
+    for _ in range(5000):
+        size = rng.randrange(0, 64)
+        noise = bytes(rng.randrange(256) for _ in range(size))
+        dns_answer(noise)
+        dns_answer(query("x.test", 1)[: rng.randrange(1, 30)] + noise)

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from egress_servers import Upstreams, serve_upstreams
+from egress_servers import Upstreams, egress_session, serve_upstreams
 
 from langchain_sandbox import Limits, NetworkPolicy, Secret, SessionSpec
-from langchain_sandbox.providers.local import EgressUpstream, LocalProvider, LocalSession
+from langchain_sandbox.providers.local import EgressUpstream, LocalSession
 
 SECRET = Secret("API_KEY", "s3cr3t-websocket-value", hosts=["api.test"])
 
@@ -69,28 +69,16 @@ async def session(
     tmp_path: Path, upstreams: Upstreams, isolation: str
 ) -> AsyncIterator[LocalSession]:
     names = ("api.test", "other.test", "denied.test")
-    provider = LocalProvider(
-        base_dir=tmp_path / "sandboxes",
-        isolation=isolation,
-        egress_upstream=EgressUpstream(
-            ca_file=upstreams.ca_file, hosts=dict.fromkeys(names, "127.0.0.1")
-        ),
-    )
+    upstream = EgressUpstream(ca_file=upstreams.ca_file, hosts=dict.fromkeys(names, "127.0.0.1"))
     # Both names resolve to the host's loopback, which must be allowed too; denied.test is not.
     ports = (upstreams.ws_port, upstreams.wss_port, upstreams.http_port)
     allow = [f"{host}:{port}" for host in ("api.test", "other.test", "127.0.0.1") for port in ports]
     secret = Secret(SECRET.name, SECRET.value, hosts=[f"api.test:{upstreams.wss_port}"])
     policy = NetworkPolicy(allow=allow, secrets=[secret])
-    try:
-        # "host": the application's own site-packages, where websockets is installed.
-        spec = SessionSpec(template="host", network=policy, limits=Limits(timeout=120))
-        made = await provider.create(spec)
-        try:
-            yield made
-        finally:
-            await made.close()
-    finally:
-        await provider.aclose()
+    # "host": the application's own site-packages, where websockets is installed.
+    spec = SessionSpec(template="host", network=policy, limits=Limits(timeout=120))
+    async with egress_session(tmp_path / "sandboxes", isolation, upstream, spec) as made:
+        yield made
 
 
 async def echoes(session: LocalSession, urls: list[str]) -> tuple[list[Any], list[str]]:

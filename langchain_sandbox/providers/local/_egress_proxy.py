@@ -18,6 +18,10 @@ unix socket bound into the sandbox). For every request the proxy:
 * relays a WebSocket once its upgrade request passed all of the above (`_egress_relay.relay`), and
   refuses any other upgrade (h2c included).
 
+Connections come through the proxy's unix socket (clients that read the proxy variables) or,
+under bubblewrap, through the transparent path (`_egress_transparent`), where the host is the TLS
+SNI or the ``Host`` header and everything above applies the same way.
+
 HTTP/1.1 is parsed by ``h11`` (the ``egress`` extra) on both sides: the proxy never frames a
 message by hand, so a request the two sides could read differently is an error, not a bypass.
 """
@@ -39,6 +43,8 @@ from langchain_sandbox.errors import MissingDependencyError
 from langchain_sandbox.network import NetworkPolicy, ip_literal, normal_host
 from langchain_sandbox.providers.local._egress_ca import SessionCA
 from langchain_sandbox.providers.local._egress_relay import (
+    Upstream,
+    next_event,
     refused_upgrade,
     relay,
     tunnel_is_tls,
@@ -46,14 +52,9 @@ from langchain_sandbox.providers.local._egress_relay import (
     upgrade_tokens,
 )
 from langchain_sandbox.providers.local._egress_sandbox import CA_FILE, EGRESS_SOCKET
-from langchain_sandbox.providers.local._egress_transparent import (
-    PORTS,
-    DnsResponder,
-    open_listeners,
-)
+from langchain_sandbox.providers.local._egress_transparent import TransparentPath
 from langchain_sandbox.providers.local._unix_server import serving_unix
 
-_MAX_BODY_CHUNK = 65536
 _HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"te", b"upgrade"}
 )
@@ -130,10 +131,9 @@ class EgressProxy:
         self._h11 = _h11()
         self._client_context = ssl.create_default_context(cafile=self.upstream.ca_file)
         self._client_context.set_alpn_protocols(["http/1.1"])
-        self._sni_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self._sni_context.sni_callback = self._sni
-        self._transparent: list[asyncio.Server | asyncio.BaseTransport] = []
-        self._transparent_tasks: set[asyncio.Task[None]] = set()
+        sni_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        sni_context.sni_callback = self._sni
+        self.transparent = TransparentPath(self._serve_transparent, sni_context)
 
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[EgressProxy]:
@@ -142,7 +142,7 @@ class EgressProxy:
             try:
                 yield self
             finally:
-                await self.detach()
+                await self.transparent.close()
 
     # ------------------------------------------------------------------ policy
 
@@ -194,15 +194,11 @@ class EgressProxy:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await self._answer(reader, writer, self._open_proxied)
 
-    async def serve_transparent(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, port: int
+    async def _serve_transparent(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int
     ) -> None:
         """Answer a connection the sandbox made to the transparent path's ``port``
         (`_egress_transparent`): the host comes from the SNI (443) or the ``Host`` header (80)."""
-        task = asyncio.current_task()
-        if task is not None:
-            self._transparent_tasks.add(task)
-            task.add_done_callback(self._transparent_tasks.discard)
         await self._answer(reader, writer, functools.partial(self._open_transparent, port=port))
 
     async def _answer(
@@ -210,7 +206,7 @@ class EgressProxy:
     ) -> None:
         """Answer one connection's requests, in order, until it ends or one is refused."""
         h11 = self._h11
-        upstream: _Upstream | None = None
+        upstream: Upstream | None = None
         try:
             opened = await opening(reader, writer)
             if opened is None:
@@ -291,40 +287,6 @@ class EgressProxy:
         ssl_object.egress_host = host
         return None
 
-    async def attach(self, worker_pid: int) -> None:
-        """Open the transparent path into the sandbox of bubblewrap's ``worker_pid``; one
-        opened for an earlier worker of the session closes. Raises `OSError` if it cannot."""
-        await self.detach()
-        listeners, dns = await asyncio.to_thread(open_listeners, worker_pid)
-        loop = asyncio.get_running_loop()
-        try:
-            transport, _ = await loop.create_datagram_endpoint(DnsResponder, sock=dns)
-            self._transparent.append(transport)
-            for port, listener in zip(PORTS, listeners, strict=True):
-                server = await asyncio.start_server(
-                    functools.partial(self.serve_transparent, port=port),
-                    sock=listener,
-                    ssl=self._sni_context if port == 443 else None,
-                )
-                self._transparent.append(server)
-        except BaseException:
-            for made in [dns, *listeners]:
-                made.close()
-            await self.detach()
-            raise
-
-    async def detach(self) -> None:
-        """Close the transparent path and its connections (idempotent)."""
-        opened, self._transparent = self._transparent, []
-        for item in opened:
-            item.close()
-        for task in list(self._transparent_tasks):
-            task.cancel()
-        await asyncio.gather(*self._transparent_tasks, return_exceptions=True)
-        for item in opened:
-            if isinstance(item, asyncio.Server):
-                await item.wait_closed()
-
     async def _exchange(
         self,
         client: Any,
@@ -332,8 +294,8 @@ class EgressProxy:
         writer: asyncio.StreamWriter,
         request: Any,
         tunnel: _Tunnel | None,
-        upstream: _Upstream | None,
-    ) -> _Upstream | None:
+        upstream: Upstream | None,
+    ) -> Upstream | None:
         """Answer one request (forwarded or refused); the upstream connection to keep, or
         ``None`` when the client's connection must end."""
         h11 = self._h11
@@ -350,7 +312,7 @@ class EgressProxy:
                 upstream.close()
             try:
                 tls = tunnel is not None and tunnel.tls
-                upstream = await _Upstream.open(
+                upstream = await Upstream.open(
                     h11, host, port, address, self._client_context if tls else None
                 )
             except ssl.SSLCertVerificationError as exc:
@@ -392,7 +354,7 @@ class EgressProxy:
         client: Any,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        upstream: _Upstream,
+        upstream: Upstream,
         response: Any,
     ) -> None:
         """Pass the upstream's ``101`` on and relay the switched connection until it ends."""
@@ -448,68 +410,9 @@ class EgressProxy:
             await writer.drain()
 
 
-class _Upstream:
-    """An HTTP/1.1 client connection to one upstream server, kept while requests go there."""
-
-    def __init__(
-        self,
-        h11: Any,
-        host: str,
-        port: int,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
-        self._h11 = h11
-        self.endpoint = (host, port)
-        self.connection = h11.Connection(h11.CLIENT)
-        self.reader = reader
-        self.writer = writer
-
-    @classmethod
-    async def open(
-        cls,
-        h11: Any,
-        host: str,
-        port: int,
-        address: tuple[str, int],
-        context: ssl.SSLContext | None,
-    ) -> _Upstream:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(
-                *address, ssl=context, server_hostname=host if context else None
-            ),
-            30,
-        )
-        return cls(h11, host, port, reader, writer)
-
-    def reusable(self, host: str, port: int) -> bool:
-        h11 = self._h11
-        if self.endpoint != (host, port) or self.connection.our_state is not h11.DONE:
-            return False
-        if self.connection.their_state is not h11.DONE:
-            return False
-        self.connection.start_next_cycle()
-        return True
-
-    async def send(self, event: Any) -> None:
-        data = self.connection.send(event)
-        if data:
-            self.writer.write(data)
-            await self.writer.drain()
-
-    async def next(self) -> Any:
-        return await _next(self.connection, self.reader)
-
-    def close(self) -> None:
-        self.writer.close()
-
-
 async def _next(connection: Any, reader: asyncio.StreamReader) -> Any:
     """The next h11 event of ``connection``, reading from ``reader`` as it needs."""
-    need_data = _h11().NEED_DATA
-    while (event := connection.next_event()) is need_data:
-        connection.receive_data(await reader.read(_MAX_BODY_CHUNK))
-    return event
+    return await next_event(_h11(), connection, reader)
 
 
 def _split_authority(authority: str, default_port: int) -> tuple[str, int]:

@@ -1,4 +1,8 @@
-"""The egress proxy's byte-level parts: what a ``CONNECT`` tunnel carries, and WebSocket relays.
+"""The egress proxy's connection-level parts: its upstream connections, what a ``CONNECT``
+tunnel carries, and WebSocket relays.
+
+* `Upstream`: an HTTP/1.1 client connection (``h11``) to one upstream server, kept alive while
+  the sandbox's requests go to that same host and port.
 
 * A tunnel is TLS when its first byte is a TLS handshake record (``0x16``); anything else is read
   as plain HTTP (a ``ws://`` client behind a proxy sends its upgrade through ``CONNECT``), still
@@ -15,11 +19,75 @@ import asyncio
 import contextlib
 import os
 import socket
+import ssl
 from typing import Any
 
 from langchain_sandbox.providers.local._index_proxy import pipe_streams
 
 _TLS_HANDSHAKE = 0x16
+
+
+class Upstream:
+    """An HTTP/1.1 client connection to one upstream server, kept while requests go there."""
+
+    def __init__(
+        self,
+        h11: Any,
+        host: str,
+        port: int,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self._h11 = h11
+        self.endpoint = (host, port)
+        self.connection = h11.Connection(h11.CLIENT)
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def open(
+        cls,
+        h11: Any,
+        host: str,
+        port: int,
+        address: tuple[str, int],
+        context: ssl.SSLContext | None,
+    ) -> Upstream:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                *address, ssl=context, server_hostname=host if context else None
+            ),
+            30,
+        )
+        return cls(h11, host, port, reader, writer)
+
+    def reusable(self, host: str, port: int) -> bool:
+        h11 = self._h11
+        if self.endpoint != (host, port) or self.connection.our_state is not h11.DONE:
+            return False
+        if self.connection.their_state is not h11.DONE:
+            return False
+        self.connection.start_next_cycle()
+        return True
+
+    async def send(self, event: Any) -> None:
+        data = self.connection.send(event)
+        if data:
+            self.writer.write(data)
+            await self.writer.drain()
+
+    async def next(self) -> Any:
+        return await next_event(self._h11, self.connection, self.reader)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def next_event(h11: Any, connection: Any, reader: asyncio.StreamReader) -> Any:
+    """The next h11 event of ``connection``, reading from ``reader`` as it needs."""
+    while (event := connection.next_event()) is h11.NEED_DATA:
+        connection.receive_data(await reader.read(65536))
+    return event
 
 
 def upgrade_tokens(headers: Any) -> list[bytes]:
@@ -115,6 +183,8 @@ async def relay(
 
 
 __all__ = [
+    "Upstream",
+    "next_event",
     "refused_upgrade",
     "relay",
     "tunnel_is_tls",

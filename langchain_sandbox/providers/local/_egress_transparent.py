@@ -23,11 +23,17 @@ built (``docs/network.md``).
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import socket
+import ssl
 import struct
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from typing import cast
+
+logger = logging.getLogger(__name__)
 
 STAND_IN = "198.18.0.1"
 """The address every name resolves to inside the sandbox (RFC 2544's benchmarking range: never a
@@ -107,6 +113,73 @@ def open_listeners(pid: int) -> tuple[list[socket.socket], socket.socket]:
     return sockets[:-1], sockets[-1]
 
 
+class TransparentPath:
+    """The host's side of one session's transparent path: the DNS responder and the listeners
+    in its sandbox's namespace, each connection handed to ``serve(reader, writer, port)`` (TLS
+    on port 443 with ``tls``, whose SNI callback picks the certificate)."""
+
+    def __init__(
+        self,
+        serve: Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]],
+        tls: ssl.SSLContext,
+    ) -> None:
+        self._serve = serve
+        self._tls = tls
+        self._opened: list[asyncio.Server | asyncio.BaseTransport] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.error: str | None = None
+
+    async def open(self, worker_pid: int) -> None:
+        """Open the path into the sandbox of bubblewrap's ``worker_pid``; one opened for an
+        earlier worker of the session closes. A host where it cannot be set up (`error` says
+        why, and a warning is logged) keeps the proxy variables' path only, as gVisor does."""
+        await self.close()
+        try:
+            listeners, dns = await asyncio.to_thread(open_listeners, worker_pid)
+        except (OSError, subprocess.SubprocessError) as exc:
+            self.error = str(exc)
+            logger.warning("No transparent egress path for this sandbox: %s", exc)
+            return
+        self.error = None
+        loop = asyncio.get_running_loop()
+        try:
+            transport, _ = await loop.create_datagram_endpoint(DnsResponder, sock=dns)
+            self._opened.append(transport)
+            for port, listener in zip(PORTS, listeners, strict=True):
+                server = await asyncio.start_server(
+                    functools.partial(self._connection, port=port),
+                    sock=listener,
+                    ssl=self._tls if port == 443 else None,
+                )
+                self._opened.append(server)
+        except BaseException:
+            for made in [dns, *listeners]:
+                made.close()
+            await self.close()
+            raise
+
+    async def _connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, port: int
+    ) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        await self._serve(reader, writer, port)
+
+    async def close(self) -> None:
+        """Close the listeners, the responder and every connection (idempotent)."""
+        opened, self._opened = self._opened, []
+        for item in opened:
+            item.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for item in opened:
+            if isinstance(item, asyncio.Server):
+                await item.wait_closed()
+
+
 class DnsResponder(asyncio.DatagramProtocol):
     """Answers each query for a name's IPv4 address with `STAND_IN`, any other with no record."""
 
@@ -148,4 +221,4 @@ def dns_answer(query: bytes) -> bytes | None:
     return head + question + answers
 
 
-__all__ = ["PORTS", "STAND_IN", "DnsResponder", "dns_answer", "open_listeners"]
+__all__ = ["PORTS", "STAND_IN", "DnsResponder", "TransparentPath", "dns_answer", "open_listeners"]

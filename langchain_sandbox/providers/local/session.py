@@ -193,7 +193,7 @@ class LocalSession(LocalSessionFiles, Session):
         )
         if self._egress is not None and self.launcher.gvisor is None:
             # Before any code runs: clients that ignore the proxy variables (docs/network.md).
-            await self._egress.attach(worker.pid)
+            await self._egress.transparent.open(worker.pid)
         return worker
 
     async def _ready_worker(self) -> WorkerProcess:
