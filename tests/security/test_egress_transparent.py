@@ -114,11 +114,11 @@ def test_the_dns_responder_answers_names_with_the_stand_in_and_nothing_else() ->
     a_record = dns_answer(query("api.test", 1))
     assert a_record is not None
     assert a_record[:2] == b"\xab\xcd"
-    assert a_record[6:8] == b"\0\1"
+    assert a_record[6:8] == b"\0\1"  # one answer
     assert a_record.endswith(socket.inet_aton(STAND_IN))
     aaaa = dns_answer(query("api.test", 28))
     assert aaaa is not None
-    assert aaaa[6:8] == b"\0\0"
+    assert aaaa[6:8] == b"\0\0"  # no IPv6 address
     # Whatever the sandbox sends, the responder answers or ignores it: it never raises.
     rng = random.Random(24)
     for _ in range(5000):

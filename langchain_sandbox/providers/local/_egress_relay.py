@@ -3,7 +3,6 @@ tunnel carries, and WebSocket relays.
 
 * `Upstream`: an HTTP/1.1 client connection (``h11``) to one upstream server, kept alive while
   the sandbox's requests go to that same host and port.
-
 * A tunnel is TLS when its first byte is a TLS handshake record (``0x16``); anything else is read
   as plain HTTP (a ``ws://`` client behind a proxy sends its upgrade through ``CONNECT``), still
   parsed by ``h11``, so bytes that are neither end the connection instead of passing unread.

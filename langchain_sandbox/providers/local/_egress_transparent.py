@@ -12,8 +12,9 @@ these ports nor add a route), and hands the sockets back over a unix socket pair
 * `DnsResponder` answers every name's ``A`` query with `STAND_IN` (``AAAA`` with no address): a
   client that resolves a name connects to the host's listeners. Names are never looked up
   anywhere from here, so a query is no channel out.
-* The listeners feed `EgressProxy.serve_transparent`, which takes the host from the TLS SNI (port
-  443) or the ``Host`` header (port 80) and applies the policy exactly as to a ``CONNECT``.
+* `TransparentPath` serves the listeners with the egress proxy, which takes the host from the TLS
+  SNI (port 443) or the ``Host`` header (port 80) and applies the policy exactly as to a
+  ``CONNECT``.
 
 An address in the code (an IP literal) is not covered: there is still no route to it. gVisor's
 network stack lives in its sentry, where the host cannot create sockets; there the path is not
@@ -42,6 +43,8 @@ real host's)."""
 PORTS = (80, 443)
 """The ports the transparent path listens on: HTTP and HTTPS."""
 
+# A process of its own: the host process must keep its namespaces, and a multithreaded process
+# cannot join a user namespace at all.
 _HELPER = f"""
 import ctypes, fcntl, os, socket, struct, sys
 pid, channel = sys.argv[1], socket.socket(fileno=int(sys.argv[2]))
