@@ -1,17 +1,19 @@
 """Upstream servers for the egress proxy's tests: HTTP and HTTPS on the host's 127.0.0.1, the
-HTTPS one with a certificate from a test CA that only the proxy under test is told to trust.
+HTTPS one with a certificate from a test CA that only the proxy under test is told to trust;
+WebSocket echo servers (``ws`` and ``wss``, the same CA) beside them.
 
 Every request they get is recorded (host, path, headers), so a test can show what reached an
 upstream, and what never did."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import json
 import ssl
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -20,6 +22,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from websockets.http11 import Request as WebSocketRequest
+from websockets.sync.server import Server as WebSocketServer
+from websockets.sync.server import ServerConnection
+from websockets.sync.server import serve as websocket_serve
+
+from langchain_sandbox import SessionSpec
+from langchain_sandbox.providers.local import EgressUpstream, LocalProvider, LocalSession
 
 
 @dataclass
@@ -39,6 +48,8 @@ class Upstreams:
     https_port: int
     ca_file: str
     seen: list[Seen] = field(default_factory=list)
+    ws_port: int = 0
+    wss_port: int = 0
 
 
 def _certificates(directory: Path, names: Sequence[str]) -> tuple[Path, Path]:
@@ -114,8 +125,21 @@ def _handler(seen: list[Seen]) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def _echo(connection: ServerConnection) -> None:
+    for message in connection:
+        connection.send(message)
+
+
+def _websocket_server(seen: list[Seen], context: ssl.SSLContext | None) -> WebSocketServer:
+    def record(connection: ServerConnection, request: WebSocketRequest) -> None:
+        headers = {name.lower(): value for name, value in request.headers.raw_items()}
+        seen.append(Seen(headers.get("host", ""), request.path, headers))
+
+    return websocket_serve(_echo, "127.0.0.1", 0, ssl=context, process_request=record)
+
+
 def serve_upstreams(directory: Path, names: Sequence[str]) -> Iterator[Upstreams]:
-    """Run both servers until the generator is closed (a fixture's body)."""
+    """Run the servers until the generator is closed (a fixture's body)."""
     ca_file, chain = _certificates(directory, names)
     seen: list[Seen] = []
     plain = ThreadingHTTPServer(("127.0.0.1", 0), _handler(seen))
@@ -123,12 +147,35 @@ def serve_upstreams(directory: Path, names: Sequence[str]) -> Iterator[Upstreams
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(chain)
     secure.socket = context.wrap_socket(secure.socket, server_side=True)
-    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (plain, secure)]
+    ws, wss = _websocket_server(seen, None), _websocket_server(seen, context)
+    servers: list[ThreadingHTTPServer | WebSocketServer] = [plain, secure, ws, wss]
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
     for thread in threads:
         thread.start()
     try:
-        yield Upstreams(plain.server_address[1], secure.server_address[1], str(ca_file), seen)
+        ports = [plain.server_address[1], secure.server_address[1]]
+        ws_ports = [ws.socket.getsockname()[1], wss.socket.getsockname()[1]]
+        yield Upstreams(*ports, str(ca_file), seen, *ws_ports)
     finally:
         for server in (plain, secure):
             server.shutdown()
             server.server_close()
+        for websocket_server in (ws, wss):
+            websocket_server.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def egress_session(
+    base_dir: Path, isolation: str, upstream: EgressUpstream, spec: SessionSpec
+) -> AsyncIterator[LocalSession]:
+    """A session made by a local provider whose egress proxy uses ``upstream``; the session and
+    the provider close with the block."""
+    provider = LocalProvider(base_dir=base_dir, isolation=isolation, egress_upstream=upstream)
+    try:
+        made = await provider.create(spec)
+        try:
+            yield made
+        finally:
+            await made.close()
+    finally:
+        await provider.aclose()

@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from egress_servers import Upstreams, serve_upstreams
+from egress_servers import Upstreams, egress_session, serve_upstreams
 
 from langchain_sandbox import Limits, NetworkPolicy, SessionSpec
-from langchain_sandbox.providers.local import EgressUpstream, LocalProvider, LocalSession
+from langchain_sandbox.providers.local import EgressUpstream, LocalSession
 
 # Each client as code usually calls it: no proxy or CA argument, only the environment's.
 CLIENTS = {
@@ -59,12 +59,8 @@ def upstreams(tmp_path: Path) -> Iterator[Upstreams]:
 async def session(
     tmp_path: Path, upstreams: Upstreams, isolation: str
 ) -> AsyncIterator[LocalSession]:
-    provider = LocalProvider(
-        base_dir=tmp_path / "sandboxes",
-        isolation=isolation,
-        egress_upstream=EgressUpstream(
-            ca_file=upstreams.ca_file, hosts={"api.test": "127.0.0.1", "other.test": "127.0.0.1"}
-        ),
+    upstream = EgressUpstream(
+        ca_file=upstreams.ca_file, hosts={"api.test": "127.0.0.1", "other.test": "127.0.0.1"}
     )
     # api.test resolves to the host's loopback: that address must be allowed too. The host's
     # loopback HTTP server is allowed by address.
@@ -72,16 +68,10 @@ async def session(
     policy = NetworkPolicy(
         allow=[f"api.test:{port}", f"127.0.0.1:{port}", f"127.0.0.1:{upstreams.http_port}"]
     )
-    try:
-        # "host": the application's own site-packages, where httpx and requests are installed.
-        spec = SessionSpec(template="host", network=policy, limits=Limits(timeout=90))
-        made = await provider.create(spec)
-        try:
-            yield made
-        finally:
-            await made.close()
-    finally:
-        await provider.aclose()
+    # "host": the application's own site-packages, where httpx and requests are installed.
+    spec = SessionSpec(template="host", network=policy, limits=Limits(timeout=90))
+    async with egress_session(tmp_path / "sandboxes", isolation, upstream, spec) as made:
+        yield made
 
 
 @pytest.mark.parametrize("client", sorted(CLIENTS))

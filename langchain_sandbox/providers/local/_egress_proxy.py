@@ -11,9 +11,16 @@ unix socket bound into the sandbox). For every request the proxy:
   or otherwise non-public address unless the policy allows that address itself, and connects to
   the address it checked (no second lookup for a rebinding DNS to answer differently);
 * terminates TLS with a certificate from the session's own CA (`SessionCA`), HTTP/1.1 only, and
-  verifies the upstream server with the host's trust store (or `EgressUpstream.ca_file`);
+  verifies the upstream server with the host's trust store (or `EgressUpstream.ca_file`); a
+  tunnel that does not start with TLS is read as plain HTTP (`_egress_relay.tunnel_is_tls`);
 * replaces each secret's placeholder in the request's headers with its value, toward that secret's
-  hosts only; refuses protocol upgrades (WebSocket), which it could not inspect afterwards.
+  hosts only;
+* relays a WebSocket once its upgrade request passed all of the above (`_egress_relay.relay`), and
+  refuses any other upgrade (h2c included).
+
+Connections come through the proxy's unix socket (clients that read the proxy variables) or,
+under bubblewrap, through the transparent path (`_egress_transparent`), where the host is the TLS
+SNI or the ``Host`` header and everything above applies the same way.
 
 HTTP/1.1 is parsed by ``h11`` (the ``egress`` extra) on both sides: the proxy never frames a
 message by hand, so a request the two sides could read differently is an error, not a bypass.
@@ -23,21 +30,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import os
 import socket
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_sandbox.errors import MissingDependencyError
 from langchain_sandbox.network import NetworkPolicy, ip_literal, normal_host
 from langchain_sandbox.providers.local._egress_ca import SessionCA
+from langchain_sandbox.providers.local._egress_relay import (
+    Upstream,
+    next_event,
+    refused_upgrade,
+    relay,
+    tunnel_is_tls,
+    upgrade_headers,
+    upgrade_tokens,
+)
 from langchain_sandbox.providers.local._egress_sandbox import CA_FILE, EGRESS_SOCKET
+from langchain_sandbox.providers.local._egress_transparent import TransparentPath
 from langchain_sandbox.providers.local._unix_server import serving_unix
 
-_MAX_BODY_CHUNK = 65536
 _HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"te", b"upgrade"}
 )
@@ -70,6 +87,23 @@ class EgressUpstream:
     hosts: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Tunnel:
+    """A ``CONNECT`` tunnel the policy allowed: every request in it goes to this endpoint."""
+
+    host: str
+    port: int
+    address: tuple[str, int]
+    tls: bool
+
+
+_Opening = Callable[
+    [asyncio.StreamReader, asyncio.StreamWriter],
+    Awaitable["tuple[Any, Any, _Tunnel | None] | None"],
+]
+"""How a connection starts: its h11 connection, first event and tunnel (``None``: answered)."""
+
+
 class _Denied(Exception):
     """A request the policy refuses; its message is the reason the sandbox's code reads."""
 
@@ -97,12 +131,18 @@ class EgressProxy:
         self._h11 = _h11()
         self._client_context = ssl.create_default_context(cafile=self.upstream.ca_file)
         self._client_context.set_alpn_protocols(["http/1.1"])
+        sni_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        sni_context.sni_callback = self._sni
+        self.transparent = TransparentPath(self._serve_transparent, sni_context)
 
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[EgressProxy]:
         """Serve while the session lives."""
         async with serving_unix(self.socket_path, self._serve):
-            yield self
+            try:
+                yield self
+            finally:
+                await self.transparent.close()
 
     # ------------------------------------------------------------------ policy
 
@@ -152,28 +192,26 @@ class EgressProxy:
     # ------------------------------------------------------------------ connections
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._answer(reader, writer, self._open_proxied)
+
+    async def _serve_transparent(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int
+    ) -> None:
+        """Answer a connection the sandbox made to the transparent path's ``port``
+        (`_egress_transparent`): the host comes from the SNI (443) or the ``Host`` header (80)."""
+        await self._answer(reader, writer, functools.partial(self._open_transparent, port=port))
+
+    async def _answer(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, opening: _Opening
+    ) -> None:
+        """Answer one connection's requests, in order, until it ends or one is refused."""
         h11 = self._h11
-        client = h11.Connection(h11.SERVER)
-        upstream: _Upstream | None = None
+        upstream: Upstream | None = None
         try:
-            request = await _next(client, reader)
-            if not isinstance(request, h11.Request):
+            opened = await opening(reader, writer)
+            if opened is None:
                 return
-            if request.method == b"CONNECT":
-                host, port = _split_authority(request.target.decode("latin-1"), 443)
-                try:
-                    address = await self._address(host, port)
-                except _Denied as denied:
-                    await self._deny(client, writer, str(denied))
-                    return
-                writer.write(client.send(h11.Response(status_code=200, headers=[])))
-                await writer.drain()
-                await writer.start_tls(self.ca.server_context(host))
-                client = h11.Connection(h11.SERVER)
-                request = await _next(client, reader)
-                tunnel: tuple[str, int, tuple[str, int]] | None = (host, port, address)
-            else:
-                tunnel = None
+            client, request, tunnel = opened
             while isinstance(request, h11.Request):
                 upstream = await self._exchange(client, reader, writer, request, tunnel, upstream)
                 if upstream is None or client.our_state is not h11.DONE:
@@ -187,20 +225,85 @@ class EgressProxy:
                 upstream.close()
             writer.close()
 
+    async def _open_proxied(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[Any, Any, _Tunnel | None] | None:
+        """A proxy client's first request (through its ``CONNECT`` tunnel, if it opens one)."""
+        h11 = self._h11
+        client = h11.Connection(h11.SERVER)
+        request = await _next(client, reader)
+        if not isinstance(request, h11.Request) or request.method != b"CONNECT":
+            return client, request, None
+        host, port = _split_authority(request.target.decode("latin-1"), 443)
+        try:
+            address = await self._address(host, port)
+        except _Denied as denied:
+            await self._deny(client, writer, str(denied))
+            return None
+        writer.write(client.send(h11.Response(status_code=200, headers=[])))
+        pending = client.trailing_data[0]
+        tls = await tunnel_is_tls(writer, pending)
+        client = h11.Connection(h11.SERVER)
+        if tls:
+            if pending:  # a ClientHello sent before the 200: start_tls cannot take it
+                return None
+            await writer.start_tls(self.ca.server_context(host))
+        elif pending:  # (h11 reads an empty chunk as the end of the stream)
+            client.receive_data(pending)
+        return client, await _next(client, reader), _Tunnel(host, port, address, tls)
+
+    async def _open_transparent(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, port: int
+    ) -> tuple[Any, Any, _Tunnel | None] | None:
+        """A transparent connection's first request, its host checked as a ``CONNECT``'s."""
+        h11 = self._h11
+        client = h11.Connection(h11.SERVER)
+        request = await _next(client, reader)
+        if not isinstance(request, h11.Request):
+            return None
+        tls = writer.get_extra_info("ssl_object")
+        if tls is not None:
+            host = tls.egress_host  # set by _sni, before the handshake ended
+        else:
+            named = [v.decode("latin-1") for n, v in request.headers if n == b"host"]
+            host = _split_authority(named[0], port)[0] if named else ""
+        try:
+            if not host:
+                raise _Denied("a request to the transparent path must name its host")
+            address = await self._address(host, port)
+        except _Denied as denied:
+            await self._deny(client, writer, str(denied))
+            return None
+        return client, request, _Tunnel(host, port, address, tls is not None)
+
+    def _sni(self, ssl_object: Any, name: str | None, context: ssl.SSLContext) -> int | None:
+        """Present a certificate for the name the client asked for (the policy decides after
+        the handshake, with a 403 the client can read); refuse a handshake without a name."""
+        if not name:
+            self.denied.append("a TLS connection to the transparent path named no host (SNI)")
+            return ssl.ALERT_DESCRIPTION_HANDSHAKE_FAILURE
+        host = normal_host(name)
+        ssl_object.context = self.ca.server_context(host)
+        ssl_object.egress_host = host
+        return None
+
     async def _exchange(
         self,
         client: Any,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         request: Any,
-        tunnel: tuple[str, int, tuple[str, int]] | None,
-        upstream: _Upstream | None,
-    ) -> _Upstream | None:
+        tunnel: _Tunnel | None,
+        upstream: Upstream | None,
+    ) -> Upstream | None:
         """Answer one request (forwarded or refused); the upstream connection to keep, or
         ``None`` when the client's connection must end."""
         h11 = self._h11
         try:
             host, port, address, target = await self._target(request, tunnel)
+            upgrade = upgrade_tokens(request.headers)
+            if upgrade and (refusal := refused_upgrade(upgrade)):
+                raise _Denied(refusal)
         except _Denied as denied:
             await self._deny(client, writer, str(denied))
             return None
@@ -208,8 +311,9 @@ class EgressProxy:
             if upstream is not None:
                 upstream.close()
             try:
-                upstream = await _Upstream.open(
-                    h11, host, port, address, self._client_context if tunnel else None
+                tls = tunnel is not None and tunnel.tls
+                upstream = await Upstream.open(
+                    h11, host, port, address, self._client_context if tls else None
                 )
             except ssl.SSLCertVerificationError as exc:
                 reason = f"{_authority(host, port)} presented a certificate that does not verify"
@@ -220,6 +324,8 @@ class EgressProxy:
                 await self._deny(client, writer, reason, status=502)
                 return None
         headers = self._headers(request.headers, host, port)
+        if upgrade:
+            headers = upgrade_headers(headers)
         await upstream.send(h11.Request(method=request.method, target=target, headers=headers))
         while not isinstance(event := await _next(client, reader), h11.EndOfMessage):
             if isinstance(event, h11.Data):
@@ -227,6 +333,9 @@ class EgressProxy:
         await upstream.send(h11.EndOfMessage())
         response = await upstream.next()
         while isinstance(response, h11.InformationalResponse):
+            if response.status_code == 101 and upgrade:
+                await self._switch(client, reader, writer, upstream, response)
+                return None
             response = await upstream.next()
         if not isinstance(response, h11.Response):
             raise h11.RemoteProtocolError("no response from upstream")
@@ -240,15 +349,29 @@ class EgressProxy:
         await writer.drain()
         return upstream
 
+    async def _switch(
+        self,
+        client: Any,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        upstream: Upstream,
+        response: Any,
+    ) -> None:
+        """Pass the upstream's ``101`` on and relay the switched connection until it ends."""
+        h11 = self._h11
+        kept = [(n, v) for n, v in response.headers if n not in _HOP_BY_HOP]
+        switch = h11.InformationalResponse(status_code=101, headers=upgrade_headers(kept))
+        writer.write(client.send(switch))
+        early = (client.trailing_data[0], upstream.connection.trailing_data[0])
+        await relay((reader, writer), (upstream.reader, upstream.writer), early)
+
     async def _target(
-        self, request: Any, tunnel: tuple[str, int, tuple[str, int]] | None
+        self, request: Any, tunnel: _Tunnel | None
     ) -> tuple[str, int, tuple[str, int], bytes]:
         """``(host, port, address, origin-form target)`` of a request, or raise `_Denied`."""
-        if any(name == b"upgrade" for name, _ in request.headers):
-            raise _Denied("protocol upgrades (WebSocket) are not supported by the egress proxy")
         named = [value.decode("latin-1") for name, value in request.headers if name == b"host"]
         if tunnel is not None:
-            host, port, address = tunnel
+            host, port, address = tunnel.host, tunnel.port, tunnel.address
             target = request.target
             if not target.startswith(b"/"):
                 raise _Denied("a request inside a tunnel must use a path, not a URL")
@@ -287,68 +410,9 @@ class EgressProxy:
             await writer.drain()
 
 
-class _Upstream:
-    """An HTTP/1.1 client connection to one upstream server, kept while requests go there."""
-
-    def __init__(
-        self,
-        h11: Any,
-        host: str,
-        port: int,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
-        self._h11 = h11
-        self.endpoint = (host, port)
-        self.connection = h11.Connection(h11.CLIENT)
-        self._reader = reader
-        self._writer = writer
-
-    @classmethod
-    async def open(
-        cls,
-        h11: Any,
-        host: str,
-        port: int,
-        address: tuple[str, int],
-        context: ssl.SSLContext | None,
-    ) -> _Upstream:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(
-                *address, ssl=context, server_hostname=host if context else None
-            ),
-            30,
-        )
-        return cls(h11, host, port, reader, writer)
-
-    def reusable(self, host: str, port: int) -> bool:
-        h11 = self._h11
-        if self.endpoint != (host, port) or self.connection.our_state is not h11.DONE:
-            return False
-        if self.connection.their_state is not h11.DONE:
-            return False
-        self.connection.start_next_cycle()
-        return True
-
-    async def send(self, event: Any) -> None:
-        data = self.connection.send(event)
-        if data:
-            self._writer.write(data)
-            await self._writer.drain()
-
-    async def next(self) -> Any:
-        return await _next(self.connection, self._reader)
-
-    def close(self) -> None:
-        self._writer.close()
-
-
 async def _next(connection: Any, reader: asyncio.StreamReader) -> Any:
     """The next h11 event of ``connection``, reading from ``reader`` as it needs."""
-    need_data = _h11().NEED_DATA
-    while (event := connection.next_event()) is need_data:
-        connection.receive_data(await reader.read(_MAX_BODY_CHUNK))
-    return event
+    return await next_event(_h11(), connection, reader)
 
 
 def _split_authority(authority: str, default_port: int) -> tuple[str, int]:

@@ -2,8 +2,9 @@
 relay that reaches it, and the variables that point clients at it.
 
 Clients that read the proxy variables (pip, requests, httpx, urllib, curl, git, npm) reach the
-proxy at ``127.0.0.1:EGRESS_PORT``; anything that ignores them has no route at all (the sandbox's
-network namespace holds only its own loopback), so it fails instead of going around the policy.
+proxy at ``127.0.0.1:EGRESS_PORT``. Anything that ignores them has no route (the sandbox's network
+namespace holds only its own loopback) except, under bubblewrap, the transparent path for names
+(`_egress_transparent`): it fails instead of going around the policy.
 """
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ class LocalSession(LocalSessionFiles, Session):
     async def _start_worker(self) -> WorkerProcess:
         # Out-of-memory kills counted from here on are this worker's (read once, off the hot path).
         self._oom_kills_seen = self.cgroup.oom_kills()
-        return await WorkerProcess.start(
+        worker = await WorkerProcess.start(
             self.launcher.worker_command,
             prepare=self.launcher.spawnable,
             preexec_fn=self.launcher.preexec(),
@@ -191,6 +191,10 @@ class LocalSession(LocalSessionFiles, Session):
             control_pipe=self.launcher.control_pipe,
             stdio=self.launcher.gvisor is not None,
         )
+        if self._egress is not None and self.launcher.gvisor is None:
+            # Before any code runs: clients that ignore the proxy variables (docs/network.md).
+            await self._egress.transparent.open(worker.pid)
+        return worker
 
     async def _ready_worker(self) -> WorkerProcess:
         """The running worker, restarting one that died since the last call.
