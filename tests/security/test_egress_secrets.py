@@ -71,7 +71,9 @@ async def test_the_value_stays_on_the_host(
         allow=[f"api.test:{upstreams.https_port}", f"127.0.0.1:{upstreams.https_port}"],
         secrets=[secret],
     )
-    spec = SessionSpec(network=policy, limits=Limits(timeout=60))
+    # Reading every file the sandbox can see (the whole Python install under /opt included) takes
+    # gVisor's gofer most of a minute on a loaded machine: the limit is for that, not the request.
+    spec = SessionSpec(network=policy, limits=Limits(timeout=240))
     session = await provider.create(spec)
     url = f"https://api.test:{upstreams.https_port}/use"
     code = f"""
@@ -84,7 +86,8 @@ environs = subprocess.run(
     "cat /proc/[0-9]*/environ", shell=True, capture_output=True
 ).stdout
 found = subprocess.run(
-    ["grep", "-rl", {VALUE!r}, "/home/user", "/tmp", "/opt", "/etc"], capture_output=True, text=True
+    ["grep", "-rlF", {VALUE!r}, "/home/user", "/tmp", "/opt", "/etc"],
+    capture_output=True, text=True, env={{"LC_ALL": "C"}},
 ).stdout
 print(status, key == {secret.placeholder!r}, {VALUE.encode()!r} in environs, repr(found))
 """
