@@ -37,6 +37,7 @@ import logging
 import math
 import os
 import re
+import textwrap
 import time
 import uuid
 import zlib
@@ -60,7 +61,6 @@ from langchain_sandbox.network import network_record
 from langchain_sandbox.providers import guest_changes, kernel_state
 from langchain_sandbox.providers.base import (
     Capabilities,
-    ChangeListing,
     FileInfo,
     Limits,
     OutputCallback,
@@ -78,14 +78,14 @@ from langchain_sandbox.providers.names import E2B as PROVIDER_NAME
 from langchain_sandbox.providers.remote import (
     SESSION_KEY,
     TAG_KEY,
+    ChangesReply,
     RemoteProvider,
     RemoteSession,
-    change_listing,
-    known_reference,
     load_sdk,
     read_tags,
     tag_metadata,
 )
+from langchain_sandbox.providers.remote_errors import status_error
 from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 from langchain_sandbox.providers.tool_channel import FrameFilter
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
@@ -122,11 +122,6 @@ _CHANGES_MODULE = (
     "_langchain_sandbox_guest_changes_" + hashlib.sha256(_CHANGES_SOURCE.encode()).hexdigest()[:12]
 )
 _CHANGES_PACKED = base64.b64encode(zlib.compress(_CHANGES_SOURCE.encode()))
-# A change listing carries each changed file up to this size, and no more in all than this
-# (the rest is read one request per file, as before); envd's listing rounds mtimes to
-# microseconds and reports Go's FileMode.Perm(), and the kernel's listing says the same.
-_BUNDLE_FILE_BYTES = _CHUNK_BYTES
-_BUNDLE_BYTES = 16 * 1024 * 1024
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _LISTED_MTIME_UNIT_NS = 1000
 _LISTED_MODE_MASK = 0o777
@@ -179,30 +174,41 @@ def _translate(
     message = str(exc) or type(exc).__name__
     if secret:
         message = message.replace(secret, "<redacted>")
-    text = f"E2B: {what} failed: {message}"
     details = {"sdk_error": type(exc).__name__}
-    status = _status_of(exc)
-    if status is not None:
-        details["status"] = str(status)
 
     def make(cls: type[SandboxError], retryable: bool | None = None) -> SandboxError:
-        return cls(text, retryable=retryable, provider=PROVIDER_NAME, details=details)
+        return cls(
+            f"E2B: {what} failed: {message}",
+            retryable=retryable,
+            provider=PROVIDER_NAME,
+            details=details,
+        )
 
     if path is not None and isinstance(exc, e2b.FileNotFoundException):
         return InvalidPathError(f"{path!r} does not exist in the sandbox.", provider=PROVIDER_NAME)
     if path is not None and isinstance(exc, e2b.InvalidArgumentException):
         return InvalidPathError(f"{path!r} cannot be used here: {message}", provider=PROVIDER_NAME)
-    if isinstance(exc, e2b.AuthenticationException) or status in (401, 403):
-        return make(AuthenticationError)
-    if isinstance(exc, e2b.RateLimitException) or status == 429:
-        return make(QuotaExceededError)
-    if isinstance(exc, (e2b.NotFoundException, e2b.SandboxNotRunningException)) or status == 404:
-        return make(SandboxGoneError)
     # The edge's 502 for a sandbox that no longer exists arrives, through the code interpreter,
     # as a plain exception whose text is all there is; the SDK itself tells envd's case by it.
     if "was not found" in message or "was killed" in message:
         return make(SandboxGoneError)
-    if isinstance(exc, e2b.SandboxUnreachableException) or (status is not None and status >= 500):
+    status = _status_of(exc)
+    if status is not None:
+        return status_error(
+            status,
+            provider=PROVIDER_NAME,
+            label="E2B",
+            what=what,
+            message=message,
+            details=details,
+        )
+    if isinstance(exc, e2b.AuthenticationException):
+        return make(AuthenticationError)
+    if isinstance(exc, e2b.RateLimitException):
+        return make(QuotaExceededError)
+    if isinstance(exc, e2b.NotFoundException | e2b.SandboxNotRunningException):
+        return make(SandboxGoneError)
+    if isinstance(exc, e2b.SandboxUnreachableException):
         return make(ProviderUnavailableError)
     if isinstance(exc, e2b.TimeoutException | httpx.TimeoutException | TimeoutError):
         return make(SandboxTimeoutError)
@@ -220,7 +226,9 @@ class E2BSession(RemoteSession):
 
     provider_name = PROVIDER_NAME
     capabilities = CAPABILITIES
-    lists_variables = True
+    bundle_file_bytes = _CHUNK_BYTES
+    # envd's listing rounds mtimes to microseconds and reports Go's FileMode.Perm().
+    listing_form = {"mtime_unit_ns": _LISTED_MTIME_UNIT_NS, "mode_mask": _LISTED_MODE_MASK}
 
     def __init__(
         self,
@@ -454,66 +462,27 @@ class E2BSession(RemoteSession):
         listed = (_file_info(entry) for entry in entries)
         return sorted((info for info in listed if info is not None), key=lambda info: info.path)
 
-    async def list_changes(
-        self,
-        known: Mapping[str, FileInfo],
-        *,
-        max_bytes: int,
-        variables_max_bytes: int | None = None,
-        since: object | None = None,
-    ) -> ChangeListing:
-        """One code execution in the kernel: it lists the workspace, compares it with ``known``
-        (named by the kernel's token when ``since`` is the cursor it returned, see
-        `known_reference`), reads the changed regular
-        files (opened without blocking: a FIFO cannot hang it) and, when asked, dumps the
-        variables; entries are what `list_files` would report for them."""
-        request: dict[str, Any] = {
-            "max_bytes": min(max_bytes, _BUNDLE_BYTES),
-            "max_file_bytes": _BUNDLE_FILE_BYTES,
-            "mtime_unit_ns": _LISTED_MTIME_UNIT_NS,
-            "mode_mask": _LISTED_MODE_MASK,
-        }
-        lines = await self._changes(
-            {**request, **known_reference(known, since)}, variables_max_bytes
-        )
-        if json.loads(lines[-1]).get("stale"):  # a new kernel: it never saw the token
-            lines = await self._changes(
-                {**request, **known_reference(known, None)}, variables_max_bytes
-            )
-        # Lines: one per bundled file (a JSON pair), the dump's base64 chunks, the answer.
-        *rest, described = lines
-        files = [json.loads(line) for line in rest if line.startswith("[")]
-        chunks = [line for line in rest if not line.startswith("[")]
-        answer = json.loads(described)
-        variables = (
-            None
-            if variables_max_bytes is None
-            else _variables_dump(chunks, answer["variables"], variables_max_bytes)
-        )
-        contents = {path: base64.b64decode(data) for path, data in files}
-        return change_listing(answer, contents, variables)
-
-    async def _changes(self, request: dict[str, Any], variables_max_bytes: int | None) -> list[str]:
+    async def _ask_changes(
+        self, request: dict[str, Any], variables_max_bytes: int | None
+    ) -> ChangesReply:
+        """One code execution in the kernel, where the guest module keeps its last listing."""
         packed = base64.b64encode(json.dumps(request).encode()).decode()
         dump = (
             ""
             if variables_max_bytes is None
-            else _DUMP_LINES.format(limit=variables_max_bytes)
-            + "    answer['variables'] = described\n"
+            else "    if 'changed' in answer:\n"
+            + textwrap.indent(_DUMP_LINES.format(limit=variables_max_bytes), "    ")
+            + "        answer['variables'] = described\n"
         )
-        return await self._kernel_call(
+        lines = await self._kernel_call(
             f"    request = json.loads(base64.b64decode({packed!r}))\n"
-            "    known = request.pop('known', None)\n"
-            "    if known is None:\n"
-            "        token, known = getattr(changes, 'last_answered', (None, None))\n"
-            "        if token != request.pop('since'):\n"
-            f"            print({_MARKER!r} + json.dumps({{'stale': True}}))\n"
-            "            return\n"
-            f"    answer, listing = changes.changes({WORKSPACE_ROOT!r}, known, **request)\n"
-            "    answer['token'] = __import__('os').urandom(8).hex()\n"
-            "    changes.last_answered = (answer['token'], listing)\n"
+            "    answer = changes.answer_changes(\n"
+            "        request,\n"
+            "        lambda: getattr(changes, 'last_answered', None),\n"
+            "        lambda last: setattr(changes, 'last_answered', last),\n"
+            "    )\n"
             # each file on a line of its own: no output line is over a file's cap (4 MB) in base64
-            "    for path, data in answer.pop('contents').items():\n"
+            "    for path, data in answer.pop('contents', {}).items():\n"
             f"        print({_MARKER!r} + json.dumps([path, data]))\n"
             f"{dump}"
             f"    print({_MARKER!r} + json.dumps(answer))\n",
@@ -521,6 +490,18 @@ class E2BSession(RemoteSession):
             kernel_state=variables_max_bytes is not None,
             changes=True,
         )
+        # Lines: one per bundled file (a JSON pair), the dump's base64 chunks, the answer.
+        *rest, described = lines
+        answer = json.loads(described)
+        files = [json.loads(line) for line in rest if line.startswith("[")]
+        chunks = [line for line in rest if not line.startswith("[")]
+        variables = (
+            None
+            if variables_max_bytes is None or "variables" not in answer
+            else _variables_dump(chunks, answer["variables"], variables_max_bytes)
+        )
+        contents = {path: base64.b64decode(data) for path, data in files}
+        return ChangesReply(answer, contents, variables)
 
     async def remove_files(self, paths: Sequence[str]) -> None:
         import e2b

@@ -507,7 +507,7 @@ class RunloopSession(WorkerSession):
                 + (f" ({view.shutdown_reason})" if view.shutdown_reason else "")
                 + ".",
                 provider=PROVIDER_NAME,
-                details={"status": view.status},
+                details={"devbox_status": view.status},
             )
         return exc
 
