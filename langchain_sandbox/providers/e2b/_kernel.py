@@ -1,7 +1,8 @@
 """What E2B runs in its Jupyter kernel besides the user's code: the variables dump and load and
-the change listing, each one code execution whose body runs inside a function (the user's globals
-keep no name of ours), with the guest modules (`kernel_state`, `guest_changes`) built from their
-shipped source once per kernel.
+the change listing, each one code execution calling one named operation of `guest_e2b_ops` from
+inside a function (the user's globals keep no name of ours), with the guest modules
+(`guest_e2b_ops`, `kernel_state`, `guest_changes`) built from their shipped source once per
+kernel.
 """
 
 from __future__ import annotations
@@ -11,12 +12,11 @@ import functools
 import hashlib
 import inspect
 import json
-import textwrap
 import zlib
 from typing import TYPE_CHECKING, Any
 
 from langchain_sandbox.errors import SandboxError
-from langchain_sandbox.providers import guest_changes, kernel_state
+from langchain_sandbox.providers import guest_changes, guest_e2b_ops, kernel_state
 from langchain_sandbox.providers.base import VariablesDump
 from langchain_sandbox.providers.names import E2B as PROVIDER_NAME
 from langchain_sandbox.providers.remote import ChangesReply, RemoteSession
@@ -25,13 +25,21 @@ from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 if TYPE_CHECKING:
     from langchain_sandbox.providers.e2b.provider import E2BProvider
 
-_MARKER = "__langchain_sandbox_kernel_state__"
+_MARKER = guest_e2b_ops.MARKER
 _CHUNK_BYTES = 4 * 1024 * 1024  # of a variables dump, per line of output or per upload
-_CHANGES_SOURCE = "from __future__ import annotations\n" + guest_changes.shipped_source()
-_CHANGES_MODULE = (
-    "_langchain_sandbox_guest_changes_" + hashlib.sha256(_CHANGES_SOURCE.encode()).hexdigest()[:12]
+
+
+def _shipped(name: str, source: str) -> tuple[str, bytes]:
+    """A guest module as the kernel builds it: a name versioned by its source, the source
+    compressed."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    return f"_langchain_sandbox_{name}_{digest}", base64.b64encode(zlib.compress(source.encode()))
+
+
+_OPS_MODULE, _OPS_PACKED = _shipped("e2b_ops", inspect.getsource(guest_e2b_ops))
+_CHANGES_MODULE, _CHANGES_PACKED = _shipped(
+    "guest_changes", "from __future__ import annotations\n" + guest_changes.shipped_source()
 )
-_CHANGES_PACKED = base64.b64encode(zlib.compress(_CHANGES_SOURCE.encode()))
 
 
 @functools.cache
@@ -49,17 +57,6 @@ def shipped_kernel_state() -> tuple[str, bytes, bytes]:
         base64.b64encode(zlib.compress(source.encode())),
         base64.b64encode(zlib.compress(pickler.encode())),
     )
-
-
-# Kernel lines that dump the variables: the dump's base64 chunks, each printed behind the marker,
-# and ``described``, what the host checks them against (the caller prints it).
-_DUMP_LINES = (
-    "    blob, saved, skipped = ks.dump_namespace(globals(), {limit})\n"
-    f"    for start in range(0, len(blob), {_CHUNK_BYTES}):\n"
-    f"        chunk = base64.b64encode(blob[start : start + {_CHUNK_BYTES}]).decode()\n"
-    f"        print({_MARKER!r} + chunk)\n"
-    "    described = {{'size': len(blob), 'saved': saved, 'skipped': skipped}}\n"
-)
 
 
 def _variables_dump(chunks: list[str], described: dict[str, Any], max_bytes: int) -> VariablesDump:
@@ -92,27 +89,16 @@ class KernelCalls(RemoteSession):
     async def _ask_changes(
         self, request: dict[str, Any], variables_max_bytes: int | None
     ) -> ChangesReply:
-        """One code execution in the kernel, where the guest module keeps its last listing."""
+        """One code execution: `guest_e2b_ops.list_changes`, where the guest module keeps its
+        last listing for as long as the kernel lives."""
         packed = base64.b64encode(json.dumps(request).encode()).decode()
         dump = (
             ""
             if variables_max_bytes is None
-            else "    if 'changed' in answer:\n"
-            + textwrap.indent(_DUMP_LINES.format(limit=variables_max_bytes), "    ")
-            + "        answer['variables'] = described\n"
+            else f", ks, globals(), {variables_max_bytes!r}, {_CHUNK_BYTES!r}"
         )
         lines = await self._kernel_call(
-            f"    request = json.loads(base64.b64decode({packed!r}))\n"
-            "    answer = changes.answer_changes(\n"
-            "        request,\n"
-            "        lambda: getattr(changes, 'last_answered', None),\n"
-            "        lambda last: setattr(changes, 'last_answered', last),\n"
-            "    )\n"
-            # each file on a line of its own: no output line is over a file's cap (4 MB) in base64
-            "    for path, data in answer.pop('contents', {}).items():\n"
-            f"        print({_MARKER!r} + json.dumps([path, data]))\n"
-            f"{dump}"
-            f"    print({_MARKER!r} + json.dumps(answer))\n",
+            f"    ops.list_changes(changes, json.loads(base64.b64decode({packed!r})){dump})\n",
             "list changes",
             kernel_state=variables_max_bytes is not None,
             changes=True,
@@ -136,8 +122,9 @@ class KernelCalls(RemoteSession):
         """Run ``body`` in the kernel, inside a function (the user's globals keep no name of
         ours); return what it printed behind the marker, line by line.
 
-        In scope: ``ks``, the kernel_state module, with ``kernel_state``; ``changes``, the
-        guest_changes module, with ``changes``. Each is built from its source once per kernel
+        In scope: ``ops``, the `guest_e2b_ops` module of named operations; ``ks``, the
+        kernel_state module, with ``kernel_state``; ``changes``, the guest_changes module, with
+        ``changes``. Each is built from its source once per kernel
         and kept in ``sys.modules`` (its compressed source travels with every call that needs
         it: the host cannot know whether the kernel was restarted).
         """
@@ -159,6 +146,7 @@ class KernelCalls(RemoteSession):
             "                found.prepare(source(prepare))\n"
             "            sys.modules[name] = found\n"
             "        return found\n"
+            + f"    ops = module({_OPS_MODULE!r}, {_OPS_PACKED!r})\n"
             + ks
             + (
                 f"    changes = module({_CHANGES_MODULE!r}, {_CHANGES_PACKED!r})\n"
@@ -191,8 +179,7 @@ class KernelCalls(RemoteSession):
 
     async def _dump_variables(self, max_bytes: int) -> VariablesDump:
         lines = await self._kernel_call(
-            _DUMP_LINES.format(limit=max_bytes)
-            + f"    print({_MARKER!r} + json.dumps(described))\n",
+            f"    ops.dump_variables(ks, globals(), {max_bytes!r}, {_CHUNK_BYTES!r})\n",
             "dump variables",
         )
         *chunks, described = lines
@@ -203,18 +190,10 @@ class KernelCalls(RemoteSession):
         view = memoryview(data)
         chunks = [view[start : start + _CHUNK_BYTES] for start in range(0, len(data), _CHUNK_BYTES)]
         for chunk in chunks[:-1]:
-            await self._kernel_call(
-                f"    ks.incoming = getattr(ks, 'incoming', b'') + "
-                f"base64.b64decode({base64.b64encode(chunk).decode()!r})\n"
-                f"    print({_MARKER!r} + 'ok')\n",
-                "load variables",
-            )
+            packed = base64.b64encode(chunk).decode()
+            await self._kernel_call(f"    ops.add_chunk(ks, {packed!r})\n", "load variables")
         last = base64.b64encode(chunks[-1] if chunks else b"").decode()
         (answer,) = await self._kernel_call(
-            f"    blob = getattr(ks, 'incoming', b'') + base64.b64decode({last!r})\n"
-            "    ks.incoming = b''\n"
-            "    failed = ks.load_namespace(globals(), blob)\n"
-            f"    print({_MARKER!r} + json.dumps(failed))\n",
-            "load variables",
+            f"    ops.load_variables(ks, globals(), {last!r})\n", "load variables"
         )
         return {str(name): str(why) for name, why in json.loads(answer).items()}
