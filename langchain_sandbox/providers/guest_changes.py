@@ -4,7 +4,8 @@ sandbox (stdlib only, Python >= 3.8), so a capture costs one request whatever th
 The remote providers ship this code into their sandboxes: Runloop's worker carries it inline
 (`langchain_sandbox.providers.worker_session.worker_script` cuts everything above the
 ``<shipped>`` marker), E2B's kernel builds it as a module from its source once per kernel. Both
-then call `changes` with the listing the host last knew, and answer only what changed.
+then call `answer_changes` (the token protocol `RemoteSession.list_changes` speaks) with the
+listing the host last knew, and answer only what changed.
 
 A listing entry is ``[size, mtime_ns, mode, kind]``, exactly the fields of
 [`FileInfo`][langchain_sandbox.FileInfo] after its path, in the form the provider's own
