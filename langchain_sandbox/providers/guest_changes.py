@@ -4,7 +4,8 @@ sandbox (stdlib only, Python >= 3.8), so a capture costs one request whatever th
 The remote providers ship this code into their sandboxes: Runloop's worker carries it inline
 (`langchain_sandbox.providers.worker_session.worker_script` cuts everything above the
 ``<shipped>`` marker), E2B's kernel builds it as a module from its source once per kernel. Both
-then call `changes` with the listing the host last knew, and answer only what changed.
+then call `answer_changes` (the token protocol `RemoteSession.list_changes` speaks) with the
+listing the host last knew, and answer only what changed.
 
 A listing entry is ``[size, mtime_ns, mode, kind]``, exactly the fields of
 [`FileInfo`][langchain_sandbox.FileInfo] after its path, in the form the provider's own
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from collections.abc import Callable
 from typing import Any
 
 _SHIPPED = "\n# <shipped>\n"
@@ -176,3 +178,40 @@ def changes(
         "contents": {path: contents[path] for path in changed if path in contents},
     }
     return answer, listing
+
+
+def answer_changes(
+    request: dict[str, Any],
+    remembered: Callable[[], tuple[str, dict[str, list[Any]]] | None],
+    remember: Callable[[tuple[str, dict[str, list[Any]]]], None],
+) -> dict[str, Any]:
+    """The guest's side of the change-listing protocol, the same in every sandbox.
+
+    ``request`` (as `langchain_sandbox.providers.remote.RemoteSession.list_changes` sends it)
+    has the workspace ``path``, the caps and listing form of `changes`, and either ``known``, the
+    host's listing itself, or ``since``, the token of the listing this guest answered last. The
+    answer is `changes`' plus a fresh ``token`` naming the listing it leaves (kept with
+    ``remember``, found again with ``remembered``); ``{"stale": True}`` when ``since`` names a
+    listing this guest no longer has (a new kernel, a restored disk: the host then sends the
+    listing), ``{"missing": path}`` when the workspace is not a directory.
+    """
+    known = request.get("known")
+    if known is None:
+        last = remembered()
+        if last is None or last[0] != request.get("since"):
+            return {"stale": True}
+        known = last[1]
+    try:
+        answer, listing = changes(
+            request["path"],
+            known,
+            max_bytes=int(request["max_bytes"]),
+            max_file_bytes=int(request["max_file_bytes"]),
+            mtime_unit_ns=int(request.get("mtime_unit_ns", 1)),
+            mode_mask=int(request.get("mode_mask", 0o7777)),
+        )
+    except FileNotFoundError as exc:
+        return {"missing": str(exc)}
+    answer["token"] = _binascii.hexlify(_os.urandom(8)).decode()
+    remember((answer["token"], listing))
+    return answer

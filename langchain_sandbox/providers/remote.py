@@ -10,9 +10,12 @@
   exception into the package's taxonomy (which says whether it is retryable). Running code or a
   command is never passed through it.
 * **Packages**: a remote sandbox installs with pip run as a command (`pip_install_command`).
-* **Change listings**: the sandbox compares its workspace with the host's last listing itself
-  (`guest_changes`); `known_reference` names that listing
-  by the token the sandbox gave it (the listing's cursor) instead of sending it again.
+* **Change listings**: `RemoteSession.list_changes` owns the protocol: the sandbox compares its
+  workspace with the host's last listing itself (`guest_changes.answer_changes`);
+  `known_reference` names that listing by the token the sandbox gave it (the listing's cursor)
+  instead of sending it again, and a ``stale`` answer sends it again. A provider only says how
+  one request reaches its guest (`RemoteSession._ask_changes`).
+* **Errors**: `remote_errors` maps an HTTP status to the same error on every provider.
 """
 
 from __future__ import annotations
@@ -22,10 +25,16 @@ import importlib
 import shlex
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from langchain_sandbox.errors import InvalidInputError, MissingDependencyError, SandboxError
+from langchain_sandbox.errors import (
+    InvalidInputError,
+    InvalidPathError,
+    MissingDependencyError,
+    SandboxError,
+)
 from langchain_sandbox.providers.base import (
     ChangeListing,
     FileInfo,
@@ -36,6 +45,7 @@ from langchain_sandbox.providers.base import (
 )
 from langchain_sandbox.results import ExecutionResult
 from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE, retry_async
+from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 T = TypeVar("T")
 
@@ -118,8 +128,21 @@ def change_listing(
     )
 
 
+BUNDLE_BYTES = 16 * 1024 * 1024
+"""Bytes of file contents one change listing carries at most (the rest is read one request per
+file)."""
+
+
 class RemoteSession(Session):
-    """A session of a remote sandbox: packages are installed with pip, run as a command."""
+    """A session of a remote sandbox: packages are installed with pip, run as a command, and
+    the workspace's changes are listed by the guest, over the protocol `list_changes` keeps."""
+
+    lists_variables = True
+    bundle_file_bytes: ClassVar[int] = 4 * 1024 * 1024
+    """Largest file a change listing carries (a bigger one is read on its own)."""
+    listing_form: ClassVar[Mapping[str, int]] = {}
+    """How coarse the provider's own ``list_files`` entries are (``mtime_unit_ns``,
+    ``mode_mask`` of `guest_changes.changes`), so the guest lists in the same form."""
 
     async def _install_packages(
         self, names: list[str], *, timeout: float, on_output: OutputCallback | None
@@ -127,6 +150,55 @@ class RemoteSession(Session):
         return await self.run_command(
             pip_install_command(names), timeout=timeout, on_output=on_output
         )
+
+    async def list_changes(
+        self,
+        known: Mapping[str, FileInfo],
+        *,
+        max_bytes: int,
+        variables_max_bytes: int | None = None,
+        since: object | None = None,
+    ) -> ChangeListing:
+        """One request to the guest (`guest_changes.answer_changes`): it compares the workspace
+        with ``known``, named by its token when ``since`` is the cursor it returned
+        (`known_reference`), reads the changed regular files and, when asked, dumps the
+        variables. A guest that lost the listing the token named answers ``stale``, and the
+        listing itself is sent once more."""
+        request: dict[str, Any] = {
+            "path": WORKSPACE_ROOT,
+            "max_bytes": min(max_bytes, BUNDLE_BYTES),
+            "max_file_bytes": self.bundle_file_bytes,
+            **self.listing_form,
+        }
+        reply = await self._ask_changes(
+            {**request, **known_reference(known, since)}, variables_max_bytes
+        )
+        if reply.answer.get("stale"):
+            reply = await self._ask_changes(
+                {**request, **known_reference(known, None)}, variables_max_bytes
+            )
+        if "missing" in reply.answer:
+            raise InvalidPathError("The workspace is gone.", provider=self.provider_name)
+        return change_listing(reply.answer, reply.contents, reply.variables)
+
+    @abstractmethod
+    async def _ask_changes(
+        self, request: dict[str, Any], variables_max_bytes: int | None
+    ) -> ChangesReply:
+        """Send ``request`` to the guest's `answer_changes` (with the variables dump when
+        ``variables_max_bytes`` is set) and return its answer, the changed files' contents
+        decoded, and the dump."""
+
+
+@dataclass(frozen=True)
+class ChangesReply:
+    """What a guest answered a change-listing request: the `answer_changes` answer (its
+    ``changed``, ``gone``, ``token``; or ``stale`` / ``missing``), the contents it carried, and
+    the variables dump when one was asked for and the answer is not stale."""
+
+    answer: Mapping[str, Any]
+    contents: Mapping[str, bytes] = field(default_factory=dict)
+    variables: VariablesDump | None = None
 
 
 class RemoteProvider(Provider):
@@ -176,8 +248,10 @@ class RemoteProvider(Provider):
 
 
 __all__ = [
+    "BUNDLE_BYTES",
     "SESSION_KEY",
     "TAG_KEY",
+    "ChangesReply",
     "RemoteProvider",
     "RemoteSession",
     "change_listing",

@@ -68,7 +68,7 @@ from typing import Any
 
 from langchain_sandbox.providers import guest as _guest_module
 from langchain_sandbox.providers import guest_tool_frames as _guest_tool_frames_module
-from langchain_sandbox.providers.guest_changes import changes
+from langchain_sandbox.providers.guest_changes import answer_changes
 from langchain_sandbox.providers import kernel_state as _kernel_state_module
 from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 from langchain_sandbox.results import OutputCapture
@@ -605,34 +605,25 @@ def list_directory(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def list_changes(state_dir: str, request: dict[str, Any]) -> dict[str, Any]:
-    """The ``changes`` answer (plus ``token``, naming the listing it leaves, for the next call's
-    ``since``); ``{"stale": True}`` when ``since`` names a listing this worker no longer has."""
+    """The ``changes`` answer of `answer_changes`, the listing it leaves kept in a file of the
+    worker's state directory (each call is a new process)."""
     import marshal
 
     path = os.path.join(state_dir, LISTING_NAME)
-    known: dict[str, list[Any]] | None = request.get("known")
-    if known is None:
+
+    def remembered() -> Any:
         try:
             with open(path, "rb") as handle:
-                token, known = marshal.load(handle)
+                return marshal.load(handle)
         except (OSError, EOFError, ValueError, TypeError):
-            token = None
-        if token != request["since"] or known is None:
-            return {"stale": True}
-    try:
-        answer, listing = changes(
-            request["path"],
-            known,
-            max_bytes=int(request["max_bytes"]),
-            max_file_bytes=int(request["max_file_bytes"]),
-        )
-    except FileNotFoundError as exc:
-        return {"missing": str(exc)}
-    answer["token"] = binascii.hexlify(os.urandom(8)).decode()
-    with open(path + ".tmp", "wb") as handle:
-        marshal.dump((answer["token"], listing), handle)
-    os.replace(path + ".tmp", path)
-    return answer
+            return None
+
+    def remember(last: Any) -> None:
+        with open(path + ".tmp", "wb") as handle:
+            marshal.dump(last, handle)
+        os.replace(path + ".tmp", path)
+
+    return answer_changes(request, remembered, remember)
 
 
 def changes_and_variables(

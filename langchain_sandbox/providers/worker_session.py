@@ -39,7 +39,6 @@ from langchain_sandbox.errors import (
 from langchain_sandbox.providers import guest, guest_changes, guest_tool_frames, kernel_state
 from langchain_sandbox.providers import shipped_worker as _shipped_worker
 from langchain_sandbox.providers.base import (
-    ChangeListing,
     FileInfo,
     OutputCallback,
     SessionRecord,
@@ -53,10 +52,9 @@ from langchain_sandbox.providers.guest_facts import (
     variable_names,
 )
 from langchain_sandbox.providers.remote import (
+    ChangesReply,
     RemoteProvider,
     RemoteSession,
-    change_listing,
-    known_reference,
 )
 from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 from langchain_sandbox.providers.tool_channel import held_back
@@ -76,10 +74,6 @@ _WORKER_MISSING_EXIT = 86
 WORKER_SLACK = 20.0
 """Seconds a worker call may take beyond the user's timeout (start-up, the answer, the kill)."""
 _MAX_INLINE_REQUEST = 64 * 1024
-# A listing with changed files carries each file up to the dump's inline size, and no more in all
-# than a bounded answer line (the rest is downloaded one request per file, as before).
-_BUNDLE_FILE_BYTES = _shipped_worker.INLINE_DUMP_BYTES
-_BUNDLE_BYTES = 16 * 1024 * 1024
 _INTERPRETER_OPS = frozenset({"code", "dump", "load", "save"})
 
 
@@ -152,8 +146,10 @@ class WorkerSession(RemoteSession, abc.ABC):
     sandbox: ``"devbox"``, ``"pod"``).
     """
 
-    lists_variables = True
     noun = "sandbox"
+    # A listing carries each changed file up to the dump's inline size: the worker's answer is
+    # one bounded line.
+    bundle_file_bytes = _shipped_worker.INLINE_DUMP_BYTES
 
     def __init__(
         self,
@@ -427,50 +423,28 @@ class WorkerSession(RemoteSession, abc.ABC):
             raise InvalidPathError(f"No such path in the workspace: {path}")
         return [FileInfo(**entry) for entry in answer["entries"]]
 
-    async def list_changes(
-        self,
-        known: Mapping[str, FileInfo],
-        *,
-        max_bytes: int,
-        variables_max_bytes: int | None = None,
-        since: object | None = None,
-    ) -> ChangeListing:
-        """One worker call (``changes``): the worker compares the workspace with ``known`` and
-        answers the changed entries, the gone paths, the changed files' contents and, when
-        asked, the variables dump. ``known`` travels as the worker's token when ``since`` is
-        the cursor it returned (`known_reference`);
-        sent itself, a listing over the inline request limit costs one upload. A dump over the
-        inline size costs its downloads."""
+    async def _ask_changes(
+        self, request: dict[str, Any], variables_max_bytes: int | None
+    ) -> ChangesReply:
+        """One worker call (``changes``). Sent itself, a listing over the inline request limit
+        costs one upload; a dump over the inline size costs its downloads."""
         await self._ready()
-        request: dict[str, Any] = {
-            "path": WORKSPACE_ROOT,
-            "max_bytes": min(max_bytes, _BUNDLE_BYTES),
-            "max_file_bytes": _BUNDLE_FILE_BYTES,
-        }
-        if variables_max_bytes is not None:
-            request["variables_max_bytes"] = variables_max_bytes
-        answer = await self._changes(request, known, since)
-        if answer.get("stale"):  # the worker lost the listing the token named: send it
-            answer = await self._changes(request, known, None)
+        if variables_max_bytes is not None:  # the dump waits for a running cell
+            request = {**request, "variables_max_bytes": variables_max_bytes}
+        answer = await self.worker(
+            "changes", request, wait=120.0, interpreter=variables_max_bytes is not None
+        )
+        if answer.get("timed_out"):
+            raise SandboxTimeoutError("Listing files timed out.", provider=self.provider_name)
+        if answer.get("stale") or "missing" in answer:
+            return ChangesReply(answer)
         variables = (
             None
             if variables_max_bytes is None
             else await self._variables(answer["variables"], variables_max_bytes)
         )
         contents = {path: base64.b64decode(data) for path, data in answer["contents"].items()}
-        return change_listing(answer, contents, variables)
-
-    async def _changes(
-        self, request: dict[str, Any], known: Mapping[str, FileInfo], since: object | None
-    ) -> dict[str, Any]:
-        request = {**request, **known_reference(known, since)}
-        interpreter = "variables_max_bytes" in request  # the dump waits for a running cell
-        answer = await self.worker("changes", request, wait=120.0, interpreter=interpreter)
-        if answer.get("timed_out"):
-            raise SandboxTimeoutError("Listing files timed out.", provider=self.provider_name)
-        if "missing" in answer:
-            raise InvalidPathError("The workspace is gone.")
-        return answer
+        return ChangesReply(answer, contents, variables)
 
     async def remove_files(self, paths: Sequence[str]) -> None:
         resolved = [resolve_path(path) for path in paths]

@@ -83,7 +83,7 @@ async def test_persistent_quota_errors_surface_typed_after_bounded_attempts(
     with pytest.raises(QuotaExceededError) as raised:
         await provider.create()
     assert raised.value.retryable
-    assert raised.value.details["status"] == "429"
+    assert raised.value.details["status"] == 429
     assert emulator.count(r"^POST /v2/sandboxes$") == 3
     assert emulator.sandbox_ids() == []
 

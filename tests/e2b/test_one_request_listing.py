@@ -52,6 +52,7 @@ async def test_a_capture_listing_is_one_request_carrying_a_token(
             "max_file_bytes",
             "mode_mask",
             "mtime_unit_ns",
+            "path",
             "since",  # the token, not the listing
         ]
         assert [info.path for info in listing.changed] == ["a.txt"]

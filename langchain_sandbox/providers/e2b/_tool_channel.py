@@ -38,7 +38,7 @@ from langchain_sandbox.providers.tool_channel import FrameFilter, ToolEvents, To
 from langchain_sandbox.results import ExecutionResult
 
 if TYPE_CHECKING:
-    from langchain_sandbox.providers.e2b.provider import E2BSession
+    from langchain_sandbox.providers.e2b.session import E2BSession
 
 ANSWERS_PREFIX = "/tmp/.langchain_sandbox-tool-"
 """Answer files are ``{ANSWERS_PREFIX}{token}-{seq}.json``."""
@@ -105,7 +105,7 @@ async def run_code_with_tools(
 
 
 async def _kernel(session: E2BSession, body: str, what: str) -> None:
-    from langchain_sandbox.providers.e2b.provider import _MARKER
+    from langchain_sandbox.providers.e2b._kernel import _MARKER
 
     await session._kernel_call(f"{body}    print({_MARKER!r})\n", what, kernel_state=False)
 

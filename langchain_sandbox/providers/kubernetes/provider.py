@@ -38,13 +38,11 @@ from typing import Any
 
 from langchain_sandbox.environment import validate_env
 from langchain_sandbox.errors import (
-    AuthenticationError,
     ConfigurationError,
     InvalidInputError,
     InvalidPathError,
     ProviderUnavailableError,
     ProviderUnreachableError,
-    QuotaExceededError,
     SandboxError,
     SandboxGoneError,
     SandboxTimeoutError,
@@ -59,6 +57,7 @@ from langchain_sandbox.providers.base import (
 from langchain_sandbox.providers.kubernetes.session import CAPABILITIES, KubernetesSession
 from langchain_sandbox.providers.names import KUBERNETES as PROVIDER_NAME
 from langchain_sandbox.providers.remote import RemoteProvider, load_sdk
+from langchain_sandbox.providers.remote_errors import status_error
 from langchain_sandbox.providers.worker_session import ShippedWorker
 from langchain_sandbox.retries import DEFAULT_ATTEMPTS, retry_async
 
@@ -113,25 +112,19 @@ def _translate(exc: BaseException, *, what: str) -> SandboxError:
     if isinstance(exc, TimeoutError):
         return SandboxTimeoutError(f"Kubernetes {what} timed out", provider=PROVIDER_NAME)
     if isinstance(exc, (ApiException, sdk_errors.SandboxRequestError)):
-        if status in (401, 403):
-            return AuthenticationError(
-                f"The cluster refused the credentials ({what}): {status}",
-                provider=PROVIDER_NAME,
-                details=details,
-            )
-        if status == 404:
-            if isinstance(exc, sdk_errors.SandboxRequestError) and what == "download":
-                return InvalidPathError(text, provider=PROVIDER_NAME, details=details)
-            return SandboxGoneError(text, provider=PROVIDER_NAME, details=details)
-        if status == 429:
-            return QuotaExceededError(text, provider=PROVIDER_NAME, details=details)
         if status is None:
             return ProviderUnreachableError(
                 f"The sandbox runtime could not be reached ({what})", provider=PROVIDER_NAME
             )
-        if status >= 500 or status == 409:
-            return ProviderUnavailableError(text, provider=PROVIDER_NAME, details=details)
-        return SandboxError(text, provider=PROVIDER_NAME, details=details)
+        if status == 404 and isinstance(exc, sdk_errors.SandboxRequestError) and what == "download":
+            return InvalidPathError(text, provider=PROVIDER_NAME, details=details)
+        return status_error(
+            status,
+            provider=PROVIDER_NAME,
+            label="Kubernetes",
+            what=what,
+            message=str(exc)[:300] or type(exc).__name__,
+        )
     import aiohttp
 
     if isinstance(exc, (aiohttp.ClientConnectorError, ConnectionError)):

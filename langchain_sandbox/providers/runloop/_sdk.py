@@ -7,16 +7,14 @@ import asyncio
 from typing import Any
 
 from langchain_sandbox.errors import (
-    AuthenticationError,
     ProviderUnavailableError,
     ProviderUnreachableError,
-    QuotaExceededError,
     SandboxError,
-    SandboxGoneError,
     SandboxTimeoutError,
 )
 from langchain_sandbox.providers.names import RUNLOOP as PROVIDER_NAME
 from langchain_sandbox.providers.remote import load_sdk
+from langchain_sandbox.providers.remote_errors import status_error
 
 
 def runloop_sdk() -> Any:
@@ -36,46 +34,25 @@ def translate(exc: BaseException, *, what: str) -> SandboxError:
     sdk = runloop_sdk()
     from runloop_api_client.lib.polling import PollingTimeout
 
-    details: dict[str, Any] = {}
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    if status is not None:
-        details["status"] = status
     message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    text = f"Runloop {what} failed: {message}"
-    if isinstance(exc, sdk.RateLimitError):
-        return QuotaExceededError(text, provider=PROVIDER_NAME, details=details)
-    if isinstance(exc, (sdk.AuthenticationError, sdk.PermissionDeniedError)):
-        return AuthenticationError(
-            f"Runloop rejected the API key ({what}): {message}",
+    if isinstance(exc, sdk.APIStatusError):
+        return status_error(
+            exc.response.status_code,
             provider=PROVIDER_NAME,
-            details=details,
-        )
-    if isinstance(exc, sdk.NotFoundError):
-        return SandboxGoneError(
-            f"The Runloop devbox is gone ({what}): {message}",
-            provider=PROVIDER_NAME,
-            details=details,
+            label="Runloop",
+            what=what,
+            message=message,
         )
     if isinstance(exc, (sdk.APITimeoutError, PollingTimeout, asyncio.TimeoutError)):
-        return SandboxTimeoutError(
-            f"Runloop {what} timed out", provider=PROVIDER_NAME, details=details
-        )
+        return SandboxTimeoutError(f"Runloop {what} timed out", provider=PROVIDER_NAME)
     if isinstance(exc, sdk.APIConnectionError):
         import httpx
 
         # No answer at all (refused, no route) is told from a connection lost mid-request.
         never_answered = isinstance(exc.__cause__, httpx.ConnectError)
         unreachable = ProviderUnreachableError if never_answered else ProviderUnavailableError
-        return unreachable(
-            f"Runloop could not be reached ({what})", provider=PROVIDER_NAME, details=details
-        )
-    if (
-        isinstance(exc, sdk.APIStatusError)
-        and status is not None
-        and (status >= 500 or status in (408, 409))
-    ):
-        return ProviderUnavailableError(text, provider=PROVIDER_NAME, details=details)
-    return SandboxError(text, provider=PROVIDER_NAME, details=details)
+        return unreachable(f"Runloop could not be reached ({what})", provider=PROVIDER_NAME)
+    return SandboxError(f"Runloop: {what} failed: {message}", provider=PROVIDER_NAME)
 
 
 def status_code(exc: BaseException) -> int | None:

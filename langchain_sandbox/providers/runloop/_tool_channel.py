@@ -30,7 +30,7 @@ from langchain_sandbox.providers.worker_session import AnswerCut
 from langchain_sandbox.results import ExecutionResult
 
 if TYPE_CHECKING:
-    from langchain_sandbox.providers.runloop.provider import RunloopSession
+    from langchain_sandbox.providers.runloop.session import RunloopSession
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from langchain_sandbox.providers.runloop.provider import RunloopSession
+    from langchain_sandbox.providers.runloop.session import RunloopSession
 
 
 async def tunnel_url(session: RunloopSession, port: int) -> str:
