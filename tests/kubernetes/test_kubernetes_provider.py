@@ -10,6 +10,7 @@ import re
 from collections.abc import AsyncIterator
 
 import pytest
+from emulated_providers import provider_on
 
 from langchain_sandbox.errors import ConfigurationError, SandboxGoneError
 from langchain_sandbox.providers.base import SessionSpec
@@ -47,11 +48,8 @@ async def cluster() -> AsyncIterator[KubernetesEmulator]:
 
 @pytest.fixture
 async def provider(cluster: KubernetesEmulator) -> AsyncIterator[KubernetesProvider]:
-    made: KubernetesProvider = cluster.provider(retry_deadline=20.0)
-    try:
+    async with provider_on(cluster, retry_deadline=20.0) as made:
         yield made
-    finally:
-        await made.aclose()
 
 
 def _posted_claims(cluster: KubernetesEmulator) -> list[RecordedRequest]:
