@@ -67,6 +67,7 @@ def running_provider(name: str) -> Iterator[StoryProvider]:
             yield StoryProvider("e2b", _env(e2b.env()), expire_e2b, through_edge(e2b))
     elif name == "runloop":
         with RunloopEmulator(api_key="rl-" + uuid.uuid4().hex) as runloop:
+
             def expire_runloop() -> None:
                 for devbox in runloop.account.listing():
                     if devbox.status != "shutdown":
