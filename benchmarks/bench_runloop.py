@@ -71,7 +71,7 @@ async def _measure(
         await call()
     for _ in range(calls):
         for name, call in operations.items():
-            emulator.clear_log()
+            emulator.clear_requests()
             started = time.perf_counter()
             await call()
             times[name].append((time.perf_counter() - started) * 1000)
@@ -117,7 +117,7 @@ async def _capture_rows(
                 requests, samples = 0, []
                 for _ in range(calls):
                     await session.run_command(command)
-                    emulator.clear_log()
+                    emulator.clear_requests()
                     started = time.perf_counter()
                     await snapshotter.capture(session)
                     samples.append((time.perf_counter() - started) * 1000)
@@ -164,7 +164,7 @@ async def main(calls: int) -> None:
         )
         await sdk.aclose()
         listing_rows = await change_listing_rows(
-            session, calls, clear_log=emulator.clear_log, logged=lambda: len(emulator.requests)
+            session, calls, clear_log=emulator.clear_requests, logged=lambda: len(emulator.requests)
         )
         await session.close()
         tool_rows = [
@@ -174,7 +174,7 @@ async def main(calls: int) -> None:
                     provider,
                     case,
                     calls,
-                    clear_log=emulator.clear_log,
+                    clear_log=emulator.clear_requests,
                     snapshot_start=lambda: [
                         _worker_op(r) in ("changes", "ls", "dump") for r in emulator.requests
                     ],

@@ -24,7 +24,8 @@ from langchain_sandbox.tools.processes import SandboxProcessTool
 from langchain_sandbox.tools.shell import SandboxShellTool
 
 if TYPE_CHECKING:
-    from langchain_sandbox.deepagents.backend import SandboxBackend, _Call
+    from langchain_sandbox.deepagents._call import Call
+    from langchain_sandbox.deepagents.backend import SandboxBackend
 
 
 class _ThroughBackend(SandboxTool):
@@ -35,7 +36,7 @@ class _ThroughBackend(SandboxTool):
     backend: Any = Field(default=None, exclude=True)
 
     async def _filed(
-        self, backend_call: _Call, args: dict[str, Any], config: RunnableConfig, run_manager: Any
+        self, backend_call: Call, args: dict[str, Any], config: RunnableConfig, run_manager: Any
     ) -> ToolReply:
         record = await backend_call.record()
         call = SandboxCall(

@@ -34,7 +34,9 @@ Every method returns errors in its result and never raises: Deep Agents turns on
 abort the agent's run.
 
 Why one module over 500 lines: it implements Deep Agents' ``SandboxBackendProtocol``, every
-method in a blocking and an async form; page shapes and record lineage are modules of their own.
+method in a blocking and an async form; where a call goes (``_call``), the workspace's files on a
+session (``_session_files``), page shapes (``_pages``) and record lineage (``_lineage``) are
+modules of their own.
 """
 
 from __future__ import annotations
@@ -43,18 +45,14 @@ import contextlib
 import contextvars
 import dataclasses
 import logging
-import posixpath
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from deepagents.backends.protocol import (
     EditResult,
     ExecuteResponse,
     FileDownloadResponse,
-    FileInfo,
     FileUploadResponse,
     GlobResult,
     GrepResult,
@@ -69,11 +67,11 @@ from langchain_core.tools import BaseTool
 from langchain_sandbox._event_loop import on_event_loop
 from langchain_sandbox.arguments import check_provider_options, checked_init
 from langchain_sandbox.checkpointer_names import anote_checkpointer, note_checkpointer
-from langchain_sandbox.deepagents._lineage import Position, RecordBook, position_of
+from langchain_sandbox.deepagents._call import Call, awaited, graph_config
+from langchain_sandbox.deepagents._lineage import RecordBook, position_of
 from langchain_sandbox.deepagents._outside import (
     NotedPath,
     outside_note,
-    read_outside,
     sandbox_path,
     write_outside,
 )
@@ -88,9 +86,19 @@ from langchain_sandbox.deepagents._pages import (
     replace_in,
     write_error,
 )
-from langchain_sandbox.errors import InvalidInputError, InvalidPathError, SandboxError
+from langchain_sandbox.deepagents._session_files import (
+    Fetched,
+    absolute,
+    entry_of,
+    fetch_on,
+    in_workspace,
+    missing_or_invalid,
+    sort_uploads,
+    workspace_path,
+    write_workspace,
+)
+from langchain_sandbox.errors import InvalidPathError, SandboxError
 from langchain_sandbox.graph.step_lineage import (
-    StepAbove,
     afinished_calls,
     astep_above,
     finished_calls,
@@ -98,15 +106,14 @@ from langchain_sandbox.graph.step_lineage import (
 )
 from langchain_sandbox.providers.base import FileInfo as SandboxFileInfo
 from langchain_sandbox.providers.base import Provider, Session
-from langchain_sandbox.runtime import Outcome, SandboxRuntime, StepCall
-from langchain_sandbox.state import SandboxState
+from langchain_sandbox.runtime import Outcome, SandboxRuntime
 from langchain_sandbox.tools.base import (
     is_resumable,
     private_thread_id,
     resolve_runtime,
     resolve_thread_id,
 )
-from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
+from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 T = TypeVar("T")
 
@@ -120,90 +127,6 @@ through [`SandboxBackend.execute`][langchain_sandbox.SandboxBackend.execute], so
 
 _TIMEOUT_EXIT_CODE = 124
 """Exit code reported for a command stopped at its timeout (what ``timeout(1)`` uses)."""
-
-
-@dataclass(frozen=True)
-class _Call:
-    """Where one backend call goes: the runtime, the thread, and (inside an agent's tool call) its
-    place in the conversation, which says what state the sandbox must be in (see ``_lineage``)."""
-
-    runtime: SandboxRuntime
-    thread_id: str
-    position: Position | None = None
-    book: RecordBook | None = None
-    resumable: bool = False
-
-    @property
-    def step_call(self) -> StepCall | None:
-        return self.position.step_call if self.position is not None else None
-
-    @property
-    def siblings(self) -> frozenset[str]:
-        """The other calls of the call's model message, where its record comes from the
-        conversation (only then can one of them have finished before a crash)."""
-        if self.position is None or self.book is None:
-            return frozenset()
-        return self.position.step_call.siblings
-
-    @property
-    def filed(self) -> bool:
-        """Whether the call's records are filed by its place in the conversation."""
-        return self.position is not None and self.book is not None
-
-    def under(self, above: StepAbove | None) -> _Call:
-        """This call, in a subagent run by a tool call of the parent's step ``above`` (see
-        ``_lineage``)."""
-        if self.position is None or above is None:
-            return self
-        return dataclasses.replace(self, position=self.position.under(above))
-
-    def after(self, finished: frozenset[str]) -> _Call:
-        """This call, re-run after ``finished`` siblings of its step (see ``_lineage``)."""
-        if self.position is None or not finished:
-            return self
-        return dataclasses.replace(
-            self, position=dataclasses.replace(self.position, finished=finished)
-        )
-
-    async def record(self) -> SandboxState | None:
-        """The record the call continues from: the conversation's, inside an agent; else (and
-        when no earlier call of the conversation changed the sandbox) the runtime's own."""
-        if self.position is None or self.book is None:
-            return None
-        return await self.book.latest(self.thread_id, self.position)
-
-    def lost(self, record: SandboxState | None) -> str | None:
-        """A notice naming what is missing when the conversation shows calls that changed the
-        sandbox but no record of what they left was found (``record`` is ``None``) and no live
-        sandbox of the thread holds it: the call then starts from an empty sandbox, and says
-        so (to the model, and as a warning to the developer) rather than silently."""
-        if record is not None or self.position is None or self.book is None:
-            return None
-        ran = self.position.ran_changes()
-        if not ran or self.runtime.live_sessions().get(self.thread_id):
-            return None
-        shown = ", ".join(ran[-5:]) + (f" and {len(ran) - 5} more" if len(ran) > 5 else "")
-        notice = (
-            f"No saved record of the sandbox was found for the earlier calls of this "
-            f"conversation ({shown}) on thread {self.thread_id!r}: the sandbox starts empty, "
-            "and files or shell state those calls made are not here. Redo what is needed."
-        )
-        logger.warning("%s", notice)
-        return notice
-
-    async def file(self, record: SandboxState, continued_from: SandboxState | None) -> None:
-        """Remember the record a changing call left, so the conversation can find it again
-        (``continued_from``: what `record` gave the call)."""
-        if self.position is not None and self.book is not None:
-            await self.book.file(self.thread_id, self.position, record, continued_from)
-
-
-class _Fetched:
-    """Per path: the file's bytes, or the Deep Agents error code saying why there are none."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-        self.errors: dict[str, str] = {}
 
 
 class SandboxBackend(BaseSandbox):
@@ -270,16 +193,16 @@ class SandboxBackend(BaseSandbox):
                 )
             return self._owned
 
-    def _call(self, config: RunnableConfig | None, *, blocking: bool = True) -> _Call:
+    def _call(self, config: RunnableConfig | None, *, blocking: bool = True) -> Call:
         runtime = resolve_runtime(self._explicit_runtime(), None, config)
         thread_id = resolve_thread_id(config, self.default_thread_id)
         position = position_of(config, blocking=blocking)
         resumable = is_resumable(config)
         book = RecordBook.of(runtime, resumable) if position is not None else None
-        return _Call(runtime, thread_id, position, book, resumable)
+        return Call(runtime, thread_id, position, book, resumable)
 
-    def _sync(self, work: Callable[[_Call], Awaitable[T]]) -> T:
-        config = _graph_config()
+    def _sync(self, work: Callable[[Call], Awaitable[T]]) -> T:
+        config = graph_config()
         call = self._call(config)
         if siblings := call.siblings:
             call = call.after(finished_calls(config, siblings))
@@ -288,10 +211,10 @@ class SandboxBackend(BaseSandbox):
         if call.filed and call.position is not None:
             call.position.find_step_blocking()
         note_checkpointer(call.runtime, config)
-        return call.runtime.run_sync(_awaited(work(call)))
+        return call.runtime.run_sync(awaited(work(call)))
 
-    async def _async(self, work: Callable[[_Call], Awaitable[T]]) -> T:
-        config = _graph_config()
+    async def _async(self, work: Callable[[Call], Awaitable[T]]) -> T:
+        config = graph_config()
         call = self._call(config, blocking=False)
         if siblings := call.siblings:
             call = call.after(await afinished_calls(config, siblings))
@@ -302,7 +225,7 @@ class SandboxBackend(BaseSandbox):
 
     @staticmethod
     async def _on_session(
-        call: _Call,
+        call: Call,
         operation: Callable[[Session], Awaitable[T]],
         *,
         mutates: bool,
@@ -325,7 +248,7 @@ class SandboxBackend(BaseSandbox):
     @property
     def id(self) -> str:
         """The live sandbox session of the calling thread, else ``provider:thread``."""
-        call = self._call(_graph_config())
+        call = self._call(graph_config())
         session_id = call.runtime.live_sessions().get(call.thread_id)
         return session_id or f"{call.runtime.provider_name}:{call.thread_id}"
 
@@ -380,7 +303,7 @@ class SandboxBackend(BaseSandbox):
         """Async twin of `execute`."""
         return await self._async(lambda call: self._aexecute(call, command, timeout))
 
-    async def _aexecute(self, call: _Call, command: str, timeout: int | None) -> ExecuteResponse:
+    async def _aexecute(self, call: Call, command: str, timeout: int | None) -> ExecuteResponse:
         if not isinstance(command, str) or not command.strip():
             return ExecuteResponse(output="Error: the command is empty.")
         # Merged in the sandbox, so the model reads both streams in the order they were written
@@ -470,28 +393,28 @@ class SandboxBackend(BaseSandbox):
 
     def ls(self, path: str) -> LsResult:
         """Entries of a directory, with absolute paths, sizes and modification times."""
-        if _workspace_path(path) is None:
+        if workspace_path(path) is None:
             with self._read_only():
                 return super().ls(path)
         return self._sync(lambda call: self._als(call, path))
 
     async def als(self, path: str) -> LsResult:
         """Async twin of `ls`."""
-        if _workspace_path(path) is None:
+        if workspace_path(path) is None:
             with self._read_only():
                 return await super().als(path)
         return await self._async(lambda call: self._als(call, path))
 
-    async def _als(self, call: _Call, path: str) -> LsResult:
-        target = _workspace_path(path)
+    async def _als(self, call: Call, path: str) -> LsResult:
+        target = workspace_path(path)
         assert target is not None
 
         async def _list(session: Session) -> list[SandboxFileInfo] | str:
             try:
                 entries = await session.list_files(target)
             except InvalidPathError:
-                return await _missing_or_invalid(session, target)
-            if len(entries) == 1 and _absolute(entries[0].path) == target and not entries[0].is_dir:
+                return await missing_or_invalid(session, target)
+            if len(entries) == 1 and absolute(entries[0].path) == target and not entries[0].is_dir:
                 return "not_a_directory"
             return entries
 
@@ -501,7 +424,7 @@ class SandboxBackend(BaseSandbox):
             return LsResult(error=f"Path '{path}': {exc}")
         if isinstance(listed, str):
             return LsResult(error=f"Path '{path}': {listed}")
-        return LsResult(entries=[_entry(e) for e in listed])
+        return LsResult(entries=[entry_of(e) for e in listed])
 
     # -- read --------------------------------------------------------------------------------
 
@@ -513,7 +436,7 @@ class SandboxBackend(BaseSandbox):
         """Async twin of `read`."""
         return await self._async(lambda call: self._aread(call, file_path, offset, limit))
 
-    async def _aread(self, call: _Call, file_path: str, offset: int, limit: int) -> ReadResult:
+    async def _aread(self, call: Call, file_path: str, offset: int, limit: int) -> ReadResult:
         # A binary file past the preview size is refused from its size alone: never transferred.
         max_bytes = MAX_BINARY_BYTES if is_binary_path(file_path) else None
         try:
@@ -539,7 +462,7 @@ class SandboxBackend(BaseSandbox):
         """Async twin of `write`."""
         return await self._async(lambda call: self._awrite(call, file_path, content))
 
-    async def _awrite(self, call: _Call, file_path: str, content: str) -> WriteResult:
+    async def _awrite(self, call: Call, file_path: str, content: str) -> WriteResult:
         [response] = await self._aupload(call, [(file_path, content.encode("utf-8"))])
         if response.error is not None:
             return WriteResult(error=write_error(file_path, response.error))
@@ -570,15 +493,15 @@ class SandboxBackend(BaseSandbox):
         )
 
     async def _aedit(
-        self, call: _Call, file_path: str, old: str, new: str, replace_all: bool
+        self, call: Call, file_path: str, old: str, new: str, replace_all: bool
     ) -> EditResult:
         target = sandbox_path(file_path)
         if target is None:
             return EditResult(error=not_absolute(file_path))
-        inside = _in_workspace(target)
+        inside = in_workspace(target)
 
         async def _edit(session: Session) -> EditResult:
-            fetched = await _fetch_on(session, {file_path: target}, max_bytes=None)
+            fetched = await fetch_on(session, {file_path: target}, max_bytes=None)
             if file_path in fetched.errors:
                 return EditResult(error=edit_error(file_path, fetched.errors[file_path]))
             updated, result = replace_in(
@@ -609,25 +532,13 @@ class SandboxBackend(BaseSandbox):
         return await self._async(lambda call: self._aupload(call, files))
 
     async def _aupload(
-        self, call: _Call, files: Sequence[tuple[str, bytes]]
+        self, call: Call, files: Sequence[tuple[str, bytes]]
     ) -> list[FileUploadResponse]:
-        errors: dict[int, str] = {}
-        targets: dict[int, str] = {}
-        outside: dict[int, str] = {}
-        for index, (path, data) in enumerate(files):
-            target = sandbox_path(path)
-            if target is None or not isinstance(data, (bytes, bytearray)):
-                errors[index] = "invalid_path"
-            elif not _in_workspace(target):
-                outside[index] = target
-            elif (inside := _workspace_path(target)) is not None:
-                targets[index] = inside
-            else:
-                errors[index] = "invalid_path"
+        errors, targets, outside = sort_uploads(files)
 
         async def _write(session: Session) -> None:
             if targets:
-                await _write_workspace(session, files, targets, errors)
+                await write_workspace(session, files, targets, errors)
             if outside:
                 # The last of several uploads to one path wins, as with the file API.
                 latest = {target: bytes(files[i][1]) for i, target in outside.items()}
@@ -656,7 +567,7 @@ class SandboxBackend(BaseSandbox):
         """Async twin of `download_files`."""
         return await self._async(lambda call: self._adownload(call, paths))
 
-    async def _adownload(self, call: _Call, paths: Sequence[str]) -> list[FileDownloadResponse]:
+    async def _adownload(self, call: Call, paths: Sequence[str]) -> list[FileDownloadResponse]:
         try:
             fetched = await self._fetch(call, paths, max_bytes=None)
         except SandboxError as exc:
@@ -666,7 +577,7 @@ class SandboxBackend(BaseSandbox):
             for p in paths
         ]
 
-    async def _fetch(self, call: _Call, paths: Sequence[str], *, max_bytes: int | None) -> _Fetched:
+    async def _fetch(self, call: Call, paths: Sequence[str], *, max_bytes: int | None) -> Fetched:
         targets: dict[str, str] = {}
         invalid: list[str] = []
         for path in paths:
@@ -676,183 +587,15 @@ class SandboxBackend(BaseSandbox):
             else:
                 targets[path] = target
 
-        async def _read(session: Session) -> _Fetched:
-            return await _fetch_on(session, targets, max_bytes=max_bytes)
+        async def _read(session: Session) -> Fetched:
+            return await fetch_on(session, targets, max_bytes=max_bytes)
 
         fetched = (
-            (await self._on_session(call, _read, mutates=False)).value if targets else _Fetched()
+            (await self._on_session(call, _read, mutates=False)).value if targets else Fetched()
         )
         for path in invalid:
             fetched.errors[path] = "invalid_path"
         return fetched
-
-
-# -- file access on a session ---------------------------------------------------------------
-
-
-async def _write_workspace(
-    session: Session,
-    files: Sequence[tuple[str, bytes]],
-    targets: dict[int, str],
-    errors: dict[int, str],
-) -> None:
-    """Write ``{index in files: workspace path}`` with the file API, noting refusals in
-    ``errors``."""
-    try:
-        await session.write_files({targets[i]: bytes(files[i][1]) for i in targets})
-        return
-    except InvalidInputError:
-        pass
-    # Something in the batch was refused: write one by one to say which.
-    for index, target in targets.items():
-        try:
-            await session.write_files({target: bytes(files[index][1])})
-        except InvalidInputError:
-            errors[index] = await _unwritable(session, target)
-
-
-async def _fetch_on(
-    session: Session, targets: dict[str, str], *, max_bytes: int | None
-) -> _Fetched:
-    """Read ``{given path: sandbox path}``: the workspace's through the file API, the others
-    through the sandbox itself (see ``_outside``)."""
-    inside = {p: w for p, t in targets.items() if (w := _workspace_path(t)) is not None}
-    fetched = await _fetch_files(session, inside, max_bytes=max_bytes) if inside else _Fetched()
-    outside = [p for p, t in targets.items() if not _in_workspace(t)]
-    for path, target in targets.items():
-        if path not in inside and _in_workspace(target):
-            fetched.errors[path] = "invalid_path"  # too deep or too long a path (`resolve_path`)
-    if outside:
-        data, codes = await read_outside(
-            session, sorted({targets[p] for p in outside}), max_bytes=max_bytes
-        )
-        for path in outside:
-            target = targets[path]
-            if target in codes:
-                fetched.errors[path] = codes[target]
-            elif target in data:
-                fetched.data[path] = data[target]
-            else:
-                fetched.errors[path] = "file_not_found"
-    return fetched
-
-
-async def _fetch_files(
-    session: Session, targets: dict[str, str], *, max_bytes: int | None
-) -> _Fetched:
-    """Read ``{given path: workspace path}``, classifying what cannot be read.
-
-    Each parent directory is listed once first, so a missing file, a directory, or a file its
-    owner may not read (what the sandbox's own user would be refused; the host could read it)
-    gets its error code without a failed read, and only readable files are transferred.
-    """
-    fetched = _Fetched()
-    by_parent: dict[str, list[str]] = {}
-    for path, target in targets.items():
-        by_parent.setdefault(posixpath.dirname(target), []).append(path)
-    readable: dict[str, str] = {}
-    for parent, group in by_parent.items():
-        try:
-            entries = {_absolute(e.path): e for e in await session.list_files(parent)}
-        except InvalidPathError:
-            entries = {}
-        for path in group:
-            target = targets[path]
-            entry = entries.get(target)
-            if target == WORKSPACE_ROOT or (entry is not None and entry.is_dir):
-                fetched.errors[path] = "is_directory"
-            elif entry is None:
-                fetched.errors[path] = "file_not_found"
-            elif entry.kind != "file":
-                fetched.errors[path] = "invalid_path"
-            elif not entry.mode & 0o400:
-                fetched.errors[path] = "permission_denied"
-            elif max_bytes is not None and entry.size > max_bytes:
-                fetched.errors[path] = "too_large"
-            else:
-                readable[path] = target
-    if readable:
-        try:
-            data = await session.read_files(list(readable.values()))
-        except InvalidInputError:
-            data = {}
-            for target in readable.values():
-                try:
-                    data.update(await session.read_files([target]))
-                except InvalidInputError as exc:
-                    fetched.errors.update(
-                        {p: f"Error: {exc}" for p, t in readable.items() if t == target}
-                    )
-        for path, target in readable.items():
-            if target in data:
-                fetched.data[path] = data[target]
-    return fetched
-
-
-async def _missing_or_invalid(session: Session, target: str) -> str:
-    parent = posixpath.dirname(target)
-    try:
-        names = {_absolute(e.path) for e in await session.list_files(parent)}
-    except InvalidPathError:
-        return "path_not_found"
-    return "invalid_path" if target in names else "path_not_found"
-
-
-async def _unwritable(session: Session, target: str) -> str:
-    """Why ``target`` could not be written: a directory there, else a path that cannot be one."""
-    try:
-        entries = {
-            _absolute(e.path): e for e in await session.list_files(posixpath.dirname(target))
-        }
-    except InvalidPathError:
-        return "invalid_path"
-    entry = entries.get(target)
-    return "is_directory" if entry is not None and entry.is_dir else "invalid_path"
-
-
-# -- paths and messages ---------------------------------------------------------------------
-
-
-def _workspace_path(path: str) -> str | None:
-    """The normalized absolute path if ``path`` is absolute and inside the workspace."""
-    target = sandbox_path(path)
-    if target is None:
-        return None
-    try:
-        return resolve_path(target)
-    except InvalidPathError:
-        return None
-
-
-def _in_workspace(target: str) -> bool:
-    """Whether the normalized sandbox path ``target`` lies in the workspace."""
-    return target == WORKSPACE_ROOT or target.startswith(WORKSPACE_ROOT + "/")
-
-
-def _absolute(relative: str) -> str:
-    return WORKSPACE_ROOT if relative in ("", ".") else f"{WORKSPACE_ROOT}/{relative}"
-
-
-def _entry(info: SandboxFileInfo) -> FileInfo:
-    entry: FileInfo = {"path": _absolute(info.path), "is_dir": info.is_dir, "size": info.size}
-    if info.mtime_ns:
-        modified = datetime.fromtimestamp(info.mtime_ns / 1e9, tz=UTC)
-        entry["modified_at"] = modified.isoformat()
-    return entry
-
-
-def _graph_config() -> RunnableConfig | None:
-    """The config of the LangGraph run around this call, if there is one."""
-    from langgraph.config import get_config
-
-    try:
-        return get_config()
-    except RuntimeError:
-        return None
-
-
-async def _awaited(awaitable: Awaitable[T]) -> T:
-    return await awaitable
 
 
 __all__ = ["NotedPath", "SandboxBackend"]

@@ -1,4 +1,5 @@
-"""The HTTP side of the E2B emulator: the server, the request handler, the request log's records.
+"""The HTTP side of the E2B emulator: its server (the shared `Server` of ``_http_emulator``, its
+connection threads joined at close), the request handler, the request log's records and faults.
 
 The handler frames requests and responses (chunked streams, keep-alive, no Nagle delays), logs
 every request, applies injected faults, and hands the request to the emulator (`Backend`),
@@ -19,12 +20,13 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from langchain_sandbox.testing._e2b_wire import parse_envelope, read_body
 from langchain_sandbox.testing._edge import port_host
+from langchain_sandbox.testing._http_emulator import Server
 
 _SERVICE_PORTS = (49983, 49999)  # envd, Jupyter: what the SDK itself talks to
 _REDACTED_HEADERS = ("x-api-key", "x-access-token", "e2b-traffic-access-token", "authorization")
@@ -54,7 +56,8 @@ class RecordedRequest:
 
 @dataclass
 class Fault:
-    """A switch that makes matching requests fail; see `E2BEmulator.inject`."""
+    """A switch that makes matching requests fail; see `E2BEmulator.inject`. ``hits``: how many
+    requests it failed so far."""
 
     route: re.Pattern[str]
     status: int | None = None
@@ -67,6 +70,7 @@ class Fault:
     hold: threading.Event | None = None
     after: int = 0
     body: re.Pattern[str] | None = None
+    hits: int = 0
 
     def matches(self, route: str, body: bytes) -> bool:
         if not self.route.search(route):
@@ -94,6 +98,8 @@ def connect_error(status: int, code: str, message: str) -> HttpError:
 
 class Backend(Protocol):
     """What the handler needs from the emulator."""
+
+    def _handle(self, handler: Any, method: str) -> None: ...
 
     def _record(self, request: RecordedRequest) -> int: ...
 
@@ -128,19 +134,19 @@ def _json_of(body: bytes, content_type: str) -> Any:
     return None
 
 
-class EmulatorServer(ThreadingHTTPServer):
-    daemon_threads = True
+class EmulatorServer(Server):
+    """The shared server, with a named thread per connection that closing joins (a connection
+    may be streaming a cell's output when the emulator closes)."""
 
-    def __init__(self, address: tuple[str, int], emulator: Backend) -> None:
-        self.emulator = emulator
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
+    emulator: Backend
+
+    def __init__(self, emulator: Backend, host: str) -> None:
         self._connection_threads: list[threading.Thread] = []
-        super().__init__(address, Handler)
+        super().__init__(emulator, Handler, host)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        with self._connections_lock:
-            self._connections.add(request)
+        with self.connections_lock:
+            self.connections.add(request)
         thread = threading.Thread(
             target=self.process_request_thread,
             args=(request, client_address),
@@ -150,17 +156,8 @@ class EmulatorServer(ThreadingHTTPServer):
         self._connection_threads = [t for t in self._connection_threads if t.is_alive()] + [thread]
         thread.start()
 
-    def shutdown_request(self, request: Any) -> None:
-        with self._connections_lock:
-            self._connections.discard(request)
-        super().shutdown_request(request)
-
-    def close_connections(self) -> None:
-        with self._connections_lock:
-            connections = list(self._connections)
-        for connection in connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
+    def drop_connections(self) -> None:
+        super().drop_connections()
         for thread in self._connection_threads:
             thread.join(timeout=10)
 

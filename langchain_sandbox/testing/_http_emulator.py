@@ -1,8 +1,12 @@
 """What the HTTP emulators of remote providers share: a threaded server on ``127.0.0.1``, the
 request log tests read, scripted faults, and how an answer (JSON, bytes or a stream) is sent.
 
-An emulator subclasses `RequestLog`, serves with `Server` (whose handler calls the emulator's
-``_handle(handler, method)``) and answers with `Reply` through `RequestLog._send`.
+An emulator subclasses `ServedEmulator` (the server thread, its URL, ``with``) and a log:
+`RequestLog` (requests by path, `Fault` by path regex; Runloop and Kubernetes), or `LogBase`
+with records and faults of its own (E2B routes by sandbox and service). Every emulator names
+the same things the same: ``requests``, ``clear_requests()``, ``count(...)``, ``inject(...)``
+(a fault whose ``hits`` a test reads), ``clear_faults()``, ``close()``, ``env()`` and
+``provider()``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol, Self
+from typing import Any, Generic, Protocol, Self, TypeVar
 from urllib.parse import parse_qs
 
 
@@ -67,11 +71,16 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, emulator: _Emulator) -> None:
+    def __init__(
+        self,
+        emulator: _Emulator,
+        handler: type[BaseHTTPRequestHandler] | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
         self.emulator = emulator
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
-        super().__init__(("127.0.0.1", 0), Handler)
+        super().__init__((host, 0), handler or Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self.connections_lock:
@@ -137,17 +146,19 @@ class Reply:
         self.stream_type = stream_type
 
 
-class RequestLog:
-    """The log of answered requests and the scripted faults, for an emulator to inherit."""
+RecordT = TypeVar("RecordT")
+FaultT = TypeVar("FaultT")
+
+
+class LogBase(Generic[RecordT, FaultT]):
+    """The log of answered requests and the scripted faults, whatever their shape."""
 
     def _init_log(self) -> None:
-        self._log: list[RecordedRequest] = []
-        self._faults: list[Fault] = []
+        self._log: list[RecordT] = []
+        self._faults: list[FaultT] = []
         self._lock = threading.Lock()
 
-    def inject(self, path: str, **options: Any) -> Fault:
-        """Add a [`Fault`][langchain_sandbox.testing._http_emulator.Fault] (see its fields); returns it so a test can read ``hits``."""
-        fault = Fault(path=path, **options)
+    def _add_fault(self, fault: FaultT) -> FaultT:
         with self._lock:
             self._faults.append(fault)
         return fault
@@ -157,13 +168,22 @@ class RequestLog:
             self._faults.clear()
 
     @property
-    def requests(self) -> list[RecordedRequest]:
+    def requests(self) -> list[RecordT]:
+        """Every request answered so far, oldest first."""
         with self._lock:
             return list(self._log)
 
-    def clear_log(self) -> None:
+    def clear_requests(self) -> None:
         with self._lock:
             self._log.clear()
+
+
+class RequestLog(LogBase[RecordedRequest, Fault]):
+    """The log and faults of an emulator whose requests are told apart by method and path."""
+
+    def inject(self, path: str, **options: Any) -> Fault:
+        """Add a [`Fault`][langchain_sandbox.testing._http_emulator.Fault] (see its fields); returns it so a test can read ``hits``."""
+        return self._add_fault(Fault(path=path, **options))
 
     def count(self, path: str | None = None, *, method: str | None = None) -> int:
         """Requests logged whose path matches the regex ``path`` (searched) and ``method``."""
@@ -213,7 +233,7 @@ class RequestLog:
             handler.close_connection = True
 
 
-class ServedEmulator(RequestLog):
+class ServedEmulator:
     """An emulator served on ``127.0.0.1:<free port>``: its server thread, its URL, and the
     context managers around ``start()`` and ``close()`` (which subclasses define)."""
 
@@ -230,19 +250,26 @@ class ServedEmulator(RequestLog):
         """Answer one request (the server's handler calls this)."""
         raise NotImplementedError
 
-    def _serve(self, name: str) -> None:
-        self._server = Server(self)
+    def _serve(self, name: str, server: Server | None = None) -> None:
+        self._server = server or Server(self)
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name=f"{name}-http", daemon=True
+            target=self._server.serve_forever,
+            # shutdown() waits up to one poll: short, so closing an emulator is quick.
+            kwargs={"poll_interval": 0.1},
+            name=f"{name}-http",
+            daemon=True,
         )
         self._thread.start()
 
-    def _stop_serving(self) -> None:
-        """Stop answering: no new request, open connections dropped, the thread joined."""
+    def _stop_serving(self, draining: Any = None) -> None:
+        """Stop answering: no new request, then ``draining()`` (what must end before the open
+        connections are dropped), open connections dropped, the thread joined."""
         server, self._server = self._server, None
         if server is None:
             return
         server.shutdown()
+        if draining is not None:
+            draining()
         server.drop_connections()
         server.server_close()
         if self._thread is not None:
@@ -269,4 +296,13 @@ class ServedEmulator(RequestLog):
         await asyncio.to_thread(self.close)
 
 
-__all__ = ["Fault", "Handler", "RecordedRequest", "Reply", "RequestLog", "ServedEmulator", "Server"]
+__all__ = [
+    "Fault",
+    "Handler",
+    "LogBase",
+    "RecordedRequest",
+    "Reply",
+    "RequestLog",
+    "ServedEmulator",
+    "Server",
+]

@@ -21,7 +21,7 @@ from langchain_sandbox.testing.kubernetes_emulator import KubernetesEmulator
 with KubernetesEmulator() as cluster:
     provider = cluster.provider()          # a KubernetesProvider pointed here
     ...
-    cluster.requests()                     # every request answered, in order
+    cluster.requests                       # every request answered, in order
     cluster.restart_pod("python-pool-ab12c")   # the pod is lost; the controller starts a new one
 ```
 
@@ -51,6 +51,7 @@ from langchain_sandbox.testing._http_emulator import (
     Handler,
     RecordedRequest,
     Reply,
+    RequestLog,
     ServedEmulator,
 )
 from langchain_sandbox.testing._k8s_cluster import CLAIMS, GROUPS, ApiError, Cluster
@@ -66,7 +67,7 @@ _RUNTIME = re.compile(r"/(execute|upload|download|exists|list)(?:/(.*))?")
 _PLURALS = {(group, version, plural) for plural, (group, version, _) in GROUPS.items()}
 
 
-class KubernetesEmulator(ServedEmulator):
+class KubernetesEmulator(RequestLog, ServedEmulator):
     """The emulated cluster on ``127.0.0.1:<free port>``; see the module docstring. Its ``url``
     is the API server's and the sandbox router's alike.
 
@@ -115,7 +116,7 @@ class KubernetesEmulator(ServedEmulator):
         self._kubeconfig.write_text(json.dumps(self._kubeconfig_document()))
         return self
 
-    def stop(self) -> None:
+    def close(self) -> None:
         """Stop serving, stop every pod and join the emulator's threads. Idempotent."""
         if self._server is None:
             return
@@ -127,10 +128,6 @@ class KubernetesEmulator(ServedEmulator):
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
-
-    def close(self) -> None:
-        """The same as `stop`."""
-        self.stop()
 
     # ---- how clients find it ------------------------------------------------------------------
 
@@ -171,12 +168,6 @@ class KubernetesEmulator(ServedEmulator):
         if self._cluster is None:
             raise RuntimeError("The emulator is not running.")
         return self._cluster
-
-    # A method, as on the E2B emulator (the Runloop emulator's older property stays for its users).
-    def requests(self) -> list[RecordedRequest]:  # type: ignore[override]
-        """Every request answered, oldest first (the ``authorization`` header is never kept)."""
-        with self._lock:
-            return list(self._log)
 
     def claims(self, namespace: str = DEFAULT_NAMESPACE) -> dict[str, dict[str, Any]]:
         """The SandboxClaims that exist, by name."""

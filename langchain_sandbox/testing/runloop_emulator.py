@@ -56,6 +56,7 @@ from langchain_sandbox.testing._http_emulator import (
     Handler,
     RecordedRequest,
     Reply,
+    RequestLog,
     ServedEmulator,
 )
 from langchain_sandbox.testing._machine_host import MachineHost
@@ -71,7 +72,7 @@ _SSE_CHUNK = 64 * 1024
 Route = Callable[..., Reply]
 
 
-class RunloopEmulator(ServedEmulator, EdgeClient):
+class RunloopEmulator(RequestLog, ServedEmulator, EdgeClient):
     """The emulated Runloop API on ``127.0.0.1:<free port>``; see the module docstring.
 
     Args:
@@ -141,6 +142,10 @@ class RunloopEmulator(ServedEmulator, EdgeClient):
         if self._account is None:
             raise RuntimeError("The emulator is not running.")
         return self._account
+
+    def env(self) -> dict[str, str]:
+        """Environment variables that point the Runloop SDK here (and only here)."""
+        return {"RUNLOOP_BASE_URL": self.url, "RUNLOOP_API_KEY": self.api_key or "emulator-key"}
 
     def provider(self, **options: Any) -> Any:
         """A [`RunloopProvider`][langchain_sandbox.RunloopProvider] pointed here."""

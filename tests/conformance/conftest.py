@@ -4,10 +4,12 @@ E2B, Runloop and Kubernetes (real SDKs against the emulators in ``langchain_sand
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from emulated_providers import EMULATED, emulated_provider
 from process_helpers import URLOpener, open_directly, through_edge
 
 from langchain_sandbox.providers.base import Provider
@@ -38,49 +40,27 @@ async def _local_gvisor(tmp_path: Path) -> AsyncIterator[Provider]:
         await provider.aclose()
 
 
-@contextlib.asynccontextmanager
-async def _e2b(tmp_path: Path) -> AsyncIterator[Provider]:
-    from langchain_sandbox.providers.e2b import E2BProvider
-    from langchain_sandbox.testing.e2b_emulator import E2BEmulator
+# Runloop and Kubernetes with the network a real devbox or pod always has: neither can deny it
+# per session (no network_control), and the suite checks that the flag tells the truth.
+_EMULATOR_OPTIONS: dict[str, dict[str, Any]] = {
+    "runloop": {"network": True},
+    "kubernetes": {"network": True},
+}
 
-    with E2BEmulator(api_key="e2b_conformance") as emulator:
-        provider = E2BProvider(
-            api_key="e2b_conformance", api_url=emulator.url, sandbox_url=emulator.url
-        )
-        _OPENERS[id(provider)] = through_edge(emulator)
-        try:
+
+def _emulated(name: str) -> Callable[[Path], contextlib.AbstractAsyncContextManager[Provider]]:
+    @contextlib.asynccontextmanager
+    async def factory(tmp_path: Path) -> AsyncIterator[Provider]:
+        async with emulated_provider(name, emulator=_EMULATOR_OPTIONS.get(name)) as (
+            emulator,
+            provider,
+        ):
+            # No port URL to open on Kubernetes: the provider has no ports.
+            if name != "kubernetes":
+                _OPENERS[id(provider)] = through_edge(emulator)
             yield provider
-        finally:
-            await provider.aclose()
 
-
-@contextlib.asynccontextmanager
-async def _runloop(tmp_path: Path) -> AsyncIterator[Provider]:
-    from langchain_sandbox.testing.runloop_emulator import RunloopEmulator
-
-    # With the network a real devbox always has: Runloop cannot deny it (no network_control),
-    # and the suite checks that the flag tells the truth.
-    async with RunloopEmulator(network=True) as emulator:
-        provider = emulator.provider()
-        _OPENERS[id(provider)] = through_edge(emulator)
-        try:
-            yield provider
-        finally:
-            await provider.aclose()
-
-
-@contextlib.asynccontextmanager
-async def _kubernetes(tmp_path: Path) -> AsyncIterator[Provider]:
-    from langchain_sandbox.testing.kubernetes_emulator import KubernetesEmulator
-
-    # With the network a pod has unless a NetworkPolicy says otherwise: the provider has no
-    # per-session switch (no network_control), and the suite checks that the flag tells the truth.
-    async with KubernetesEmulator(network=True) as cluster:
-        provider = cluster.provider()
-        try:
-            yield provider
-        finally:
-            await provider.aclose()
+    return factory
 
 
 _OPENERS: dict[int, URLOpener] = {}
@@ -89,9 +69,7 @@ _OPENERS: dict[int, URLOpener] = {}
 _FACTORIES = {
     "local": _local,
     "local-gvisor": _local_gvisor,
-    "e2b": _e2b,
-    "runloop": _runloop,
-    "kubernetes": _kubernetes,
+    **{name: _emulated(name) for name in EMULATED},
 }
 
 

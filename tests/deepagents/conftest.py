@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("deepagents")
 
+from emulated_providers import EMULATED, emulated_runtime
+
 from langchain_sandbox.runtime import SandboxRuntime
 
 
@@ -24,54 +26,11 @@ def local_runtime(base_dir: Path) -> Iterator[SandboxRuntime]:
         runtime.close()
 
 
-@contextlib.contextmanager
-def e2b_runtime(base_dir: Path) -> Iterator[SandboxRuntime]:
-    from langchain_sandbox.testing.e2b_emulator import E2BEmulator
-
-    with E2BEmulator(api_key="e2b_" + "0" * 40) as emulator:
-        options = {
-            "api_key": emulator.api_key,
-            "api_url": emulator.url,
-            "sandbox_url": emulator.url,
-        }
-        runtime = SandboxRuntime("e2b", provider_options=options)
-        try:
-            yield runtime
-        finally:
-            runtime.close()
+def _emulated(name: str) -> Any:
+    return lambda base_dir: emulated_runtime(name)
 
 
-@contextlib.contextmanager
-def runloop_runtime(base_dir: Path) -> Iterator[SandboxRuntime]:
-    from langchain_sandbox.testing.runloop_emulator import RunloopEmulator
-
-    with RunloopEmulator() as emulator:
-        options = {"api_key": "emulator-key", "base_url": emulator.url}
-        runtime = SandboxRuntime("runloop", provider_options=options)
-        try:
-            yield runtime
-        finally:
-            runtime.close()
-
-
-@contextlib.contextmanager
-def kubernetes_runtime(base_dir: Path) -> Iterator[SandboxRuntime]:
-    from langchain_sandbox.testing.kubernetes_emulator import KubernetesEmulator
-
-    with KubernetesEmulator() as cluster:
-        runtime = SandboxRuntime(cluster.provider())
-        try:
-            yield runtime
-        finally:
-            runtime.close()
-
-
-RUNTIMES = {
-    "local": local_runtime,
-    "e2b": e2b_runtime,
-    "runloop": runloop_runtime,
-    "kubernetes": kubernetes_runtime,
-}
+RUNTIMES = {"local": local_runtime, **{name: _emulated(name) for name in EMULATED}}
 
 
 @pytest.fixture(scope="class")

@@ -67,15 +67,15 @@ def running_provider(name: str) -> Iterator[StoryProvider]:
             yield StoryProvider("e2b", _env(e2b.env()), expire_e2b, through_edge(e2b))
     elif name == "runloop":
         with RunloopEmulator(api_key="rl-" + uuid.uuid4().hex) as runloop:
-            assert runloop.api_key is not None
 
             def expire_runloop() -> None:
                 for devbox in runloop.account.listing():
                     if devbox.status != "shutdown":
                         runloop.expire(devbox.id)
 
-            settings = {"RUNLOOP_API_KEY": runloop.api_key, "RUNLOOP_BASE_URL": runloop.url}
-            yield StoryProvider("runloop", _env(settings), expire_runloop, through_edge(runloop))
+            yield StoryProvider(
+                "runloop", _env(runloop.env()), expire_runloop, through_edge(runloop)
+            )
     elif name == "kubernetes":
         with KubernetesEmulator() as cluster:
 

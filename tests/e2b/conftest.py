@@ -10,6 +10,7 @@ import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from emulated_providers import provider_on
 
 from langchain_sandbox.providers.e2b import E2BProvider
 from langchain_sandbox.testing.e2b_emulator import E2BEmulator
@@ -51,13 +52,5 @@ def sdk_env(emulator: E2BEmulator, monkeypatch: pytest.MonkeyPatch) -> E2BEmulat
 
 @pytest.fixture
 async def provider(emulator: E2BEmulator) -> AsyncIterator[E2BProvider]:
-    made = E2BProvider(
-        api_key=FAKE_KEY,
-        api_url=emulator.url,
-        sandbox_url=emulator.url,
-        retry_deadline=20,
-    )
-    try:
+    async with provider_on(emulator, api_key=FAKE_KEY, retry_deadline=20) as made:
         yield made
-    finally:
-        await made.aclose()

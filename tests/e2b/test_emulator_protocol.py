@@ -259,7 +259,7 @@ def test_stopping_leaves_no_threads_processes_or_directories(
     # The local session's own worker, and the one sandbox of the emulated VM (its init, the
     # kernel and the command inside it).
     assert (workspace.is_dir(), len(set(_bwrap_children()) - others)) == (True, 2)
-    emulator.stop()
+    emulator.close()
     assert not workspace.exists()
     leftover = [t.name for t in threading.enumerate() if t.ident not in before]
     assert [name for name in leftover if name.startswith("e2b-emulator")] == []

@@ -163,7 +163,7 @@ async def test_a_sandbox_killed_mid_execution_is_reported_gone(
 
 async def test_an_unreachable_provider_is_unavailable(emulator: E2BEmulator) -> None:
     provider = _provider(emulator, retry_attempts=2, retry_deadline=5)
-    emulator.stop()
+    emulator.close()
     with pytest.raises(ProviderUnavailableError):
         await provider.create()
 

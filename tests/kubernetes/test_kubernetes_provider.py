@@ -10,6 +10,7 @@ import re
 from collections.abc import AsyncIterator
 
 import pytest
+from emulated_providers import provider_on
 
 from langchain_sandbox.errors import ConfigurationError, SandboxGoneError
 from langchain_sandbox.providers.base import SessionSpec
@@ -47,15 +48,12 @@ async def cluster() -> AsyncIterator[KubernetesEmulator]:
 
 @pytest.fixture
 async def provider(cluster: KubernetesEmulator) -> AsyncIterator[KubernetesProvider]:
-    made: KubernetesProvider = cluster.provider(retry_deadline=20.0)
-    try:
+    async with provider_on(cluster, retry_deadline=20.0) as made:
         yield made
-    finally:
-        await made.aclose()
 
 
 def _posted_claims(cluster: KubernetesEmulator) -> list[RecordedRequest]:
-    return [r for r in cluster.requests() if r.method == "POST" and r.path == _CLAIMS]
+    return [r for r in cluster.requests if r.method == "POST" and r.path == _CLAIMS]
 
 
 async def test_a_session_is_one_claim_named_from_its_thread_labelled_and_deleted_on_close(
@@ -80,7 +78,7 @@ async def test_a_session_is_one_claim_named_from_its_thread_labelled_and_deleted
         "team": "ops",
     }
     # The wait for readiness is a watch from the create answer's resourceVersion.
-    watch = next(r for r in cluster.requests() if r.query.get("watch"))
+    watch = next(r for r in cluster.requests if r.query.get("watch"))
     assert watch.query["fieldSelector"] == [f"metadata.name={claim}"]
     assert watch.query["resourceVersion"] == [posted_version(cluster, claim)]
 
@@ -90,7 +88,7 @@ async def test_a_session_is_one_claim_named_from_its_thread_labelled_and_deleted
     assert await provider.list_sessions({"team": "other"}) == []
 
     await session.close()
-    deletes = [r for r in cluster.requests() if r.method == "DELETE"]
+    deletes = [r for r in cluster.requests if r.method == "DELETE"]
     assert [r.path for r in deletes] == [f"{_CLAIMS}/{claim}"]
     assert cluster.claims() == {}
     assert await provider.list_sessions() == []
@@ -123,7 +121,7 @@ async def test_every_request_is_one_the_sdk_makes(
         await second.aclose()
     await session.close()
 
-    seen = cluster.requests()
+    seen = cluster.requests
     assert seen
     for request in seen:
         if request.path.startswith("/apis/"):
@@ -151,7 +149,7 @@ async def test_a_create_whose_answer_was_lost_adopts_its_own_claim(
     assert [r.status for r in posted] == [0, 409], "the retry met the claim the first one made"
     assert posted[0].json()["metadata"]["name"] == posted[1].json()["metadata"]["name"]
     claim = session.record["sandbox_id"]
-    gets = [r for r in cluster.requests() if r.method == "GET" and r.path == f"{_CLAIMS}/{claim}"]
+    gets = [r for r in cluster.requests if r.method == "GET" and r.path == f"{_CLAIMS}/{claim}"]
     assert gets, "adoption reads the existing claim"
     assert list(cluster.claims()) == [claim], "one claim, not two"
     assert (await session.run_code("6 * 7", timeout=30)).value == "42"
@@ -163,7 +161,7 @@ async def test_another_provider_attaches_to_the_live_pod(
 ) -> None:
     session = await provider.create(SessionSpec(metadata={"thread_id": "t"}))
     await session.run_code("kept = [1, 2]", timeout=30)
-    cluster.clear_log()
+    cluster.clear_requests()
     other = cluster.provider()
     try:
         attached = await other.attach(session.record)
@@ -171,7 +169,7 @@ async def test_another_provider_attaches_to_the_live_pod(
         assert attached.record["sandbox_id"] == session.record["sandbox_id"]
         assert (await attached.run_code("kept + [3]", timeout=30)).value == "[1, 2, 3]"
         # Attaching reads; it never creates.
-        assert not [r for r in cluster.requests() if r.method == "POST" and r.path == _CLAIMS]
+        assert not [r for r in cluster.requests if r.method == "POST" and r.path == _CLAIMS]
     finally:
         await other.aclose()
     await session.close()
@@ -242,7 +240,7 @@ async def test_the_provider_needs_the_router_and_keeps_credentials_out_of_sight(
         token = cluster._token
         assert token not in repr(provider)
         assert token not in json.dumps(session.record)
-        assert all(token not in json.dumps(r.headers) for r in cluster.requests())
+        assert all(token not in json.dumps(r.headers) for r in cluster.requests)
         await session.close()
     finally:
         await provider.aclose()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from emulated_providers import provider_on
 
 from langchain_sandbox.providers.runloop import RunloopProvider
 from langchain_sandbox.testing.runloop_emulator import RunloopEmulator
@@ -27,8 +28,5 @@ async def emulator() -> AsyncIterator[RunloopEmulator]:
 
 @pytest.fixture
 async def provider(emulator: RunloopEmulator) -> AsyncIterator[RunloopProvider]:
-    made: RunloopProvider = emulator.provider(retry_deadline=10.0)
-    try:
+    async with provider_on(emulator, retry_deadline=10.0) as made:
         yield made
-    finally:
-        await made.aclose()

@@ -70,7 +70,7 @@ async def test_one_worker_call_answers_changes_contents_and_variables(
         known = _applied({}, first)
 
         assert (await session.run_command("printf 'changed\\n' > small.txt")).ok
-        emulator.clear_log()
+        emulator.clear_requests()
         second = await session.list_changes(
             known, max_bytes=_MAX, variables_max_bytes=_MAX, since=first.cursor
         )
@@ -93,7 +93,7 @@ async def test_a_listing_the_worker_lost_is_sent_again(
         known = _applied({}, first)
         lost = f"rm {WORKER_DIR}/{_worker.LISTING_NAME} && printf b > b.txt"
         assert (await session.run_command(lost)).ok
-        emulator.clear_log()
+        emulator.clear_requests()
         listing = await session.list_changes(known, max_bytes=_MAX, since=first.cursor)
         assert [info.path for info in listing.changed] == ["b.txt"]
         assert [sorted(request) for request in _worker_requests(emulator)] == [
@@ -109,7 +109,7 @@ async def test_a_listing_over_the_inline_limit_costs_one_upload(
         assert (await session.run_command("printf a > a.txt")).ok
         # a listing without the worker's cursor (another process's, say), too large to inline
         known = {f"old/{n:05d}": FileInfo(f"old/{n:05d}", 1, n) for n in range(3000)}
-        emulator.clear_log()
+        emulator.clear_requests()
         listing = await session.list_changes(known, max_bytes=_MAX)
         assert _ends(emulator.requests) == ["execute_async", "upload_file", "wait_for_status"]
         assert set(listing.gone) == set(known)
@@ -122,7 +122,7 @@ async def test_a_large_variables_dump_is_downloaded(
     async with await provider.create() as session:
         big = _worker.INLINE_DUMP_BYTES + 1000
         assert (await session.run_code(f"blob = b'y' * {big}")).ok
-        emulator.clear_log()
+        emulator.clear_requests()
         listing = await session.list_changes({}, max_bytes=_MAX, variables_max_bytes=2 * big)
         assert _ends(emulator.requests) == ["download_file", "execute_async", "wait_for_status"]
         assert listing.variables is not None

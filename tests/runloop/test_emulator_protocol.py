@@ -86,7 +86,7 @@ async def test_long_polls_answer_408_and_the_sdk_polls_again(emulator: RunloopEm
     emulator.max_hold = 0.2
     async with _sdk(emulator) as sdk:
         devbox = await sdk.devbox.create()
-        emulator.clear_log()
+        emulator.clear_requests()
         result = await devbox.cmd.exec("sleep 1.5; echo done")
         assert await result.stdout() == "done\n"
         waits = [r for r in emulator.requests if r.path.endswith("/wait_for_status")]

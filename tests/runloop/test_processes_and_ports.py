@@ -39,7 +39,7 @@ async def test_processes_and_a_tunnel_through_the_provider(
     session = await provider.create()
     assert (session.capabilities.processes, session.capabilities.ports) == (True, True)
     await start_server(session)
-    emulator.clear_log()
+    emulator.clear_requests()
     url = await session.expose_port(8000)
     match = re.fullmatch(r"https://8000-([0-9a-f]+)\.tunnel\.127\.0\.0\.1", url)
     assert match is not None, url

@@ -44,14 +44,14 @@ async def test_a_warm_execution_is_two_requests(
 ) -> None:
     async with await provider.create() as session:
         await session.run_code("x = 1")
-        emulator.clear_log()
+        emulator.clear_requests()
         result = await session.run_code("x + 41")
         assert result.value == "42"
         assert [r.path.rsplit("/", 1)[-1] for r in emulator.requests] == [
             "execute_async",
             "wait_for_status",
         ]
-        emulator.clear_log()
+        emulator.clear_requests()
         command = await session.run_command("echo $((6 * 7))")
         assert command.stdout == "42\n"
         assert len(emulator.requests) == 2
@@ -77,7 +77,7 @@ async def test_create_tags_the_devbox_and_passes_the_image_options(
         }
         assert (await session.run_command("echo $GREETING")).stdout == "hey\n"
         assert (await session.run_code("import os\nos.environ['GREETING']")).value == "'hey'"
-    emulator.clear_log()
+    emulator.clear_requests()
     with pytest.raises(SandboxError, match="snp_missing"):
         await provider.create(SessionSpec(template="snapshot:snp_missing"))
     create = next(r for r in emulator.requests if r.path.endswith("/create_and_await_running"))
@@ -90,7 +90,7 @@ async def test_503_on_execute_is_one_error_and_one_execution(
 ) -> None:
     async with await provider.create() as session:
         await session.run_command("true")
-        emulator.clear_log()
+        emulator.clear_requests()
         emulator.inject("/execute_async$", status=503)
         with pytest.raises(ProviderUnavailableError) as caught:
             await session.run_code("counter = 1")
@@ -105,7 +105,7 @@ async def test_a_dropped_long_poll_is_retried_without_running_the_code_again(
 ) -> None:
     async with await provider.create() as session:
         await session.run_code("runs = 0")
-        emulator.clear_log()
+        emulator.clear_requests()
         emulator.inject("/executions/[^/]+/wait_for_status$", drop=True)
         result = await session.run_code("runs += 1\nruns")
         assert result.value == "1"
@@ -118,7 +118,7 @@ async def test_an_answer_too_long_to_be_inline_is_read_over_sse(
 ) -> None:
     emulator.inline_output_bytes = 200
     async with await provider.create() as session:
-        emulator.clear_log()
+        emulator.clear_requests()
         result = await session.run_code("print('x' * 5000)\n'done'")
         assert (result.stdout, result.value) == ("x" * 5000 + "\n", "'done'")
         assert emulator.count("/stream_stdout_updates$") == 1
@@ -130,7 +130,7 @@ async def test_slow_long_polls_are_polled_until_the_code_ends(
 ) -> None:
     emulator.max_hold = 0.2
     async with await provider.create() as session:
-        emulator.clear_log()
+        emulator.clear_requests()
         result = await session.run_code("import time\ntime.sleep(1.2)\n'slept'")
         assert result.value == "'slept'"
         statuses = [r.status for r in emulator.requests if r.path.endswith("/wait_for_status")]
@@ -154,7 +154,7 @@ async def test_quota_and_auth_errors_are_typed(emulator: RunloopEmulator) -> Non
     with pytest.raises(QuotaExceededError):
         await provider.create()
     emulator.clear_faults()
-    emulator.clear_log()
+    emulator.clear_requests()
     wrong = emulator.provider(api_key="not-the-key")
     with pytest.raises(AuthenticationError):
         await wrong.create()
@@ -325,7 +325,7 @@ async def test_install_packages_runs_pip_with_validated_names(
     provider: RunloopProvider, emulator: RunloopEmulator
 ) -> None:
     async with await provider.create() as session:
-        emulator.clear_log()
+        emulator.clear_requests()
         streamed: list[tuple[str, str]] = []
         result = await session.install_packages(
             ["requests[socks]>=2", "numpy==1.26.4"],

@@ -51,12 +51,12 @@ def test_a_warm_call_without_a_listener_is_two_requests(
     tool: SandboxExecTool, emulator: RunloopEmulator
 ) -> None:
     tool.invoke({"code": "x = 1"})
-    emulator.clear_log()
+    emulator.clear_requests()
     assert "value:\n42" in tool.invoke({"code": CODE})
     assert _routes(emulator) == ["execute_async", "wait_for_status"]
     # In a graph streamed without "custom", nobody listens either.
     graph, state = _graph(tool)
-    emulator.clear_log()
+    emulator.clear_requests()
     chunks = list(graph.stream(state, {"configurable": {"thread_id": "t"}}, stream_mode="values"))
     assert "42" in chunks[-1]["messages"][-1].text
     assert "execute_async" in _routes(emulator)
@@ -69,7 +69,7 @@ def test_streams_are_opened_when_someone_listens(
     graph, state = _graph(tool)
     config = {"configurable": {"thread_id": "t"}}
     graph.invoke(state, config)  # warm
-    emulator.clear_log()
+    emulator.clear_requests()
     events = [
         c for c in graph.stream(state, config, stream_mode="custom") if c["stream"] == "stdout"
     ]
@@ -86,7 +86,7 @@ def test_streams_are_opened_when_someone_listens(
             self.texts.append(data["text"])
 
     collect = Collect()
-    emulator.clear_log()
+    emulator.clear_requests()
     tool.invoke({"code": CODE}, {"callbacks": [collect]})
     assert "hi\n" in "".join(collect.texts)
     assert "stream_stdout_updates" in _routes(emulator)
@@ -95,6 +95,6 @@ def test_streams_are_opened_when_someone_listens(
     class Quiet(BaseCallbackHandler):
         pass
 
-    emulator.clear_log()
+    emulator.clear_requests()
     tool.invoke({"code": CODE}, {"callbacks": [Quiet()]})
     assert _routes(emulator) == ["execute_async", "wait_for_status"]

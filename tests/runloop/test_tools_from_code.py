@@ -22,7 +22,7 @@ async def test_answers_go_to_the_executions_stdin(
 ) -> None:
     session = await provider.create()
     await session.run_code("0")  # the worker and its interpreter are ready
-    emulator.clear_log()
+    emulator.clear_requests()
     result = await session.run_code("[tools.double(n=i) for i in range(3)]", tools=DoublingHost())
     assert result.ok, result.render()
     assert result.value == "[0, 2, 4]"
@@ -37,7 +37,7 @@ async def test_answers_go_to_the_executions_stdin(
     listed = await session.list_files(".", recursive=True)
     assert not [info.path for info in listed if "runloop-emulator-stdin" in info.path]
     # Without tools, stdin is not attached.
-    emulator.clear_log()
+    emulator.clear_requests()
     await session.run_code("1")
     (plain,) = [r.json() for r in emulator.requests if r.path.endswith("/execute_async")]
     assert "attach_stdin" not in plain

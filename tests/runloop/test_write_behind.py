@@ -50,7 +50,7 @@ async def test_a_changing_call_costs_two_requests_and_carries_its_head(
     async with warm_runtime() as runtime:
         assert runtime.write_behind
         for expected in (1, 2):
-            emulator.clear_log()
+            emulator.clear_requests()
             outcome = await runtime.arun_code("t", "n += 1\nn", resumable=True)
             await runtime.aflush()
             call, behind = _split(emulator.requests)
@@ -80,7 +80,7 @@ async def test_inline_snapshots_cost_four_requests_on_the_call(
     warm_runtime: WarmRuntime, emulator: RunloopEmulator
 ) -> None:
     async with warm_runtime(write_behind=False) as runtime:
-        emulator.clear_log()
+        emulator.clear_requests()
         outcome = await runtime.arun_code("t", "n += 1", resumable=True)
         # the call 2, the capture's one worker call 2 (changes, files, variables); no head call
         assert len(emulator.requests) == 4
@@ -111,7 +111,7 @@ async def test_a_call_nothing_can_resume_from_is_two_requests(
     long-poll (the head still rides along, for free)."""
     async with warm_runtime() as runtime:
         for expected in (1, 2, 3):
-            emulator.clear_log()
+            emulator.clear_requests()
             outcome = await runtime.arun_code("t", "n += 1\nn")
             await runtime.aflush()
             assert outcome.value.value == str(expected)

@@ -24,7 +24,7 @@ def e2b_options() -> Iterator[dict[str, Any]]:
     try:
         yield {"api_key": api_key, "api_url": emulator.url, "sandbox_url": emulator.url}
     finally:
-        emulator.stop()
+        emulator.close()
 
 
 def _runtime(options: dict[str, Any], blobs: Path) -> SandboxRuntime:
