@@ -21,6 +21,7 @@ import pytest
 from isolation_levels import require_gvisor
 from langgraph.checkpoint.memory import InMemorySaver
 from network_probe import LoopbackListener
+from source_tree import REPO, built_once, source_tree
 
 from langchain_sandbox.paths import ENVIRONMENTS_ENV, environments_dir
 from langchain_sandbox.providers.base import Provider
@@ -40,9 +41,6 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["LANGCHAIN_SANDBOX_HOME"] = _HOME
 
 
-REPO = Path(__file__).resolve().parent.parent
-
-
 @pytest.fixture
 def isolation(request: pytest.FixtureRequest) -> str:
     """The local provider's isolation level for this test: bubblewrap unless a suite (or a
@@ -57,24 +55,24 @@ def isolation(request: pytest.FixtureRequest) -> str:
 def user_venv(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """Makes a virtualenv the way a user does (``python -m venv``, then ``pip install -c
     .ci/constraints.txt '.[extras]'``: no dev extra, no editable install); returns its directory.
-    One per set of extras and packages per test session."""
-    made: dict[tuple[str, ...], Path] = {}
+    One per set of extras and packages per test run, shared by the run's workers
+    (:func:`source_tree.built_once`), installed from a copy of the checkout."""
 
     def make(extras: str, *packages: str) -> Path:
-        key = (extras, *packages)
-        if key not in made:
-            venv = tmp_path_factory.mktemp("user-venv")
+        key = hashlib.sha256("\0".join((extras, *packages)).encode()).hexdigest()[:12]
+
+        def build(venv: Path) -> None:
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
             constraints = REPO / ".ci" / "constraints.txt"
             install = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
             subprocess.run(
-                [*install, "-c", str(constraints), f"{REPO}[{extras}]", *packages],
+                [*install, "-c", str(constraints), f"{source_tree(venv)}[{extras}]", *packages],
                 check=True,
                 timeout=1800,
                 cwd=venv,
             )
-            made[key] = venv
-        return made[key]
+
+        return built_once(tmp_path_factory, f"user-venv-{key}", build)
 
     return make
 

@@ -17,8 +17,14 @@ from langchain_sandbox.testing._edge import EdgeClient
 URLOpener = Callable[[str], bytes]
 """GET a URL ``expose_port`` gave: its body, or ``OSError`` while nothing answers there."""
 
-SERVER = "python3 -u -m http.server 8000 --bind 127.0.0.1"
-"""A web server in the sandbox; ``-u`` so its first line is not held in a buffer."""
+
+def server_command(port: int) -> str:
+    """A web server in the sandbox on ``port``; ``-u`` so its first line is not held in a buffer."""
+    return f"python3 -u -m http.server {port} --bind 127.0.0.1"
+
+
+SERVER = server_command(8000)
+"""The web server for sandboxes without network (their loopback is their own)."""
 
 
 def make_runtime(root: Path, **kwargs: object) -> SandboxRuntime:

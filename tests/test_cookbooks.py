@@ -22,7 +22,9 @@ from nbclient import NotebookClient
 COOKBOOK = Path(__file__).resolve().parent.parent / "cookbook"
 _INSTALL = re.compile(r"pip install 'langchain-sandbox\[([a-z0-9,]+)\]' ipykernel")
 
-pytestmark = pytest.mark.slow
+# Hang guards: a test's set-up installs its notebook's venv (or waits for another xdist worker's
+# install of the same), several at once under xdist on two loaded cores.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def stated_extras(notebook: nbformat.NotebookNode) -> str:

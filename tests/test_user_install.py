@@ -13,7 +13,8 @@ import pytest
 
 from langchain_sandbox.demo import CHART_NAME
 
-pytestmark = pytest.mark.slow
+# Hang guard: the venv's install runs in the test (or another xdist worker's, waited for).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_demo_in_a_venv_made_by_the_user_install(

@@ -230,6 +230,7 @@ class Handler(BaseHTTPRequestHandler):
                 seq=emulator._next_seq(),
             )
         )
+        self._index = index
         self._status = 0
         self._swallow = False
         try:
@@ -298,6 +299,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def _head(self, status: int, headers: dict[str, str]) -> None:
         self._status = status
+        # Logged before the client can have the answer: a test that reads the log as soon as
+        # its call returned saw status 0 when this thread was slower than the client (a loaded
+        # machine, a parallel run).
+        self.server.emulator._update(self._index, status=status)
         if self._swallow:
             self.wfile = io.BytesIO()  # handled, but the answer never leaves
         self.send_response(status)

@@ -7,7 +7,6 @@ constraints), so it is also the real "without the extras" environment: the demo 
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -16,10 +15,12 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
+from source_tree import built_once, source_tree
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
-_NOT_SOURCE = (".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", "site")
+# The build (a wheel, a venv, its install) runs in the first test's set-up, or that test waits for
+# another xdist worker's: 300 s was too short for it on two loaded cores.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @dataclass
@@ -49,15 +50,20 @@ def _run(*command: str | Path, cwd: Path) -> str:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    work = tmp_path_factory.mktemp("wheel")
-    # A copy, so the build's own directories (build/, *.egg-info) stay out of the checkout.
-    source = work / "source"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
-    output = _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", work, source, cwd=work)
+    def build(work: Path) -> None:
+        source = source_tree(work)
+        output = _run(
+            sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", work, source, cwd=work
+        )
+        (work / "build-output.txt").write_text(output)
+        (wheel,) = work.glob("langchain_sandbox-*.whl")
+        _run(sys.executable, "-m", "venv", work / "venv", cwd=work)
+        constraints = ROOT / ".ci" / "constraints.txt"
+        _run(work / "venv" / "bin" / "pip", "install", "-q", "-c", constraints, wheel, cwd=work)
+
+    work = built_once(tmp_path_factory, "wheel", build)
     (wheel,) = work.glob("langchain_sandbox-*.whl")
-    _run(sys.executable, "-m", "venv", work / "venv", cwd=work)
-    constraints = ROOT / ".ci" / "constraints.txt"
-    _run(work / "venv" / "bin" / "pip", "install", "-q", "-c", constraints, wheel, cwd=work)
+    output = (work / "build-output.txt").read_text()
     return Installed(wheel=wheel, build_output=output, venv=work / "venv")
 
 

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from served_port import free_port
 
 from langchain_sandbox.errors import CapabilityError, InvalidInputError, ProcessLimitError
 from langchain_sandbox.processes import OUTPUT_HEAD, OUTPUT_TAIL, ProcessOutput, ProcessSpec
@@ -198,17 +199,20 @@ async def test_the_ring_keeps_head_and_tail_and_counts_what_it_dropped(
 async def test_a_web_server_answers_through_expose_port_with_the_network_off(
     provider: Provider, open_url: Callable[[str], bytes]
 ) -> None:
+    # Runloop's and Kubernetes' sandboxes keep their network (they cannot turn it off) and,
+    # emulated, share the host's loopback: a fixed port would be shared by concurrent tests.
+    port = free_port()
     async with await provider.create(SessionSpec(network=False)) as session:
         if not session.capabilities.ports:
             with pytest.raises(CapabilityError):
-                await session.expose_port(8000)
+                await session.expose_port(port)
             return
         await session.write_files({"site/index.html": b"<h1>hello from the sandbox</h1>"})
         await session.start_process(
-            ProcessSpec("web", "exec python3 -m http.server 8000 --bind 127.0.0.1", cwd="site")
+            ProcessSpec("web", f"exec python3 -m http.server {port} --bind 127.0.0.1", cwd="site")
         )
-        url = await session.expose_port(8000)
-        assert await session.expose_port(8000) == url  # the same for the same port
+        url = await session.expose_port(port)
+        assert await session.expose_port(port) == url  # the same for the same port
         deadline = time.monotonic() + _WAIT
 
         while True:

@@ -12,11 +12,12 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from served_port import free_port
 
 INSTALL_HINT = (
     "PostgreSQL server binaries (initdb, pg_ctl) were not found. The durable-session tests start "
@@ -39,13 +40,6 @@ def find_bindir() -> Path | None:
         if candidate and all((Path(candidate) / tool).is_file() for tool in ("initdb", "pg_ctl")):
             return Path(candidate)
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -74,11 +68,21 @@ class PostgresServer:
             user = pwd.getpwnam("postgres")
             os.chown(root, user.pw_uid, user.pw_gid)
             as_user = ["runuser", "-u", "postgres", "--"]
-        server = cls(bindir=bindir, root=root, port=_free_port(), _as_user=as_user)
+        server = cls(bindir=bindir, root=root, port=free_port(), _as_user=as_user)
         data = root / "data"
         server._run(
             str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"
         )
+        # The free port is only free when asked: another xdist worker's server (or any process)
+        # may take it before this one binds it, so a lost race tries another port.
+        for _ in range(4):
+            try:
+                server.resume()
+                return server
+            except subprocess.CalledProcessError:
+                if "Address already in use" not in server.log_tail(5):
+                    raise
+                server.port = free_port()
         server.resume()
         return server
 

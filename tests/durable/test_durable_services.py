@@ -17,7 +17,8 @@ import json
 import re
 from typing import Any
 
-from process_helpers import SERVER, http_get
+from process_helpers import http_get, server_command
+from served_port import free_port
 from story_providers import StoryProvider
 from test_durable_restores import STORY_SETUPS, _kill, _turn
 from test_durable_sessions import HANG_GUARD, Story, read_event
@@ -49,14 +50,23 @@ def test_a_service_comes_back_after_sigkill_and_on_a_fork_but_not_before_it_star
 ) -> None:
     story = Story("tools", *saver, blobs, *story_provider.worker_args, env=story_provider.env)
     get = story_provider.open_url
+    # The emulated E2B sandbox has network, so its loopback is the host's: a port of its own.
+    port = free_port()
     first = story.start("--serve")
     try:
         read_event(first, "ready")
         _turn(first, _ask("sandbox_write_file", path="site/index.html", content="v1"))
         started = _turn(
-            first, _ask("sandbox_shell", command=SERVER, cwd="site", background=True, name="web")
+            first,
+            _ask(
+                "sandbox_shell",
+                command=server_command(port),
+                cwd="site",
+                background=True,
+                name="web",
+            ),
         )
-        exposed = _turn(first, _ask("sandbox_process", action="expose", port=8000))
+        exposed = _turn(first, _ask("sandbox_process", action="expose", port=port))
         first_url = _url(exposed["tools"][-1])
         assert http_get(first_url + "/index.html", opener=get) == "v1"
         later = _turn(first, _ask("sandbox_exec", code="print('later')"))
@@ -83,11 +93,13 @@ def test_a_service_comes_back_after_sigkill_and_on_a_fork_but_not_before_it_star
         # attaches, starts nothing, and tells the port's URL, which has not changed.
         assert "restored" not in resumed, resumed
         assert "started again" not in resumed, resumed
-        assert "Exposed ports: 8000 at https://" in resumed, resumed
+        assert f"Exposed ports: {port} at https://" in resumed, resumed
         assert resumed_url == first_url
     else:
         assert "Services of this checkpoint were started again: 'web'" in resumed, resumed
-        assert "Exposed ports (a new sandbox serves them at new URLs): 8000 at http://" in resumed
+        assert (
+            f"Exposed ports (a new sandbox serves them at new URLs): {port} at http://" in resumed
+        )
         assert resumed_url != first_url  # the first process's relay died with it
     assert "web (running)" in resumed
     assert "'web' is not part of this checkpoint and was stopped" in back, back

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from typing import Any
 import httpx
 import pytest
 from langgraph_sdk import get_sync_client
+from served_port import free_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "langgraph_app"
 
@@ -65,12 +65,6 @@ sys.addaudithook(_hook)
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
     app = tmp_path / "app"
@@ -92,7 +86,7 @@ def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
         LANGSMITH_TRACING="false",
         LANGCHAIN_TRACING_V2="false",
     )
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path / "server.log"
     cli = Path(sys.executable).with_name("langgraph")
     with log_path.open("wb") as log:

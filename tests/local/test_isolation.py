@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -260,3 +261,19 @@ def test_without_libseccomp_sessions_refuse_unless_the_filter_is_declined_by_nam
     assert unfiltered == "unfiltered: 42"
     with pytest.raises(InvalidInputError, match="syscall_filter must be"):
         LocalProvider(syscall_filter="off")  # type: ignore[arg-type]
+
+
+def test_the_probe_binds_only_the_system_directories(tmp_path: Path) -> None:
+    # A bind of the host's whole / carried every mount under it into the probe, and bubblewrap
+    # failed when one went away while it remounted them read-only (another session's workspace
+    # image, under a parallel test run): the failure was cached, and no session started again.
+    recorded = tmp_path / "argv"
+    bwrap = tmp_path / "bwrap"
+    real = shutil.which("bwrap")
+    bwrap.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {recorded}\nexec {real} "$@"\n')
+    bwrap.chmod(0o755)
+    assert probe_isolation(str(bwrap)).bubblewrap_usable
+    argv = recorded.read_text().splitlines()
+    binds = {argv[i + 1] for i, option in enumerate(argv) if option.endswith("-bind")}
+    assert binds, argv
+    assert binds <= {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}, binds

@@ -339,7 +339,7 @@ def bubblewrap_argv(
     readable = ["--perms", "0644"] if user_namespace is not None else []
     for mount in root_mounts(python, files=files, network=network, read_only=read_only):
         perms = readable if mount.kind == "data" else []
-        argv += [*perms, _BWRAP_OPTION[mount.kind], mount.source, mount.sandbox]
+        argv += [*perms, *mount.bwrap_options()]
     # /proc and /dev are read-only: the sandbox user maps to the host's uid, which would
     # otherwise own (and could write) host-wide sysctls such as /proc/sys/kernel/core_pattern.
     argv += ["--proc", "/proc"]
@@ -464,6 +464,23 @@ class RootMount:
     source: str
     sandbox: str
 
+    def bwrap_options(self) -> list[str]:
+        """The bubblewrap options that make this entry."""
+        return [_BWRAP_OPTION[self.kind], self.source, self.sandbox]
+
+
+def system_mounts() -> list[RootMount]:
+    """The host's system directories (``/usr``, ``/bin``, ``/lib``...) as every sandbox has them:
+    each bound read-only, or the merged-/usr symlink it is on the host."""
+    mounts: list[RootMount] = []
+    for directory in _SYSTEM_DIRS:
+        if os.path.islink(directory):
+            # Merged-/usr systems: /bin -> usr/bin and the like.
+            mounts.append(RootMount("symlink", os.readlink(directory), directory))
+        elif os.path.isdir(directory):
+            mounts.append(RootMount("bind", directory, directory))
+    return mounts
+
 
 def root_mounts(
     python: PythonInstall,
@@ -480,13 +497,7 @@ def root_mounts(
     sandboxed code the same files. What is writable (``/tmp``, the workspace) and the kernel's
     own trees (``/proc``, ``/dev``) each backend adds itself.
     """
-    mounts: list[RootMount] = []
-    for directory in _SYSTEM_DIRS:
-        if os.path.islink(directory):
-            # Merged-/usr systems: /bin -> usr/bin and the like.
-            mounts.append(RootMount("symlink", os.readlink(directory), directory))
-        elif os.path.isdir(directory):
-            mounts.append(RootMount("bind", directory, directory))
+    mounts = system_mounts()
     host_files = [*_ETC_FILES, *(_NETWORK_ETC if network else ())]
     mounts += [RootMount("bind", os.path.realpath(p), p) for p in host_files if os.path.exists(p)]
     mounts += [RootMount("data", source, path) for path, source in files.items()]
@@ -515,4 +526,5 @@ __all__ = [
     "options_via_fd",
     "root_mounts",
     "sealed_file",
+    "system_mounts",
 ]

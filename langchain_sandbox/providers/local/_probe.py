@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from langchain_sandbox.errors import IsolationUnavailableError
 from langchain_sandbox.providers.local import _workspace_fs as workspace_fs
-from langchain_sandbox.providers.local._bubblewrap import find_bubblewrap
+from langchain_sandbox.providers.local._bubblewrap import find_bubblewrap, system_mounts
 from langchain_sandbox.providers.local._cgroups import detect_cgroups
 from langchain_sandbox.providers.local._gvisor import usable_runsc
 from langchain_sandbox.providers.local._host_user import (
@@ -173,9 +173,11 @@ def _try_bubblewrap(bwrap: str) -> tuple[bool, str]:
         "--cap-drop",
         "ALL",
         "--die-with-parent",
-        "--ro-bind",
-        "/",
-        "/",
+        # The system directories only, as a session has them: a bind of the host's whole ``/``
+        # took every mount under it along, and failed when one of them (another sandbox's
+        # workspace image, say) went away while bubblewrap remounted the copies read-only; the
+        # failure was then cached for the rest of the process.
+        *(option for mount in system_mounts() for option in mount.bwrap_options()),
         "--proc",
         "/proc",
         "--",
