@@ -18,7 +18,7 @@ import os
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from langchain_sandbox.errors import InvalidInputError, SnapshotNotFoundError, UnsafeArchiveError
@@ -254,6 +254,11 @@ class SnapshotKnowledge:
                     unread[part.sha256] = part.files
                 assembly.add(part, blobs.get(part.sha256))
         manifest = assembly.finish()
+        if session is not None:
+            # A restore plans over the entries in several passes, each of which would build
+            # every entry again from the columns (about 10x a dict pass), and it already holds
+            # a listing of the workspace, an object per path: its entries are built once.
+            manifest = replace(manifest, files=dict(manifest.files.items()))
         if session is not None and not unread:
             self._remember_parts(session, part_index(manifest, parsed).values())
         return manifest, unread
