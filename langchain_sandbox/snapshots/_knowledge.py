@@ -18,7 +18,7 @@ import os
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypeVar
 
 from langchain_sandbox.errors import InvalidInputError, SnapshotNotFoundError, UnsafeArchiveError
@@ -238,7 +238,10 @@ class SnapshotKnowledge:
             return root.manifest, {}
         held = self._parsed.get(session, {}) if session is not None else {}
         parsed = {key: held[key] for key in held.keys() - self._corrupt}
-        assembly = root.assembler(self.limits, parsed)
+        # A restore plans over the entries in several passes, each of which would build every
+        # entry again from columns (about 10x a dict pass), and it already holds a listing of
+        # the workspace, an object per path: it takes a dict, in which held parts are copied in C.
+        assembly = root.assembler(self.limits, parsed, compact=session is None)
         unread: dict[str, int] = {}
 
         # Parts are fetched a batch at a time and decoded into the assembly's columns, so the
@@ -254,11 +257,6 @@ class SnapshotKnowledge:
                     unread[part.sha256] = part.files
                 assembly.add(part, blobs.get(part.sha256))
         manifest = assembly.finish()
-        if session is not None:
-            # A restore plans over the entries in several passes, each of which would build
-            # every entry again from the columns (about 10x a dict pass), and it already holds
-            # a listing of the workspace, an object per path: its entries are built once.
-            manifest = replace(manifest, files=dict(manifest.files.items()))
         if session is not None and not unread:
             self._remember_parts(session, part_index(manifest, parsed).values())
         return manifest, unread

@@ -134,14 +134,17 @@ class ManifestRoot:
         self,
         limits: SnapshotLimits | None = None,
         parsed: Mapping[str, Sequence[tuple[str, FileEntry]]] | None = None,
+        *,
+        compact: bool = True,
     ) -> ManifestAssembly:
         """An assembly of this manifest's files that takes its parts one at a time, in order,
         so a caller holds the bytes of a batch of parts at once, never of all of them.
 
         ``parsed`` holds, by key, the entries of parts already validated (a rewind reuses those
         its session holds): such a part is not decoded again, only checked across parts.
+        ``compact``: the files are held in columns (`CompactFiles`), else in a ``dict``.
         """
-        return ManifestAssembly(self, limits or SnapshotLimits(), parsed or {})
+        return ManifestAssembly(self, limits or SnapshotLimits(), parsed or {}, compact=compact)
 
 
 class ManifestAssembly:
@@ -155,11 +158,14 @@ class ManifestAssembly:
         root: ManifestRoot,
         limits: SnapshotLimits,
         parsed: Mapping[str, Sequence[tuple[str, FileEntry]]],
+        *,
+        compact: bool = True,
     ) -> None:
         self._root = root
         self._limits = limits
         self._parsed = parsed
-        self._files = CompactFilesBuilder()
+        self._columns = CompactFilesBuilder() if compact else None
+        self._files: dict[str, FileEntry] = {}
         self._total = 0
         self._previous = ""
 
@@ -177,8 +183,12 @@ class ManifestAssembly:
                 raise UnsafeArchiveError(
                     f"Snapshot manifest part {part.sha256} does not fit where its root puts it."
                 )
-            for path, entry in chunk:
-                self._append(path, entry)
+            if self._columns is None:
+                self._files.update(chunk)
+                self._check_totals(sum(entry.size for _, entry in chunk))
+            else:
+                for path, entry in chunk:
+                    self._append(path, entry)
             self._previous = chunk[-1][0]
             return
         if data is None:
@@ -204,14 +214,21 @@ class ManifestAssembly:
             self._append(path, _file_entry(path, entry_doc, self._limits))
 
     def _append(self, path: str, entry: FileEntry) -> None:
+        if self._columns is None:
+            self._files[path] = entry
+        else:
+            self._columns.append(path, entry)
+        self._check_totals(entry.size)
+
+    def _check_totals(self, added_bytes: int) -> None:
         limits = self._limits
-        self._total += entry.size
-        if len(self._files) >= limits.max_files or self._total > limits.max_total_bytes:
+        self._total += added_bytes
+        count = len(self._files) if self._columns is None else len(self._columns)
+        if count > limits.max_files or self._total > limits.max_total_bytes:
             raise UnsafeArchiveError(
                 f"Snapshot holds more than {limits.max_files} files or "
                 f"{limits.max_total_bytes} bytes (SnapshotLimits)."
             )
-        self._files.append(path, entry)
 
     def finish(self) -> Manifest:
         """The manifest with the files of the parts added.
@@ -220,7 +237,7 @@ class ManifestAssembly:
             UnsafeArchiveError: a path lies below a file, or is both a file and a directory.
         """
         root = self._root
-        files = self._files.build()
+        files = self._files if self._columns is None else self._columns.build()
         _check_tree(files, root.manifest.dirs, root.manifest.fifos)
         return replace(root.manifest, files=files, parts=root.parts)
 
