@@ -5,6 +5,10 @@ refuse anything a restore could not apply safely with
 session: a known format, exact fields and types, the path rules of `check_relative_path`, no
 duplicate path (JSON keys included), no path below a file, counts and sizes within the
 `SnapshotLimits`, and each packed file checked against its entry's sha256.
+
+Over 500 lines because `ManifestAssembly` (parts taken a batch at a time, into columns) uses
+the same private checks as the root and the one-blob list; apart, one would import the other's
+private helpers both ways.
 """
 
 from __future__ import annotations
