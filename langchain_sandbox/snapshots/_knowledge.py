@@ -56,6 +56,7 @@ default; this bounds what a ``gc`` run with a shorter grace, in another process,
 under a live session)."""
 
 _FETCH_CHUNK_BYTES = 4 * 1024 * 1024
+_ASSEMBLY_BATCH_BYTES = 16 * 1024 * 1024
 # Entries of decoded manifest parts a snapshotter keeps (about 100 bytes each).
 _PARSED_PART_ENTRIES = 200_000
 
@@ -237,11 +238,25 @@ class SnapshotKnowledge:
             return root.manifest, {}
         held = self._parsed.get(session, {}) if session is not None else {}
         parsed = {key: held[key] for key in held.keys() - self._corrupt}
-        parts, bad = await self._fetch_checked(
-            {part.sha256: part.size for part in root.parts if part.sha256 not in parsed}
-        )
-        unread = {part.sha256: part.files for part in root.parts if part.sha256 in bad}
-        manifest = root.assemble(parts, self.limits, parsed)
+        # A restore plans over the entries in several passes, each of which would build every
+        # entry again from columns (about 10x a dict pass), and it already holds a listing of
+        # the workspace, an object per path: it takes a dict, in which held parts are copied in C.
+        assembly = root.assembler(self.limits, parsed, compact=session is None)
+        unread: dict[str, int] = {}
+
+        # Parts are fetched a batch at a time and decoded into the assembly's columns, so the
+        # bytes of at most one batch are held at once, whatever the size of the manifest.
+        def fetched_bytes(part: ManifestPart) -> int:
+            return 0 if part.sha256 in parsed else part.size
+
+        for batch in batches(list(root.parts), fetched_bytes, _ASSEMBLY_BATCH_BYTES):
+            wanted = {part.sha256: part.size for part in batch if part.sha256 not in parsed}
+            blobs, bad = await self._fetch_checked(wanted) if wanted else ({}, set())
+            for part in batch:
+                if part.sha256 in bad:
+                    unread[part.sha256] = part.files
+                assembly.add(part, blobs.get(part.sha256))
+        manifest = assembly.finish()
         if session is not None and not unread:
             self._remember_parts(session, part_index(manifest, parsed).values())
         return manifest, unread

@@ -5,6 +5,10 @@ refuse anything a restore could not apply safely with
 session: a known format, exact fields and types, the path rules of `check_relative_path`, no
 duplicate path (JSON keys included), no path below a file, counts and sizes within the
 `SnapshotLimits`, and each packed file checked against its entry's sha256.
+
+Over 500 lines because `ManifestAssembly` (parts taken a batch at a time, into columns) uses
+the same private checks as the root and the one-blob list; apart, one would import the other's
+private helpers both ways.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -19,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from langchain_sandbox.errors import UnsafeArchiveError
+from langchain_sandbox.snapshots._compact_files import CompactFilesBuilder
 from langchain_sandbox.snapshots.manifest import (
     FORMAT,
     PACKED_MAX_BYTES,
@@ -117,67 +123,127 @@ class ManifestRoot:
         parsed: Mapping[str, Sequence[tuple[str, FileEntry]]] | None = None,
     ) -> Manifest:
         """The whole manifest, from the bytes of every part (the caller has checked each against
-        its key). Each part is validated like a format 1 file list, and across parts: paths in
-        strictly increasing order (so none twice), counts as the root says, totals within
-        ``limits``, no path below a file. A part missing from ``part_data`` (its blob is gone or
-        corrupt) is left out, with the files it lists.
-
-        ``parsed`` holds, by key, the entries of parts already validated (a rewind reuses those
-        its session holds): such a part is not decoded again, only checked across parts.
+        its key): `assembler` fed every part in order. A part missing from ``part_data`` (its
+        blob is gone or corrupt) is left out, with the files it lists.
 
         Raises:
             UnsafeArchiveError: a part is malformed or does not match the root.
         """
-        if not self.parts:
-            return self.manifest
-        limits = limits or SnapshotLimits()
-        parsed = parsed or {}
-        files: dict[str, FileEntry] = {}
-        total = 0
-        previous = ""
+        assembly = self.assembler(limits, parsed)
         for part in self.parts:
-            chunk = parsed.get(part.sha256)
-            if chunk is not None:
-                if len(chunk) != part.files or chunk[0][0] <= previous:
-                    raise UnsafeArchiveError(
-                        f"Snapshot manifest part {part.sha256} does not fit where its root puts it."
-                    )
-                files.update(chunk)
-                total += sum(entry.size for _, entry in chunk)
-                previous = chunk[-1][0]
-                if len(files) > limits.max_files or total > limits.max_total_bytes:
-                    raise UnsafeArchiveError(
-                        f"Snapshot holds more than {limits.max_files} files or "
-                        f"{limits.max_total_bytes} bytes (SnapshotLimits)."
-                    )
-                continue
-            data = part_data.get(part.sha256)
-            if data is None:
-                continue
-            if len(data) != part.size or len(data) > limits.max_manifest_bytes:
+            assembly.add(part, part_data.get(part.sha256))
+        return assembly.finish()
+
+    def assembler(
+        self,
+        limits: SnapshotLimits | None = None,
+        parsed: Mapping[str, Sequence[tuple[str, FileEntry]]] | None = None,
+        *,
+        compact: bool = True,
+    ) -> ManifestAssembly:
+        """An assembly of this manifest's files that takes its parts one at a time, in order,
+        so a caller holds the bytes of a batch of parts at once, never of all of them.
+
+        ``parsed`` holds, by key, the entries of parts already validated (a rewind reuses those
+        its session holds): such a part is not decoded again, only checked across parts.
+        ``compact``: the files are held in columns (`CompactFiles`), else in a ``dict``.
+        """
+        return ManifestAssembly(self, limits or SnapshotLimits(), parsed or {}, compact=compact)
+
+
+class ManifestAssembly:
+    """The files of a format 2 manifest, gathered part by part into columns
+    (`CompactFiles`, about a third of the memory of a ``dict`` of entries). Each part is
+    validated like a format 1 file list, and across parts: paths in strictly increasing order
+    (so none twice), counts as the root says, totals within the limits, no path below a file."""
+
+    def __init__(
+        self,
+        root: ManifestRoot,
+        limits: SnapshotLimits,
+        parsed: Mapping[str, Sequence[tuple[str, FileEntry]]],
+        *,
+        compact: bool = True,
+    ) -> None:
+        self._root = root
+        self._limits = limits
+        self._parsed = parsed
+        self._columns = CompactFilesBuilder() if compact else None
+        self._files: dict[str, FileEntry] = {}
+        self._total = 0
+        self._previous = ""
+
+    def add(self, part: ManifestPart, data: bytes | None) -> None:
+        """Add the files of ``part`` (the next in the root's order) from its bytes, or from the
+        entries ``parsed`` holds for it; ``data=None`` and not held: the part could not be read
+        and its files are left out.
+
+        Raises:
+            UnsafeArchiveError: the part is malformed or does not fit where its root puts it.
+        """
+        chunk = self._parsed.get(part.sha256)
+        if chunk is not None:
+            if len(chunk) != part.files or chunk[0][0] <= self._previous:
                 raise UnsafeArchiveError(
-                    f"Snapshot manifest part {part.sha256} has the wrong size."
+                    f"Snapshot manifest part {part.sha256} does not fit where its root puts it."
                 )
-            document = _load_json(data, "manifest part")
-            doc = _exact_object(document, "part", required={"format", "files"}, optional=set())
-            if doc["format"] != FORMAT or isinstance(doc["format"], bool):
+            if self._columns is None:
+                self._files.update(chunk)
+                self._check_totals(sum(entry.size for _, entry in chunk))
+            else:
+                for path, entry in chunk:
+                    self._append(path, entry)
+            self._previous = chunk[-1][0]
+            return
+        if data is None:
+            return
+        if len(data) != part.size or len(data) > self._limits.max_manifest_bytes:
+            raise UnsafeArchiveError(f"Snapshot manifest part {part.sha256} has the wrong size.")
+        document = _load_json(data, "manifest part")
+        doc = _exact_object(document, "part", required={"format", "files"}, optional=set())
+        if doc["format"] != FORMAT or isinstance(doc["format"], bool):
+            raise UnsafeArchiveError(f"Snapshot manifest part {part.sha256} has a wrong format.")
+        files_doc = _exact_object(doc["files"], "part files", required=set(), optional=None)
+        if len(files_doc) != part.files or not files_doc:
+            raise UnsafeArchiveError(
+                f"Snapshot manifest part {part.sha256} does not hold the files its root says."
+            )
+        for path, entry_doc in files_doc.items():
+            if not isinstance(path, str) or path <= self._previous:
                 raise UnsafeArchiveError(
-                    f"Snapshot manifest part {part.sha256} has a wrong format."
+                    f"Snapshot manifest part {part.sha256} lists {path!r} out of order."
                 )
-            files_doc = _exact_object(doc["files"], "part files", required=set(), optional=None)
-            if len(files_doc) != part.files or not files_doc:
-                raise UnsafeArchiveError(
-                    f"Snapshot manifest part {part.sha256} does not hold the files its root says."
-                )
-            for path in files_doc:
-                if not isinstance(path, str) or path <= previous:
-                    raise UnsafeArchiveError(
-                        f"Snapshot manifest part {part.sha256} lists {path!r} out of order."
-                    )
-                previous = path
-            total = _add_files(files, files_doc, total, limits)
-        _check_tree(files, self.manifest.dirs, self.manifest.fifos)
-        return replace(self.manifest, files=files, parts=self.parts)
+            self._previous = path
+            check_relative_path(path)
+            self._append(path, _file_entry(path, entry_doc, self._limits))
+
+    def _append(self, path: str, entry: FileEntry) -> None:
+        if self._columns is None:
+            self._files[path] = entry
+        else:
+            self._columns.append(path, entry)
+        self._check_totals(entry.size)
+
+    def _check_totals(self, added_bytes: int) -> None:
+        limits = self._limits
+        self._total += added_bytes
+        count = len(self._files) if self._columns is None else len(self._columns)
+        if count > limits.max_files or self._total > limits.max_total_bytes:
+            raise UnsafeArchiveError(
+                f"Snapshot holds more than {limits.max_files} files or "
+                f"{limits.max_total_bytes} bytes (SnapshotLimits)."
+            )
+
+    def finish(self) -> Manifest:
+        """The manifest with the files of the parts added.
+
+        Raises:
+            UnsafeArchiveError: a path lies below a file, or is both a file and a directory.
+        """
+        root = self._root
+        files = self._files if self._columns is None else self._columns.build()
+        _check_tree(files, root.manifest.dirs, root.manifest.fifos)
+        return replace(root.manifest, files=files, parts=root.parts)
 
 
 def parse_root(data: bytes, limits: SnapshotLimits | None = None) -> ManifestRoot:
@@ -316,20 +382,26 @@ def _add_files(
 def _check_tree(
     files: Mapping[str, FileEntry], dirs: Sequence[str], fifos: Sequence[str] = ()
 ) -> None:
-    """No path is both a file and a directory (or a FIFO), and none lies below a file or FIFO."""
-    leaves = {*files, *fifos}
-    if len(leaves) != len(files) + len(fifos):
+    """No path is both a file and a directory (or a FIFO), and none lies below a file or FIFO.
+
+    Each parent directory is looked up once (``clear`` holds those found not to be a file, and
+    so are all of theirs): a workspace has far fewer directories than files, and ``files`` may
+    be a `CompactFiles`, where a lookup is a binary search."""
+    fifo_set = set(fifos)
+    if any(path in files for path in fifo_set):
         raise UnsafeArchiveError("Snapshot lists a path as a file and a FIFO.")
     for path in dirs:
         if path in files:
             raise UnsafeArchiveError(f"Snapshot path {path!r} is listed as a file and a directory.")
-    for path in [*files, *dirs, *fifos]:
+    clear: set[str] = set()
+    for path in itertools.chain(files, dirs, fifos):
         parent = path.rpartition("/")[0]
-        while parent:
-            if parent in leaves:
+        while parent and parent not in clear:
+            if parent in fifo_set or parent in files:
                 raise UnsafeArchiveError(
                     f"Snapshot path {path!r} lies below the file {parent!r}; refusing to restore it."
                 )
+            clear.add(parent)
             parent = parent.rpartition("/")[0]
 
 
@@ -410,7 +482,7 @@ def _file_entry(path: str, value: object, limits: SnapshotLimits) -> FileEntry:
         sha256=sha256,
         size=size,
         mode=_integer(doc["mode"], f"{path}.mode", minimum=0, maximum=0o7777),
-        mtime_ns=_integer(doc["mtime_ns"], f"{path}.mtime_ns"),
+        mtime_ns=_integer(doc["mtime_ns"], f"{path}.mtime_ns", minimum=-(2**63), maximum=2**63 - 1),
         link=_link(doc.get("link"), path),
         sparse=_flag(doc.get("sparse", False), f"{path}.sparse"),
         data=_packed_data(doc.get("data"), path, sha256, size),
@@ -478,6 +550,7 @@ def _variables_entry(value: object, limits: SnapshotLimits) -> VariablesEntry | 
 
 
 __all__ = [
+    "ManifestAssembly",
     "ManifestRoot",
     "check_relative_path",
     "parse_manifest",
