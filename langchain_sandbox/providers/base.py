@@ -42,7 +42,7 @@ from langchain_sandbox.errors import (
 )
 from langchain_sandbox.network import NetworkPolicy
 from langchain_sandbox.processes import ProcessInfo, ProcessOutput, ProcessSpec
-from langchain_sandbox.providers.guest import repr_failure
+from langchain_sandbox.providers.guest.cells import repr_failure
 from langchain_sandbox.providers.guest_facts import variable_names, variable_reasons
 from langchain_sandbox.providers.tool_channel import ToolHost
 from langchain_sandbox.requirements import validate_requirements
@@ -313,7 +313,7 @@ class VariablesDump:
 
     Attributes:
         data: Opaque bytes for [`Session.load_variables`][langchain_sandbox.Session.load_variables] (produced by
-            `langchain_sandbox.providers.kernel_state`; the host never unpickles them).
+            `langchain_sandbox.providers.guest.variables`; the host never unpickles them).
         saved: Names captured.
         skipped: Names that were not captured; a restore tells the model.
         reasons: Why each skipped name was left out (its value cannot be pickled, or the dump
@@ -553,9 +553,9 @@ class Session(ABC):
         """Run a command in the session's persistent shell: the working directory and exported
         variables of earlier ``run_shell`` calls carry over (``cd`` and ``export`` stick), and
         travel with the workspace's snapshots. ``cwd`` changes directory first, and the shell
-        stays there. See `langchain_sandbox.providers.persistent_shell`.
+        stays there. See `langchain_sandbox.providers.guest.persistent_shell`.
         """
-        from langchain_sandbox.providers.persistent_shell import shell_script
+        from langchain_sandbox.providers.guest.persistent_shell import shell_script
 
         return await self.run_command(
             shell_script(command, cwd), timeout=timeout, on_output=on_output

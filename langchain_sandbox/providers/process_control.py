@@ -38,7 +38,7 @@ _ENVELOPE = 1024  # bytes of a reply besides the output it carries
 @functools.cache
 def supervisor_source() -> str:
     """The supervisor's source, as sent to the sandbox."""
-    return Path(__file__).with_name("guest_processes.py").read_text(encoding="utf-8")
+    return Path(__file__).parent.joinpath("guest", "supervisor.py").read_text(encoding="utf-8")
 
 
 def guest_command(python: str, op: str, request: dict[str, Any]) -> str:

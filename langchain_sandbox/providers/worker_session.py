@@ -2,7 +2,7 @@
 
 Runloop devboxes and Kubernetes agent-sandbox pods have no kernel API: they run a command and
 move files. Stateful Python therefore runs in a small interpreter inside the sandbox
-(`langchain_sandbox.providers.shipped_worker`, shipped as one standalone script), started in the
+(`langchain_sandbox.providers.guest.command_worker`, shipped as one standalone script), started in the
 background by the first ``run_code`` and reached by one short command per call, which prints one
 answer line. `WorkerSession` is everything above the transport: the worker's protocol (code,
 commands, listings, change listings, variables), files through the worker, the head marker
@@ -36,8 +36,6 @@ from langchain_sandbox.errors import (
     SandboxError,
     SandboxTimeoutError,
 )
-from langchain_sandbox.providers import guest, guest_changes, guest_tool_frames, kernel_state
-from langchain_sandbox.providers import shipped_worker as _shipped_worker
 from langchain_sandbox.providers.base import (
     ChangeListing,
     FileInfo,
@@ -46,6 +44,12 @@ from langchain_sandbox.providers.base import (
     SessionSpec,
     VariablesDump,
 )
+from langchain_sandbox.providers.guest import cells as guest
+from langchain_sandbox.providers.guest import changes as guest_changes
+from langchain_sandbox.providers.guest import command_worker as _shipped_worker
+from langchain_sandbox.providers.guest import tool_frames as guest_tool_frames
+from langchain_sandbox.providers.guest import variables as kernel_state
+from langchain_sandbox.providers.guest.packer import cloudpickle_source
 from langchain_sandbox.providers.guest_facts import (
     checked_count,
     failure_text,
@@ -58,7 +62,6 @@ from langchain_sandbox.providers.remote import (
     change_listing,
     known_reference,
 )
-from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 from langchain_sandbox.providers.tool_channel import held_back
 from langchain_sandbox.results import (
     DEFAULT_CAPTURE_BYTES,

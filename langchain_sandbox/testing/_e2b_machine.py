@@ -36,8 +36,8 @@ from typing import Any
 
 from langchain_sandbox._event_loop import entered_off_loop
 from langchain_sandbox.network import NetworkPolicy
-from langchain_sandbox.providers import guest
 from langchain_sandbox.providers.base import Limits, SessionSpec
+from langchain_sandbox.providers.guest import cells as guest
 from langchain_sandbox.providers.local import INTERRUPT_GRACE, LocalProvider, LocalSession
 from langchain_sandbox.testing._machine_init import (
     EDGE_SOCKET,

@@ -2,13 +2,13 @@
 
 E2B's kernel speaks only through the ``/execute`` stream the SDK reads (and envd's file API), so:
 
-* **the request** is a frame (`langchain_sandbox.providers.guest_tool_frames.tool_frame`) the code writes to
+* **the request** is a frame (`langchain_sandbox.providers.guest.tool_frames.tool_frame`) the code writes to
   its stdout, which the host reads as it streams and takes out of the output
   (`langchain_sandbox.providers.tool_channel.FrameFilter`);
 * **the answer** is a file the host writes through envd (``POST /files``), named by a token of
   this call and the call's sequence number, under ``/tmp`` (never the workspace: no snapshot or
   listing sees it); the code polls it and deletes it
-  (`langchain_sandbox.providers.guest_tool_frames.FramedToolCalls`).
+  (`langchain_sandbox.providers.guest.tool_frames.FramedToolCalls`).
 
 Nothing listens in the sandbox. The ``tools`` object is made by a kernel call before the user's
 code and removed by one after it; it lives in ``builtins``, not in the user's globals, so a
@@ -32,8 +32,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from langchain_sandbox.errors import SandboxError
-from langchain_sandbox.providers import guest, guest_tool_frames
 from langchain_sandbox.providers.base import OutputCallback
+from langchain_sandbox.providers.guest import cells as guest
+from langchain_sandbox.providers.guest import tool_frames as guest_tool_frames
 from langchain_sandbox.providers.tool_channel import FrameFilter, ToolEvents, ToolHost
 from langchain_sandbox.results import ExecutionResult
 

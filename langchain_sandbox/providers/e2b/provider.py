@@ -57,7 +57,6 @@ from langchain_sandbox.errors import (
     SessionClosedError,
 )
 from langchain_sandbox.network import network_record
-from langchain_sandbox.providers import guest_changes, kernel_state
 from langchain_sandbox.providers.base import (
     Capabilities,
     ChangeListing,
@@ -74,6 +73,9 @@ from langchain_sandbox.providers.base import (
 from langchain_sandbox.providers.e2b._network import create_network, recorded_network
 from langchain_sandbox.providers.e2b._streams import Streams
 from langchain_sandbox.providers.e2b._tool_channel import run_code_with_tools
+from langchain_sandbox.providers.guest import changes as guest_changes
+from langchain_sandbox.providers.guest import variables as kernel_state
+from langchain_sandbox.providers.guest.packer import cloudpickle_source
 from langchain_sandbox.providers.names import E2B as PROVIDER_NAME
 from langchain_sandbox.providers.remote import (
     SESSION_KEY,
@@ -86,7 +88,6 @@ from langchain_sandbox.providers.remote import (
     read_tags,
     tag_metadata,
 )
-from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 from langchain_sandbox.providers.tool_channel import FrameFilter
 from langchain_sandbox.results import Artifact, ExecutionError, ExecutionResult
 from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE

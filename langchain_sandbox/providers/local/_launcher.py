@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from langchain_sandbox.providers.guest.packer import cloudpickle_path
 from langchain_sandbox.providers.local._bubblewrap import (
     SANDBOX_RUNTIME_DIR,
     PythonInstall,
@@ -36,7 +37,6 @@ from langchain_sandbox.providers.local._egress_sandbox import (
 )
 from langchain_sandbox.providers.local._gvisor import CHANNEL_DIR, SANDBOX_OWNER, GvisorSandbox
 from langchain_sandbox.providers.local._host_user import host_owner
-from langchain_sandbox.providers.shipped_pickler import cloudpickle_path
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 if TYPE_CHECKING:
@@ -53,9 +53,10 @@ PORTS_DIR = "/srv/ports"
 SANDBOX_ENVIRONMENT_DIR = "/opt/environment"
 """Where a session's sandbox environment (a virtualenv) appears inside the sandbox."""
 
-_WORKER_SOURCE = Path(__file__).with_name("_worker.py")
-_KERNEL_STATE_SOURCE = Path(__file__).parent.parent / "kernel_state.py"
-_GUEST_SOURCE = Path(__file__).parent.parent / "guest.py"
+_GUEST_DIR = Path(__file__).parent.parent / "guest"
+_WORKER_SOURCE = _GUEST_DIR / "local_worker.py"
+_KERNEL_STATE_SOURCE = _GUEST_DIR / "variables.py"
+_GUEST_SOURCE = _GUEST_DIR / "cells.py"
 _BASH_CANDIDATES = ("/bin/bash", "/usr/bin/bash")
 
 

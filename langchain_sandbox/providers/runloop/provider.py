@@ -2,7 +2,7 @@
 
 A session is one devbox. Runloop offers shell commands, files, suspend/resume and disk snapshots,
 but no kernel, so stateful Python runs in a small interpreter inside the devbox
-(`langchain_sandbox.providers.shipped_worker`), started in the background by the first
+(`langchain_sandbox.providers.guest.command_worker`), started in the background by the first
 ``run_code`` and reached by one short command per call. Every call is one ``execute_async``
 request plus one ``wait_for_status`` long-poll while it runs (two HTTP requests for a warm call).
 
@@ -48,7 +48,6 @@ from langchain_sandbox.errors import (
     SandboxGoneError,
     SessionClosedError,
 )
-from langchain_sandbox.providers import shipped_worker as _runloop_worker
 from langchain_sandbox.providers.base import (
     Capabilities,
     Limits,
@@ -58,6 +57,7 @@ from langchain_sandbox.providers.base import (
     check_port,
     install_spec_packages,
 )
+from langchain_sandbox.providers.guest import command_worker as _runloop_worker
 from langchain_sandbox.providers.names import RUNLOOP as PROVIDER_NAME
 from langchain_sandbox.providers.remote import (
     SESSION_KEY,

@@ -800,7 +800,7 @@ _OWN_FILE = _load_guest.__code__.co_filename
 
 
 def main(argv: list[str]) -> None:
-    """Entry point: ``_worker.py REQUEST_FD EVENT_FD CONTROL_FD KERNEL_STATE CLOUDPICKLE GUEST
+    """Entry point: ``local_worker.py REQUEST_FD EVENT_FD CONTROL_FD KERNEL_STATE CLOUDPICKLE GUEST
     [SYS_PATH...]`` (``GUEST``: the guest module's source or bytecode; ``CLOUDPICKLE``: the
     source kernel_state pickles with)."""
     request_fd, event_fd, control_fd = (int(arg) for arg in argv[:3])

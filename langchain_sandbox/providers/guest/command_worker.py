@@ -66,11 +66,11 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from langchain_sandbox.providers import guest as _guest_module
-from langchain_sandbox.providers import guest_tool_frames as _guest_tool_frames_module
-from langchain_sandbox.providers.guest_changes import changes
-from langchain_sandbox.providers import kernel_state as _kernel_state_module
-from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
+from langchain_sandbox.providers.guest import cells as _guest_module
+from langchain_sandbox.providers.guest import tool_frames as _guest_tool_frames_module
+from langchain_sandbox.providers.guest.changes import changes
+from langchain_sandbox.providers.guest import variables as _kernel_state_module
+from langchain_sandbox.providers.guest.packer import cloudpickle_source
 from langchain_sandbox.results import OutputCapture
 
 _SHIPPED: dict[str, Any] = {
