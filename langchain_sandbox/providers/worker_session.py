@@ -27,7 +27,6 @@ import json
 import posixpath
 import shlex
 import uuid
-import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -47,9 +46,9 @@ from langchain_sandbox.providers.base import (
 from langchain_sandbox.providers.guest import cells as guest
 from langchain_sandbox.providers.guest import changes as guest_changes
 from langchain_sandbox.providers.guest import command_worker as _shipped_worker
+from langchain_sandbox.providers.guest import packer
 from langchain_sandbox.providers.guest import tool_frames as guest_tool_frames
 from langchain_sandbox.providers.guest import variables as kernel_state
-from langchain_sandbox.providers.guest.packer import cloudpickle_source
 from langchain_sandbox.providers.guest_facts import (
     checked_count,
     failure_text,
@@ -88,10 +87,8 @@ _INTERPRETER_OPS = frozenset({"code", "dump", "load", "save"})
 
 def worker_script() -> str:
     """The worker program, standalone: the package imports it makes are replaced by the code
-    itself (the output capture and the change listing inline, the kernel-state module as source
-    it loads on demand)."""
-    worker = inspect.getsource(_shipped_worker)
-    start, end = "# <package-imports>", "# </package-imports>"
+    itself (the output capture and the change listing inline, the guest modules as sources it
+    builds on demand)."""
     inlined = "\n".join(
         [
             "_SHIPPED = {}",
@@ -100,25 +97,22 @@ def worker_script() -> str:
             "    return _unpacked('cloudpickle')",
             f"DEFAULT_CAPTURE_BYTES = {DEFAULT_CAPTURE_BYTES}",
             inspect.getsource(OutputCapture),
-            guest_changes.shipped_source(),
+            packer.shipped_part(guest_changes),
         ]
     )
-    return worker[: worker.index(start)] + inlined + worker[worker.index(end) + len(end) :]
+    return packer.standalone(_shipped_worker, inlined)
 
 
 def _shipped_sources() -> dict[str, str]:
-    """The modules the worker builds in the sandbox, compressed (the script travels in a command
+    """The modules the worker builds in the sandbox, packed (the script travels in a command
     line, whose length is bounded)."""
     sources = {
-        "kernel_state": inspect.getsource(kernel_state),
-        "guest": inspect.getsource(guest),
-        "guest_tool_frames": inspect.getsource(guest_tool_frames),
-        "cloudpickle": cloudpickle_source(),
+        "kernel_state": packer.module_source(kernel_state),
+        "guest": packer.module_source(guest),
+        "guest_tool_frames": packer.module_source(guest_tool_frames),
+        "cloudpickle": packer.cloudpickle_source(),
     }
-    return {
-        name: base64.b64encode(zlib.compress(source.encode(), 9)).decode()
-        for name, source in sources.items()
-    }
+    return {name: packer.packed_source(source) for name, source in sources.items()}
 
 
 class CodeToolChannel(Protocol):

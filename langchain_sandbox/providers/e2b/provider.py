@@ -30,8 +30,6 @@ import base64
 import contextlib
 import datetime as dt
 import functools
-import hashlib
-import inspect
 import json
 import logging
 import math
@@ -39,7 +37,6 @@ import os
 import re
 import time
 import uuid
-import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -74,8 +71,8 @@ from langchain_sandbox.providers.e2b._network import create_network, recorded_ne
 from langchain_sandbox.providers.e2b._streams import Streams
 from langchain_sandbox.providers.e2b._tool_channel import run_code_with_tools
 from langchain_sandbox.providers.guest import changes as guest_changes
+from langchain_sandbox.providers.guest import packer
 from langchain_sandbox.providers.guest import variables as kernel_state
-from langchain_sandbox.providers.guest.packer import cloudpickle_source
 from langchain_sandbox.providers.names import E2B as PROVIDER_NAME
 from langchain_sandbox.providers.remote import (
     SESSION_KEY,
@@ -118,11 +115,7 @@ _BACKSTOP = 30.0  # the SDK's own deadline sits behind ours, only to never hang
 _LIST_DEPTH = 64  # "recursive" listing depth; envd needs a number
 _MARKER = "__langchain_sandbox_kernel_state__"
 _CHUNK_BYTES = 4 * 1024 * 1024  # of a variables dump, per line of output or per upload
-_CHANGES_SOURCE = "from __future__ import annotations\n" + guest_changes.shipped_source()
-_CHANGES_MODULE = (
-    "_langchain_sandbox_guest_changes_" + hashlib.sha256(_CHANGES_SOURCE.encode()).hexdigest()[:12]
-)
-_CHANGES_PACKED = base64.b64encode(zlib.compress(_CHANGES_SOURCE.encode()))
+_CHANGES_MODULE, _CHANGES_PACKED = packer.shipped_module(guest_changes)
 # A change listing carries each changed file up to this size, and no more in all than this
 # (the rest is read one request per file, as before); envd's listing rounds mtimes to
 # microseconds and reports Go's FileMode.Perm(), and the kernel's listing says the same.
@@ -141,12 +134,11 @@ def _shipped_kernel_state() -> tuple[str, bytes, bytes]:
     Read from files once, off the event loop (`E2BProvider` warms it when it makes or attaches
     a session): a runtime may be built, and this module imported, inside a coroutine.
     """
-    source, pickler = inspect.getsource(kernel_state), cloudpickle_source()
-    digest = hashlib.sha256(source.encode() + pickler.encode()).hexdigest()[:12]
+    source, pickler = packer.module_source(kernel_state), packer.cloudpickle_source()
     return (
-        f"_langchain_sandbox_kernel_state_{digest}",
-        base64.b64encode(zlib.compress(source.encode())),
-        base64.b64encode(zlib.compress(pickler.encode())),
+        packer.versioned_name("kernel_state", source, pickler),
+        packer.packed_source(source).encode(),
+        packer.packed_source(pickler).encode(),
     )
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from langchain_sandbox.providers.guest.packer import cloudpickle_path
+from langchain_sandbox.providers.guest.packer import cloudpickle_path, source_path
 from langchain_sandbox.providers.local._bubblewrap import (
     SANDBOX_RUNTIME_DIR,
     PythonInstall,
@@ -53,10 +53,9 @@ PORTS_DIR = "/srv/ports"
 SANDBOX_ENVIRONMENT_DIR = "/opt/environment"
 """Where a session's sandbox environment (a virtualenv) appears inside the sandbox."""
 
-_GUEST_DIR = Path(__file__).parent.parent / "guest"
-_WORKER_SOURCE = _GUEST_DIR / "local_worker.py"
-_KERNEL_STATE_SOURCE = _GUEST_DIR / "variables.py"
-_GUEST_SOURCE = _GUEST_DIR / "cells.py"
+_WORKER_SOURCE = source_path("local_worker")
+_KERNEL_STATE_SOURCE = source_path("variables")
+_GUEST_SOURCE = source_path("cells")
 _BASH_CANDIDATES = ("/bin/bash", "/usr/bin/bash")
 
 
