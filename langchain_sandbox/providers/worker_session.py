@@ -46,7 +46,7 @@ from langchain_sandbox.providers.base import (
 from langchain_sandbox.providers.guest import cells as guest
 from langchain_sandbox.providers.guest import changes as guest_changes
 from langchain_sandbox.providers.guest import command_worker as _shipped_worker
-from langchain_sandbox.providers.guest import packer
+from langchain_sandbox.providers.guest import packer, process_groups
 from langchain_sandbox.providers.guest import tool_frames as guest_tool_frames
 from langchain_sandbox.providers.guest import variables as kernel_state
 from langchain_sandbox.providers.guest_facts import (
@@ -98,6 +98,7 @@ def worker_script() -> str:
             f"DEFAULT_CAPTURE_BYTES = {DEFAULT_CAPTURE_BYTES}",
             inspect.getsource(OutputCapture),
             packer.shipped_part(guest_changes),
+            packer.shipped_part(process_groups),
         ]
     )
     return packer.standalone(_shipped_worker, inlined)

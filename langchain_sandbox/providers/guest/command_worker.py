@@ -62,7 +62,6 @@ import types
 # devbox copy, what only annotations use goes away with this block, and modules only one kind of
 # call needs are imported where it runs.
 # <package-imports>
-import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -71,6 +70,11 @@ from langchain_sandbox.providers.guest import tool_frames as _guest_tool_frames_
 from langchain_sandbox.providers.guest.changes import changes
 from langchain_sandbox.providers.guest import variables as _kernel_state_module
 from langchain_sandbox.providers.guest.packer import cloudpickle_source
+from langchain_sandbox.providers.guest.process_groups import (
+    end_group,
+    start_group,
+    terminate_group,
+)
 from langchain_sandbox.results import OutputCapture
 
 _SHIPPED: dict[str, Any] = {
@@ -390,7 +394,7 @@ def _start_server(state_dir: str) -> None:
             stderr=devnull_out,
             cwd=WORKSPACE,
             env=env,
-            start_new_session=True,
+            **start_group(),
         )
     deadline = time.monotonic() + 30
     path = os.path.join(state_dir, SOCKET_NAME)
@@ -414,7 +418,7 @@ def _kill_server(state_dir: str) -> None:
         # if that pid is still this interpreter.
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             if b"serve" in handle.read().split(b"\0"):
-                os.killpg(pid, signal.SIGKILL)
+                end_group(pid)
     except (OSError, ValueError):
         pass
     for name in (SOCKET_NAME, PID_NAME):
@@ -517,7 +521,7 @@ def run_command(request: dict[str, Any]) -> dict[str, Any]:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            start_new_session=True,
+            **start_group(),
         )
     except OSError as exc:
         return {"failure": _shipped("guest").failure_facts(exc)}
@@ -535,7 +539,7 @@ def run_command(request: dict[str, Any]) -> dict[str, Any]:
         process.wait(timeout=request.get("timeout"))
     except subprocess.TimeoutExpired:
         timed_out = True
-        _terminate_group(process)
+        terminate_group(process, KILL_GRACE)
     # A background child the command left running may hold the pipes open: read what is there,
     # then stop waiting for it.
     drained = time.monotonic() + 1.0
@@ -559,21 +563,6 @@ def _pump(stream: Any, capture: OutputCapture, echo_fd: int | None) -> None:
             os.write(echo_fd, chunk[:room])
             room -= len(chunk)
         capture.write(chunk)
-
-
-def _terminate_group(process: subprocess.Popen[bytes]) -> None:
-    import subprocess
-
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-        except OSError:
-            return
-        try:
-            process.wait(timeout=KILL_GRACE)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def list_directory(request: dict[str, Any]) -> dict[str, Any]:
