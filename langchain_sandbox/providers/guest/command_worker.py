@@ -209,14 +209,13 @@ class _Interpreter:
             )
             self.namespace["tools"] = guest.Tools(request["tools"], calls)
         limit = int(request.get("max_output_bytes", 1_000_000))
-        out, err = OutputCapture(limit), OutputCapture(limit)
+        # With an ``echo``, the head each capture keeps is passed on as it comes.
+        out, err = (OutputCapture(limit, _echoer(name, echo)) for name in ("stdout", "stderr"))
         result: dict[str, Any] = {"value": None, "error": None, "timed_out": False}
         saved_env = guest.apply_env(request.get("env", {}))
-        for output, name, capture in zip(
-            self.outputs, ("stdout", "stderr"), (out, err), strict=True
-        ):
+        for output, capture in zip(self.outputs, (out, err), strict=True):
             output.restore()
-            output.attach(guest.EchoSink(name, capture, echo))
+            output.attach(capture)
         sys.stdout, sys.stderr = self.streams
         started = time.monotonic()
         timeout = request.get("timeout")
@@ -507,7 +506,12 @@ def run_command(request: dict[str, Any]) -> dict[str, Any]:
     import subprocess
 
     limit = int(request.get("max_output_bytes", 1_000_000))
-    captures = OutputCapture(limit), OutputCapture(limit)
+    # Streaming, each capture's head is passed on to this command's own stdout or stderr live.
+    echoes = (1, 2) if request.get("stream") else (None, None)
+    captures = [
+        OutputCapture(limit, None if fd is None else functools.partial(os.write, fd))
+        for fd in echoes
+    ]
     env = dict(os.environ, **request.get("env", {}))
     cwd = request.get("cwd", WORKSPACE)
     if not os.path.isdir(cwd):
@@ -525,12 +529,9 @@ def run_command(request: dict[str, Any]) -> dict[str, Any]:
         )
     except OSError as exc:
         return {"failure": _shipped("guest").failure_facts(exc)}
-    echoes = (1, 2) if request.get("stream") else (None, None)
     readers = [
-        threading.Thread(target=_pump, args=(stream, capture, echo), daemon=True)
-        for stream, capture, echo in zip(
-            (process.stdout, process.stderr), captures, echoes, strict=True
-        )
+        threading.Thread(target=_pump, args=(stream, capture), daemon=True)
+        for stream, capture in zip((process.stdout, process.stderr), captures, strict=True)
     ]
     for reader in readers:
         reader.start()
@@ -555,14 +556,17 @@ def run_command(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _pump(stream: Any, capture: OutputCapture, echo_fd: int | None) -> None:
-    """Feed one pipe to its capture; with ``echo_fd``, pass the capture's head on live too."""
-    room = capture.limit // 2
+def _pump(stream: Any, capture: OutputCapture) -> None:
+    """Feed one pipe to its capture."""
     for chunk in iter(lambda: stream.read1(65536), b""):
-        if echo_fd is not None and room > 0:
-            os.write(echo_fd, chunk[:room])
-            room -= len(chunk)
         capture.write(chunk)
+
+
+def _echoer(name: str, echo: Callable[[str, str], None] | None) -> Callable[[bytes], None] | None:
+    """What passes a capture's head of stream ``name`` to ``echo`` (as text) live."""
+    if echo is None:
+        return None
+    return lambda data: echo(name, data.decode("utf-8", errors="ignore"))
 
 
 def list_directory(request: dict[str, Any]) -> dict[str, Any]:

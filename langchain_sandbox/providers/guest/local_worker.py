@@ -57,6 +57,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
     import types
+    from collections.abc import Callable
     from typing import Any
 
 _READ_CHUNK = 65536
@@ -95,55 +96,6 @@ class _Events:
             while view:
                 written = os.write(self._fd, view)
                 view = view[written:]
-
-
-class _StreamLimiter:
-    """Forwards the head of one output stream as it comes, then keeps only its tail.
-
-    The host rebuilds head + tail with `OutputCapture` and adds
-    `dropped` to what it reports as omitted.
-    """
-
-    def __init__(self, events: _Events, request_id: int, stream: str, limit: int) -> None:
-        self._events = events
-        self._id = request_id
-        self._stream = stream
-        self._head_room = limit // 2
-        self._tail_keep = limit - limit // 2
-        self._tail = bytearray()
-        self.dropped = 0
-
-    def feed(self, data: bytes) -> None:
-        if self._head_room > 0:
-            head = data[: self._head_room]
-            self._head_room -= len(head)
-            self._forward(head)
-            data = data[len(head) :]
-        if not data:
-            return
-        self._tail += data
-        excess = len(self._tail) - self._tail_keep
-        if excess > 0:
-            del self._tail[:excess]
-            self.dropped += excess
-
-    def finish(self) -> int:
-        """Forward the kept tail; return how many bytes were dropped in the middle."""
-        if self._tail:
-            self._forward(bytes(self._tail))
-            self._tail.clear()
-        return self.dropped
-
-    def _forward(self, data: bytes) -> None:
-        if data:
-            self._events.send(
-                {
-                    "id": self._id,
-                    "ev": "out",
-                    "stream": self._stream,
-                    "data": data.decode("latin-1"),
-                }
-            )
 
 
 class _Interrupter:
@@ -198,12 +150,14 @@ class Worker:
         guest: Any,
         groups: Any,
         spare_shells: Any,
+        capture: Any,
     ) -> None:
-        # The guest modules beside this file (`cells`, `process_groups`, `spare_shells`),
-        # loaded by `main` from their copies in the sandbox.
+        # The modules beside this file (`cells`, `process_groups`, `spare_shells`, the output
+        # capper), loaded by `main` from their copies in the sandbox.
         self.guest = guest
         self.groups = groups
         self.spare_shells = spare_shells
+        self.capture = capture
         self.events = _Events(event_fd)
         # Unbuffered, so polling the descriptor tells whether a request is waiting.
         self.requests = os.fdopen(request_fd, "rb", buffering=0)
@@ -388,8 +342,10 @@ class Worker:
     def _exec(self, request_id: int, request: dict[str, Any]) -> dict[str, Any]:
         guest = self.guest
         limit = int(request.get("limit", 1_000_000))
-        out = _StreamLimiter(self.events, request_id, "stdout", limit)
-        err = _StreamLimiter(self.events, request_id, "stderr", limit)
+        out, err = (
+            self.capture.OutputCapture(limit, on_head=self._sender(request_id, name))
+            for name in ("stdout", "stderr")
+        )
         self._install_streams()
         self.stdout.attach(out)
         self.stderr.attach(err)
@@ -423,7 +379,10 @@ class Worker:
             reply["figures_left_out"] = left_out
         self.stdout.detach()
         self.stderr.detach()
-        reply["dropped"] = {"stdout": out.finish(), "stderr": err.finish()}
+        reply["dropped"] = {
+            "stdout": self._finish(request_id, "stdout", out),
+            "stderr": self._finish(request_id, "stderr", err),
+        }
         if os.getpid() == self.pid:
             self._end_strays()
         return reply
@@ -484,9 +443,10 @@ class Worker:
 
     def _command(self, request_id: int, request: dict[str, Any]) -> dict[str, Any]:
         limit = int(request.get("limit", 1_000_000))
-        limiters = {
-            "stdout": _StreamLimiter(self.events, request_id, "stdout", limit),
-            "stderr": _StreamLimiter(self.events, request_id, "stderr", limit),
+        # Each stream's head goes to the host as it comes; its tail when the command ends.
+        captures = {
+            name: self.capture.OutputCapture(limit, on_head=self._sender(request_id, name))
+            for name in ("stdout", "stderr")
         }
         import subprocess
 
@@ -527,7 +487,7 @@ class Worker:
                 except BlockingIOError:
                     continue
                 if chunk:
-                    limiters[open_fds[fd]].feed(chunk)
+                    captures[open_fds[fd]].write(chunk)
                 else:
                     poller.unregister(fd)
                     del open_fds[fd]
@@ -541,8 +501,24 @@ class Worker:
         return {
             "exit_code": exit_code,
             "duration_ms": (time.perf_counter() - started) * 1000,
-            "dropped": {name: limiter.finish() for name, limiter in limiters.items()},
+            "dropped": {name: self._finish(request_id, name, c) for name, c in captures.items()},
         }
+
+    def _sender(self, request_id: int, stream: str) -> Callable[[bytes], None]:
+        """Sends bytes of one stream of a request as ``out`` events (latin-1: one character a
+        byte, so they round-trip exactly through JSON)."""
+
+        def send(data: bytes) -> None:
+            if data:
+                out = {"id": request_id, "ev": "out", "stream": stream}
+                self.events.send({**out, "data": data.decode("latin-1")})
+
+        return send
+
+    def _finish(self, request_id: int, stream: str, capture: Any) -> int:
+        """Send a stream's kept tail; how many bytes were dropped before it."""
+        self._sender(request_id, stream)(capture.tail)
+        return int(capture.omitted)
 
     # -------------------------------------------------------------- variables
 
@@ -648,19 +624,19 @@ _OWN_FILE = _load_guest.__code__.co_filename
 
 def main(argv: list[str]) -> None:
     """Entry point: ``local_worker.py REQUEST_FD EVENT_FD CONTROL_FD KERNEL_STATE CLOUDPICKLE
-    CELLS PROCESS_GROUPS SPARE_SHELLS [SYS_PATH...]`` (the last three: those guest modules'
-    sources or bytecode; ``CLOUDPICKLE``: the source kernel_state pickles with)."""
+    CELLS PROCESS_GROUPS SPARE_SHELLS OUTPUT_CAPTURE [SYS_PATH...]`` (the last four: those
+    modules' sources or bytecode; ``CLOUDPICKLE``: the source kernel_state pickles with)."""
     request_fd, event_fd, control_fd = (int(arg) for arg in argv[:3])
     for fd in (request_fd, event_fd, control_fd):
         os.set_inheritable(fd, False)
-    sys.path[:0] = argv[8:]
+    sys.path[:0] = argv[9:]
     sys.dont_write_bytecode = True
     guest = _load_guest(argv[5], "_sandbox_guest")
     groups = _load_guest(argv[6], "_sandbox_process_groups")
     spare_shells = _load_guest(argv[7], "_sandbox_spare_shells")
-    worker = Worker(
-        request_fd, event_fd, control_fd, (argv[3], argv[4]), guest, groups, spare_shells
-    )
+    capture = _load_guest(argv[8], "_sandbox_output_capture")
+    modules = (guest, groups, spare_shells, capture)
+    worker = Worker(request_fd, event_fd, control_fd, (argv[3], argv[4]), *modules)
     worker.serve()
 
 

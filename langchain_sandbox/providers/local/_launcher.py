@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from langchain_sandbox import _output_capture
 from langchain_sandbox.providers.guest.packer import cloudpickle_path, source_path
 from langchain_sandbox.providers.local._bubblewrap import (
     SANDBOX_RUNTIME_DIR,
@@ -61,6 +62,7 @@ _GUEST_MODULES = {
     "guest": source_path("cells"),
     "process_groups": source_path("process_groups"),
     "spare_shells": source_path("spare_shells"),
+    "output_capture": Path(_output_capture.__file__),
 }
 _BASH_CANDIDATES = ("/bin/bash", "/usr/bin/bash")
 
