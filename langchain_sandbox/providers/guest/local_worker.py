@@ -39,7 +39,13 @@ the command does not wait for a process to start (see `spare_shells`).
 
 Start-up time is part of every session's cold start, so this module imports only built-in or
 already-loaded modules up front (no ``json``, ``ast``, ``re``, ``typing``, ``subprocess``); heavier
-ones are imported when a request first needs them.
+ones are imported when a request first needs them. What is not the request loop is loaded beside
+it from copies (`main`): how a cell runs (`cells`), spare shells (`spare_shells`), process groups
+(`process_groups`) and the output capper.
+
+Past 500 lines on purpose: the request loop, the three pipes' framing and the interrupts are one
+protocol, read together with ``_worker_process`` on the host; each further split would be one
+more file to copy into every sandbox and load at every cold start.
 """
 
 from __future__ import annotations
@@ -426,18 +432,18 @@ class Worker:
                 return frame
 
     def _end_strays(self) -> None:
-        """`_end_strays`, unless no process was made since it last ran.
+        """`process_groups.end_strays`, unless no process was made since it last ran.
 
         Walking ``/proc`` is most of a warm call's time in here. Every process needs a pid, so
         when the pid namespace's counter has not moved since the last walk (which ended the
         strays there were), nothing new can be running. The counter is read before the walk:
         a process forked during it moves the counter, and the next call walks again.
         """
-        counter = _pid_counter()
+        counter = self.groups.pid_counter()
         if counter is not None and counter == self._pids_seen:
             return
         self._pids_seen = counter
-        _end_strays()
+        self.groups.end_strays()
 
     # --------------------------------------------------------------- commands
 
@@ -561,42 +567,6 @@ def _command_context(request: dict[str, Any]) -> tuple[str, str | None, dict[str
     env = dict(os.environ)
     env.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
     return str(request.get("shell", "/bin/bash")), request.get("cwd") or None, env
-
-
-def _end_strays() -> None:
-    """Kill what a cell left running in the worker's own process group, and reap it.
-
-    The rule, as for commands: what code starts ends with the call (forks and children that
-    did not start a session of their own); a service meant to outlive the call is started with
-    ``start_new_session=True`` (or ``setsid``). Only this process group is touched, so without
-    isolation nothing else on the host is.
-    """
-    me, group = os.getpid(), os.getpgrp()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in (1, me):
-            continue
-        pid = int(name)
-        try:
-            if os.getpgid(pid) != group:
-                continue
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except OSError:
-            continue  # gone already, or not our child (its parent or pid 1 reaps it)
-
-
-def _pid_counter() -> bytes | None:
-    """The last pid the sandbox's pid namespace gave out (``None`` if it cannot be read)."""
-    try:
-        fd = os.open("/proc/sys/kernel/ns_last_pid", os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 32)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _base64(data: bytes | memoryview) -> str:
