@@ -42,7 +42,7 @@ from langchain_sandbox.testing.e2b_emulator import E2BEmulator, RecordedRequest
 def _is_capture(request: RecordedRequest) -> bool:
     """The first request of a snapshot: its listing (one cell since issue 12, envd's before)."""
     code = str(request.body.get("code", "")) if isinstance(request.body, dict) else ""
-    return request.route == "envd ListDir" or "_langchain_sandbox_changes_" in code
+    return request.route == "envd ListDir" or "guest_changes" in code
 
 
 async def _median_ms(operation: Callable[[], Awaitable[object]], repeat: int) -> float:

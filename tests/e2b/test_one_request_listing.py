@@ -69,7 +69,7 @@ async def test_a_new_kernel_gets_the_listing_itself(
         known = _applied({}, first)
         forget = (
             "import sys\n"
-            "for _name in [n for n in sys.modules if '_langchain_sandbox_changes_' in n]:\n"
+            "for _name in [n for n in sys.modules if 'guest_changes' in n]:\n"
             "    del sys.modules[_name]\n"
         )
         assert (await session.run_code(forget)).ok

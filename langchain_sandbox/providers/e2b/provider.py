@@ -115,7 +115,8 @@ _BACKSTOP = 30.0  # the SDK's own deadline sits behind ours, only to never hang
 _LIST_DEPTH = 64  # "recursive" listing depth; envd needs a number
 _MARKER = "__langchain_sandbox_kernel_state__"
 _CHUNK_BYTES = 4 * 1024 * 1024  # of a variables dump, per line of output or per upload
-_CHANGES_MODULE, _CHANGES_PACKED = packer.shipped_module(guest_changes)
+# Named as before the guest package: tests and benchmarks tell the capture's cell by it.
+_CHANGES_MODULE, _CHANGES_PACKED = packer.shipped_module(guest_changes, "guest_changes")
 # A change listing carries each changed file up to this size, and no more in all than this
 # (the rest is read one request per file, as before); envd's listing rounds mtimes to
 # microseconds and reports Go's FileMode.Perm(), and the kernel's listing says the same.

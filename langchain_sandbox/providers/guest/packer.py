@@ -66,14 +66,16 @@ def versioned_name(name: str, *sources: str) -> str:
 
 
 @functools.cache
-def shipped_module(module: ModuleType) -> tuple[str, str]:
-    """``(versioned name, packed source)`` of a guest module as a sandbox builds it on its own.
-    A part cut below its marker gets the ``__future__`` import back: its annotations name types
-    the sandbox never imports."""
+def shipped_module(module: ModuleType, name: str | None = None) -> tuple[str, str]:
+    """``(versioned name, packed source)`` of a guest module as a sandbox builds it on its own;
+    ``name`` (default: the module's own) is what the versioned name starts with, so a sandbox's
+    ``sys.modules`` says which guest module it is. A part cut below its marker gets the
+    ``__future__`` import back: its annotations name types the sandbox never imports."""
     source = shipped_part(module)
     if source != module_source(module):
         source = "from __future__ import annotations\n" + source
-    return versioned_name(module.__name__.rpartition(".")[2], source), packed_source(source)
+    shown = name or module.__name__.rpartition(".")[2]
+    return versioned_name(shown, source), packed_source(source)
 
 
 def standalone(module: ModuleType, inlined: str) -> str:
