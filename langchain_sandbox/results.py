@@ -13,8 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DEFAULT_CAPTURE_BYTES = 1_000_000
-"""How much of each stream a provider keeps (head and tail) before marking a result truncated."""
+from langchain_sandbox._output_capture import DEFAULT_CAPTURE_BYTES, OutputCapture
 
 DEFAULT_RENDER_CHARS = 8_000
 """How much of each stream a model sees by default."""
@@ -177,46 +176,6 @@ def truncate_middle(text: str, max_chars: int) -> str:
     tail = max_chars - head
     cut = len(text) - head - tail
     return f"{text[:head]}\n... [{cut} characters cut] ...\n{text[len(text) - tail :]}"
-
-
-class OutputCapture:
-    """A byte sink that keeps at most ``limit`` bytes: the first half and the most recent half.
-
-    Providers feed streamed output through it so a run that prints gigabytes costs bounded memory on
-    the host; `omitted` counts what was dropped.
-    """
-
-    def __init__(self, limit: int = DEFAULT_CAPTURE_BYTES) -> None:
-        self.limit = limit
-        self._head = bytearray()
-        self._tail = bytearray()
-        self.omitted = 0
-
-    def write(self, data: bytes) -> None:
-        room = self.limit // 2 - len(self._head)
-        if room > 0:
-            self._head += data[:room]
-            data = data[room:]
-        if not data:
-            return
-        self._tail += data
-        keep = self.limit - self.limit // 2
-        excess = len(self._tail) - keep
-        if excess > 0:
-            del self._tail[:excess]
-            self.omitted += excess
-
-    @property
-    def truncated(self) -> bool:
-        return self.omitted > 0
-
-    def text(self) -> str:
-        """The kept bytes as text, with a marker line where bytes were dropped."""
-        head = self._head.decode("utf-8", errors="replace")
-        if not self.omitted:
-            return head + self._tail.decode("utf-8", errors="replace")
-        tail = self._tail.decode("utf-8", errors="replace")
-        return f"{head}\n... [{self.omitted} bytes omitted] ...\n{tail}"
 
 
 __all__ = [

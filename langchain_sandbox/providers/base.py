@@ -60,7 +60,7 @@ from langchain_sandbox.providers.contract_types import (
     checked_timeout,
     installed_notice,
 )
-from langchain_sandbox.providers.guest import repr_failure
+from langchain_sandbox.providers.guest.cells import repr_failure
 from langchain_sandbox.providers.tool_channel import ToolHost
 from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import (
@@ -289,9 +289,9 @@ class Session(ABC):
         """Run a command in the session's persistent shell: the working directory and exported
         variables of earlier ``run_shell`` calls carry over (``cd`` and ``export`` stick), and
         travel with the workspace's snapshots. ``cwd`` changes directory first, and the shell
-        stays there. See `langchain_sandbox.providers.persistent_shell`.
+        stays there. See `langchain_sandbox.providers.guest.persistent_shell`.
         """
-        from langchain_sandbox.providers.persistent_shell import shell_script
+        from langchain_sandbox.providers.guest.persistent_shell import shell_script
 
         return await self.run_command(
             shell_script(command, cwd), timeout=timeout, on_output=on_output
@@ -393,7 +393,7 @@ class Session(ABC):
 
     async def dump_variables(self, *, max_bytes: int | None = None) -> VariablesDump:
         """Capture the globals of the Python interpreter as one object graph
-        (`kernel_state` says exactly what survives).
+        (`guest.variables` says exactly what survives).
 
         ``max_bytes`` (default: ``spec.limits.max_file_bytes``) bounds the dump: past it, the
         largest variables are left out until the rest fits, and named in ``skipped`` with the

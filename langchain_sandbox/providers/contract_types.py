@@ -278,7 +278,7 @@ class VariablesDump:
 
     Attributes:
         data: Opaque bytes for [`Session.load_variables`][langchain_sandbox.Session.load_variables] (produced by
-            `langchain_sandbox.providers.kernel_state`; the host never unpickles them).
+            `langchain_sandbox.providers.guest.variables`; the host never unpickles them).
         saved: Names captured.
         skipped: Names that were not captured; a restore tells the model.
         reasons: Why each skipped name was left out (its value cannot be pickled, or the dump

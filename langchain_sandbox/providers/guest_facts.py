@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from langchain_sandbox.providers.guest import MAX_FIGURE_BYTES
+from langchain_sandbox.providers.guest.cells import MAX_FIGURE_BYTES
 
 MAX_REPORTED_BYTES = 1 << 50
 """The largest byte count a sandbox may report (a petabyte): past it the count is a lie, and the

@@ -1,5 +1,5 @@
 """The default background-process operations of a [`Session`][langchain_sandbox.Session]: the guest
-supervisor (`guest_processes`) run through the session's own ``run_command``.
+supervisor (`guest.supervisor`) run through the session's own ``run_command``.
 
 Every provider that can run a command gets them unchanged: one ``python3 -I -S -c SOURCE OP
 JSON`` per operation (``-I``: nothing of the workspace or the environment shadows the standard
@@ -16,7 +16,6 @@ import functools
 import json
 import math
 import shlex
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from langchain_sandbox.errors import InvalidInputError, ProcessLimitError, SandboxError
@@ -27,6 +26,7 @@ from langchain_sandbox.processes import (
     ProcessSpec,
     check_process_name,
 )
+from langchain_sandbox.providers.guest.packer import source_path
 
 if TYPE_CHECKING:
     from langchain_sandbox.providers.base import Session
@@ -38,7 +38,7 @@ _ENVELOPE = 1024  # bytes of a reply besides the output it carries
 @functools.cache
 def supervisor_source() -> str:
     """The supervisor's source, as sent to the sandbox."""
-    return Path(__file__).with_name("guest_processes.py").read_text(encoding="utf-8")
+    return source_path("supervisor").read_text(encoding="utf-8")
 
 
 def guest_command(python: str, op: str, request: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@
   command is never passed through it.
 * **Packages**: a remote sandbox installs with pip run as a command (`pip_install_command`).
 * **Change listings**: `RemoteSession.list_changes` owns the protocol: the sandbox compares its
-  workspace with the host's last listing itself (`guest_changes.answer_changes`);
+  workspace with the host's last listing itself (`guest.changes.answer_changes`);
   `known_reference` names that listing by the token the sandbox gave it (the listing's cursor)
   instead of sending it again, and a ``stale`` answer sends it again. A provider only says how
   one request reaches its guest (`RemoteSession._ask_changes`).
@@ -142,7 +142,7 @@ class RemoteSession(Session):
     """Largest file a change listing carries (a bigger one is read on its own)."""
     listing_form: ClassVar[Mapping[str, int]] = {}
     """How coarse the provider's own ``list_files`` entries are (``mtime_unit_ns``,
-    ``mode_mask`` of `guest_changes.changes`), so the guest lists in the same form."""
+    ``mode_mask`` of `guest.changes.changes`), so the guest lists in the same form."""
 
     async def _install_packages(
         self, names: list[str], *, timeout: float, on_output: OutputCallback | None
@@ -159,7 +159,7 @@ class RemoteSession(Session):
         variables_max_bytes: int | None = None,
         since: object | None = None,
     ) -> ChangeListing:
-        """One request to the guest (`guest_changes.answer_changes`): it compares the workspace
+        """One request to the guest (`guest.changes.answer_changes`): it compares the workspace
         with ``known``, named by its token when ``since`` is the cursor it returned
         (`known_reference`), reads the changed regular files and, when asked, dumps the
         variables. A guest that lost the listing the token named answers ``stale``, and the

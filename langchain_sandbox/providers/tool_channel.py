@@ -8,7 +8,7 @@ tagged with the event's ``seq``. The sandbox is not trusted: an event is checked
 malformed one is answered with an error instead of reaching a tool.
 
 Where the channel is an output stream the host already reads (E2B's kernel stdout, the Runloop
-worker's), the events travel as frames inside it (`langchain_sandbox.providers.guest_tool_frames`):
+worker's), the events travel as frames inside it (`langchain_sandbox.providers.guest.tool_frames`):
 `FrameFilter` takes them out, so the caller's output never shows them.
 """
 
@@ -22,7 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
-from langchain_sandbox.providers.guest_tool_frames import TOOL_FRAME
+from langchain_sandbox.providers.guest.tool_frames import TOOL_FRAME
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Runloop devboxes and Kubernetes agent-sandbox pods have no kernel API: they run a command and
 move files. Stateful Python therefore runs in a small interpreter inside the sandbox
-(`langchain_sandbox.providers.shipped_worker`, shipped as one standalone script), started in the
+(`langchain_sandbox.providers.guest.command_worker`, shipped as one standalone script), started in the
 background by the first ``run_code`` and reached by one short command per call, which prints one
 answer line. `WorkerSession` is everything above the transport: the worker's protocol (code,
 commands, listings, change listings, variables), files through the worker, the head marker
@@ -10,7 +10,7 @@ carried with the user's own call. A provider's session adds how one command runs
 how its output is read (`_stdout_of`), how a file moves (`_upload`, `_download`) and what
 ``_ready`` means (a closed session, a suspended devbox).
 
-Why one module over 500 lines: it is one protocol, the host side of ``shipped_worker``'s
+Why one module over 500 lines: it is one protocol, the host side of ``command_worker``'s
 operations (each a request, its answer, and what a timeout or a missing worker means), moved here
 whole from the Runloop provider so that Kubernetes pods speak it too; splitting it by operation
 would scatter the one place that says how a call reaches the worker.
@@ -27,7 +27,6 @@ import json
 import posixpath
 import shlex
 import uuid
-import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -36,8 +35,6 @@ from langchain_sandbox.errors import (
     SandboxError,
     SandboxTimeoutError,
 )
-from langchain_sandbox.providers import guest, guest_changes, guest_tool_frames, kernel_state
-from langchain_sandbox.providers import shipped_worker as _shipped_worker
 from langchain_sandbox.providers.base import (
     FileInfo,
     OutputCallback,
@@ -45,6 +42,12 @@ from langchain_sandbox.providers.base import (
     SessionSpec,
     VariablesDump,
 )
+from langchain_sandbox.providers.guest import cells as guest
+from langchain_sandbox.providers.guest import changes as guest_changes
+from langchain_sandbox.providers.guest import command_worker as _shipped_worker
+from langchain_sandbox.providers.guest import packer, process_groups
+from langchain_sandbox.providers.guest import tool_frames as guest_tool_frames
+from langchain_sandbox.providers.guest import variables as kernel_state
 from langchain_sandbox.providers.guest_facts import (
     checked_count,
     failure_text,
@@ -56,7 +59,6 @@ from langchain_sandbox.providers.remote import (
     RemoteProvider,
     RemoteSession,
 )
-from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 from langchain_sandbox.providers.tool_channel import held_back
 from langchain_sandbox.results import (
     DEFAULT_CAPTURE_BYTES,
@@ -79,10 +81,8 @@ _INTERPRETER_OPS = frozenset({"code", "dump", "load", "save"})
 
 def worker_script() -> str:
     """The worker program, standalone: the package imports it makes are replaced by the code
-    itself (the output capture and the change listing inline, the kernel-state module as source
-    it loads on demand)."""
-    worker = inspect.getsource(_shipped_worker)
-    start, end = "# <package-imports>", "# </package-imports>"
+    itself (the output capture and the change listing inline, the guest modules as sources it
+    builds on demand)."""
     inlined = "\n".join(
         [
             "_SHIPPED = {}",
@@ -91,25 +91,23 @@ def worker_script() -> str:
             "    return _unpacked('cloudpickle')",
             f"DEFAULT_CAPTURE_BYTES = {DEFAULT_CAPTURE_BYTES}",
             inspect.getsource(OutputCapture),
-            guest_changes.shipped_source(),
+            packer.shipped_part(guest_changes),
+            packer.shipped_part(process_groups),
         ]
     )
-    return worker[: worker.index(start)] + inlined + worker[worker.index(end) + len(end) :]
+    return packer.standalone(_shipped_worker, inlined)
 
 
 def _shipped_sources() -> dict[str, str]:
-    """The modules the worker builds in the sandbox, compressed (the script travels in a command
+    """The modules the worker builds in the sandbox, packed (the script travels in a command
     line, whose length is bounded)."""
     sources = {
-        "kernel_state": inspect.getsource(kernel_state),
-        "guest": inspect.getsource(guest),
-        "guest_tool_frames": inspect.getsource(guest_tool_frames),
-        "cloudpickle": cloudpickle_source(),
+        "kernel_state": packer.module_source(kernel_state),
+        "guest": packer.module_source(guest),
+        "guest_tool_frames": packer.module_source(guest_tool_frames),
+        "cloudpickle": packer.cloudpickle_source(),
     }
-    return {
-        name: base64.b64encode(zlib.compress(source.encode(), 9)).decode()
-        for name, source in sources.items()
-    }
+    return {name: packer.packed_source(source) for name, source in sources.items()}
 
 
 class CodeToolChannel(Protocol):

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import inspect
 import json
 import os
 import shutil
@@ -36,8 +35,9 @@ from typing import Any
 
 from langchain_sandbox._event_loop import entered_off_loop
 from langchain_sandbox.network import NetworkPolicy
-from langchain_sandbox.providers import guest
 from langchain_sandbox.providers.base import Limits, SessionSpec
+from langchain_sandbox.providers.guest import cells as guest
+from langchain_sandbox.providers.guest import packer
 from langchain_sandbox.providers.local import INTERRUPT_GRACE, LocalProvider, LocalSession
 from langchain_sandbox.testing._machine_init import (
     EDGE_SOCKET,
@@ -146,7 +146,7 @@ def _worker_program() -> str:
     return (
         "import types as _types\n"
         "guest = _types.ModuleType('guest')\n"
-        f"exec(compile({inspect.getsource(guest)!r}, 'guest.py', 'exec'), guest.__dict__)\n"
+        f"exec(compile({packer.module_source(guest)!r}, 'guest.py', 'exec'), guest.__dict__)\n"
         + _KERNEL
     )
 

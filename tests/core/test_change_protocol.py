@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from langchain_sandbox.providers.guest_changes import answer_changes
+from langchain_sandbox.providers.guest.changes import answer_changes
 
 _CAPS = {"max_bytes": 1 << 20, "max_file_bytes": 1 << 20}
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from langchain_sandbox.providers import guest
+from langchain_sandbox.providers.guest import cells as guest
 
 
 class _Bad:

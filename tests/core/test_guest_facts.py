@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from langchain_sandbox.providers.guest import MAX_FIGURE_BYTES, failure_facts
+from langchain_sandbox.providers.guest.cells import MAX_FIGURE_BYTES, failure_facts
 from langchain_sandbox.providers.guest_facts import (
     MAX_REPORTED_BYTES,
     MalformedFact,

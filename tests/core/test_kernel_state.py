@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from langchain_sandbox.providers.kernel_state import dump_namespace, load_namespace, prepare
-from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
+from langchain_sandbox.providers.guest.packer import cloudpickle_source
+from langchain_sandbox.providers.guest.variables import dump_namespace, load_namespace, prepare
 
 
 @pytest.fixture(autouse=True)

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from langchain_sandbox.providers import guest_changes
-from langchain_sandbox.providers import shipped_worker as _worker
 from langchain_sandbox.providers.base import ChangeListing, FileInfo
+from langchain_sandbox.providers.guest import changes as guest_changes
+from langchain_sandbox.providers.guest import command_worker as _worker
 from langchain_sandbox.providers.runloop import RunloopProvider
 from langchain_sandbox.providers.worker_session import WORKER_DIR
 from langchain_sandbox.snapshots import Snapshotter

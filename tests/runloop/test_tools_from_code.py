@@ -12,7 +12,7 @@ import shlex
 from tool_hosts import DoublingHost
 
 from langchain_sandbox.processes import ProcessSpec
-from langchain_sandbox.providers.guest_tool_frames import TOOL_FRAME
+from langchain_sandbox.providers.guest.tool_frames import TOOL_FRAME
 from langchain_sandbox.providers.runloop import RunloopProvider
 from langchain_sandbox.testing.runloop_emulator import RunloopEmulator
 

@@ -1,7 +1,7 @@
 """What E2B runs in its Jupyter kernel besides the user's code: the variables dump and load and
-the change listing, each one code execution calling one named operation of `guest_e2b_ops` from
+the change listing, each one code execution calling one named operation of `e2b_ops` from
 inside a function (the user's globals keep no name of ours), with the guest modules
-(`guest_e2b_ops`, `kernel_state`, `guest_changes`) built from their shipped source once per
+(`e2b_ops`, `variables`, `changes` of the guest package) built from their shipped source once per
 kernel.
 """
 
@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import base64
 import functools
-import hashlib
-import inspect
 import json
-import zlib
 from typing import TYPE_CHECKING, Any
 
 from langchain_sandbox.errors import SandboxError
-from langchain_sandbox.providers import guest_changes, guest_e2b_ops, kernel_state
 from langchain_sandbox.providers.base import VariablesDump
+from langchain_sandbox.providers.guest import changes as guest_changes
+from langchain_sandbox.providers.guest import e2b_ops as guest_e2b_ops
+from langchain_sandbox.providers.guest import packer
+from langchain_sandbox.providers.guest import variables as kernel_state
 from langchain_sandbox.providers.names import E2B as PROVIDER_NAME
 from langchain_sandbox.providers.remote import ChangesReply, RemoteSession
-from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
 
 if TYPE_CHECKING:
     from langchain_sandbox.providers.e2b.provider import E2BProvider
@@ -29,17 +28,9 @@ _MARKER = guest_e2b_ops.MARKER
 _CHUNK_BYTES = 4 * 1024 * 1024  # of a variables dump, per line of output or per upload
 
 
-def _shipped(name: str, source: str) -> tuple[str, bytes]:
-    """A guest module as the kernel builds it: a name versioned by its source, the source
-    compressed."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-    return f"_langchain_sandbox_{name}_{digest}", base64.b64encode(zlib.compress(source.encode()))
-
-
-_OPS_MODULE, _OPS_PACKED = _shipped("e2b_ops", inspect.getsource(guest_e2b_ops))
-_CHANGES_MODULE, _CHANGES_PACKED = _shipped(
-    "guest_changes", "from __future__ import annotations\n" + guest_changes.shipped_source()
-)
+_OPS_MODULE, _OPS_PACKED = packer.shipped_module(guest_e2b_ops)
+# Named as before the guest package: tests and benchmarks tell the capture's cell by it.
+_CHANGES_MODULE, _CHANGES_PACKED = packer.shipped_module(guest_changes, "guest_changes")
 
 
 @functools.cache
@@ -50,12 +41,11 @@ def shipped_kernel_state() -> tuple[str, bytes, bytes]:
     Read from files once, off the event loop (`E2BProvider` warms it when it makes or attaches
     a session): a runtime may be built, and this module imported, inside a coroutine.
     """
-    source, pickler = inspect.getsource(kernel_state), cloudpickle_source()
-    digest = hashlib.sha256(source.encode() + pickler.encode()).hexdigest()[:12]
+    source, pickler = packer.module_source(kernel_state), packer.cloudpickle_source()
     return (
-        f"_langchain_sandbox_kernel_state_{digest}",
-        base64.b64encode(zlib.compress(source.encode())),
-        base64.b64encode(zlib.compress(pickler.encode())),
+        packer.versioned_name("kernel_state", source, pickler),
+        packer.packed_source(source).encode(),
+        packer.packed_source(pickler).encode(),
     )
 
 
@@ -89,7 +79,7 @@ class KernelCalls(RemoteSession):
     async def _ask_changes(
         self, request: dict[str, Any], variables_max_bytes: int | None
     ) -> ChangesReply:
-        """One code execution: `guest_e2b_ops.list_changes`, where the guest module keeps its
+        """One code execution: `e2b_ops.list_changes`, where the guest module keeps its
         last listing for as long as the kernel lives."""
         packed = base64.b64encode(json.dumps(request).encode()).decode()
         dump = (
@@ -122,7 +112,7 @@ class KernelCalls(RemoteSession):
         """Run ``body`` in the kernel, inside a function (the user's globals keep no name of
         ours); return what it printed behind the marker, line by line.
 
-        In scope: ``ops``, the `guest_e2b_ops` module of named operations; ``ks``, the
+        In scope: ``ops``, the `e2b_ops` module of named operations; ``ks``, the
         kernel_state module, with ``kernel_state``; ``changes``, the guest_changes module, with
         ``changes``. Each is built from its source once per kernel
         and kept in ``sys.modules`` (its compressed source travels with every call that needs

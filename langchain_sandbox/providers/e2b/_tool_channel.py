@@ -2,13 +2,13 @@
 
 E2B's kernel speaks only through the ``/execute`` stream the SDK reads (and envd's file API), so:
 
-* **the request** is a frame (`langchain_sandbox.providers.guest_tool_frames.tool_frame`) the code writes to
+* **the request** is a frame (`langchain_sandbox.providers.guest.tool_frames.tool_frame`) the code writes to
   its stdout, which the host reads as it streams and takes out of the output
   (`langchain_sandbox.providers.tool_channel.FrameFilter`);
 * **the answer** is a file the host writes through envd (``POST /files``), named by a token of
   this call and the call's sequence number, under ``/tmp`` (never the workspace: no snapshot or
   listing sees it); the code polls it and deletes it
-  (`langchain_sandbox.providers.guest_tool_frames.FramedToolCalls`).
+  (`langchain_sandbox.providers.guest.tool_frames.FramedToolCalls`).
 
 Nothing listens in the sandbox. The ``tools`` object is made by a kernel call before the user's
 code and removed by one after it; it lives in ``builtins``, not in the user's globals, so a
@@ -20,20 +20,16 @@ the limits) is the one every provider shares: a `ToolHost` behind `ToolEvents`.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import functools
-import hashlib
-import inspect
 import json
 import uuid
-import zlib
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from langchain_sandbox.errors import SandboxError
-from langchain_sandbox.providers import guest, guest_tool_frames
 from langchain_sandbox.providers.base import OutputCallback
+from langchain_sandbox.providers.guest import cells as guest
+from langchain_sandbox.providers.guest import packer
+from langchain_sandbox.providers.guest import tool_frames as guest_tool_frames
 from langchain_sandbox.providers.tool_channel import FrameFilter, ToolEvents, ToolHost
 from langchain_sandbox.results import ExecutionResult
 
@@ -46,20 +42,11 @@ ANSWERS_PREFIX = "/tmp/.langchain_sandbox-tool-"
 _REMOVE = "    import builtins\n    builtins.__dict__.pop('tools', None)\n"
 
 
-@functools.cache
-def _shipped(module: ModuleType) -> tuple[str, bytes]:
-    """A guest module as the kernel builds it: a name versioned by its source, the source."""
-    source = inspect.getsource(module)
-    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-    name = module.__name__.rpartition(".")[2]
-    return f"_langchain_sandbox_{name}_{digest}", base64.b64encode(zlib.compress(source.encode()))
-
-
 def _install(specs: list[dict[str, Any]], answers: str, seconds: float) -> str:
     """Kernel lines that make the ``tools`` object of one call (run by ``_kernel_call``)."""
     return (
-        "    g = module({!r}, {!r})\n".format(*_shipped(guest))
-        + "    f = module({!r}, {!r})\n".format(*_shipped(guest_tool_frames))
+        "    g = module({!r}, {!r})\n".format(*packer.shipped_module(guest))
+        + "    f = module({!r}, {!r})\n".format(*packer.shipped_module(guest_tool_frames))
         + "    import builtins\n"
         f"    calls = f.FramedToolCalls(sys.stdout, {answers!r}, {seconds!r})\n"
         f"    builtins.tools = g.Tools(json.loads({json.dumps(specs)!r}), calls)\n"

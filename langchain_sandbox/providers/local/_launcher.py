@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from langchain_sandbox import _output_capture
+from langchain_sandbox.providers.guest.packer import cloudpickle_path, source_path
 from langchain_sandbox.providers.local._bubblewrap import (
     SANDBOX_RUNTIME_DIR,
     PythonInstall,
@@ -36,7 +38,6 @@ from langchain_sandbox.providers.local._egress_sandbox import (
 )
 from langchain_sandbox.providers.local._gvisor import CHANNEL_DIR, SANDBOX_OWNER, GvisorSandbox
 from langchain_sandbox.providers.local._host_user import host_owner
-from langchain_sandbox.providers.shipped_pickler import cloudpickle_path
 from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 if TYPE_CHECKING:
@@ -53,9 +54,16 @@ PORTS_DIR = "/srv/ports"
 SANDBOX_ENVIRONMENT_DIR = "/opt/environment"
 """Where a session's sandbox environment (a virtualenv) appears inside the sandbox."""
 
-_WORKER_SOURCE = Path(__file__).with_name("_worker.py")
-_KERNEL_STATE_SOURCE = Path(__file__).parent.parent / "kernel_state.py"
-_GUEST_SOURCE = Path(__file__).parent.parent / "guest.py"
+_WORKER_SOURCE = source_path("local_worker")
+_KERNEL_STATE_SOURCE = source_path("variables")
+# The guest modules the worker loads beside it, by the names they have in the sandbox (the cells
+# module is ``guest`` there, as it was before the guest package had modules of its own).
+_GUEST_MODULES = {
+    "guest": source_path("cells"),
+    "process_groups": source_path("process_groups"),
+    "spare_shells": source_path("spare_shells"),
+    "output_capture": Path(_output_capture.__file__),
+}
 _BASH_CANDIDATES = ("/bin/bash", "/usr/bin/bash")
 
 
@@ -169,23 +177,25 @@ class Launcher:
             return "/bin/bash"
         return next((p for p in _BASH_CANDIDATES if os.path.exists(p)), "bash")
 
-    def _runtime_files(self) -> tuple[str, str, str, str]:
-        """(worker to run, kernel_state source, cloudpickle source, guest module) as the
-        session's processes see them; the worker and the guest module precompiled when
+    def _runtime_files(self) -> tuple[str, str, str, list[str]]:
+        """(worker to run, kernel_state source, cloudpickle source, the guest modules) as the
+        session's processes see them; the worker and the guest modules precompiled when
         `compile_worker` could."""
         bytecode = self.worker_bytecode
         if self.isolated:
-            worker, guest = ("worker.pyc", "guest.pyc") if bytecode else ("worker.py", "guest.py")
+            suffix = ".pyc" if bytecode else ".py"
             return (
-                f"{SANDBOX_RUNTIME_DIR}/{worker}",
+                f"{SANDBOX_RUNTIME_DIR}/worker{suffix}",
                 f"{SANDBOX_RUNTIME_DIR}/kernel_state.py",
                 f"{SANDBOX_RUNTIME_DIR}/cloudpickle.py",
-                f"{SANDBOX_RUNTIME_DIR}/{guest}",
+                [f"{SANDBOX_RUNTIME_DIR}/{name}{suffix}" for name in _GUEST_MODULES],
             )
         pickler = str(cloudpickle_path())
         if bytecode:
-            return bytecode, str(_KERNEL_STATE_SOURCE), pickler, _guest_bytecode(bytecode)
-        return str(_WORKER_SOURCE), str(_KERNEL_STATE_SOURCE), pickler, str(_GUEST_SOURCE)
+            modules = [_module_bytecode(bytecode, name) for name in _GUEST_MODULES]
+            return bytecode, str(_KERNEL_STATE_SOURCE), pickler, modules
+        modules = [str(source) for source in _GUEST_MODULES.values()]
+        return str(_WORKER_SOURCE), str(_KERNEL_STATE_SOURCE), pickler, modules
 
     def environment(self) -> dict[str, str]:
         """The allow-listed environment of every process in the session; never the host's."""
@@ -212,8 +222,8 @@ class Launcher:
     def worker_command(self, request_fd: int, event_fd: int, control_fd: int) -> list[str]:
         """The argv that starts the session's persistent Python worker, given the descriptors
         its three pipes have in this process (`control_pipe` made the control one)."""
-        worker, kernel_state, pickler, guest = self._runtime_files()
-        after_fds = [kernel_state, pickler, guest, self.packages_dir, *self.site_packages]
+        worker, kernel_state, pickler, guests = self._runtime_files()
+        after_fds = [kernel_state, pickler, *guests, self.packages_dir, *self.site_packages]
         if self.gvisor is not None:
             egress = [] if self.egress_dir is None else [(self.egress_dir, EGRESS_DIR)]
             relay = [self.python_executable, "-I", "-S", "-c", EGRESS_FORWARDER, EGRESS_SOCKET]
@@ -379,18 +389,20 @@ class Launcher:
 
 def sandbox_files(worker_bytecode: str | None) -> dict[str, str]:
     """The files every sandbox gets as copies (no host path of them is visible inside):
-    the generated ``/etc`` files, the worker, the guest module and the variables module with the
+    the generated ``/etc`` files, the worker, the guest modules and the variables module with the
     cloudpickle it pickles with (``{sandbox path: source}``).
     """
     sources = {
         f"{SANDBOX_RUNTIME_DIR}/worker.py": _WORKER_SOURCE,
         f"{SANDBOX_RUNTIME_DIR}/kernel_state.py": _KERNEL_STATE_SOURCE,
         f"{SANDBOX_RUNTIME_DIR}/cloudpickle.py": cloudpickle_path(),
-        f"{SANDBOX_RUNTIME_DIR}/guest.py": _GUEST_SOURCE,
+        **{f"{SANDBOX_RUNTIME_DIR}/{name}.py": path for name, path in _GUEST_MODULES.items()},
     }
     if worker_bytecode:
         sources[f"{SANDBOX_RUNTIME_DIR}/worker.pyc"] = Path(worker_bytecode)
-        sources[f"{SANDBOX_RUNTIME_DIR}/guest.pyc"] = Path(_guest_bytecode(worker_bytecode))
+        for name in _GUEST_MODULES:
+            bytecode = Path(_module_bytecode(worker_bytecode, name))
+            sources[f"{SANDBOX_RUNTIME_DIR}/{name}.pyc"] = bytecode
     runtime = {
         path: sealed_file(source.name, source.read_bytes()) for path, source in sources.items()
     }
@@ -398,21 +410,24 @@ def sandbox_files(worker_bytecode: str | None) -> dict[str, str]:
 
 
 def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> str | None:
-    """Compile the worker and the guest module once for ``python`` into ``cache_dir``; the
-    worker's bytecode path (the guest's is `_guest_bytecode` of it), or ``None`` on failure.
+    """Compile the worker and the guest modules once for ``python`` into ``cache_dir``; the
+    worker's bytecode path (a guest module's is `_module_bytecode` of it), or ``None`` on failure.
 
     A script is compiled at every start (only imported modules get cached bytecode), which is a
     good part of a session's cold start. The bytecode is made by the session's own interpreter
     (so its format matches) and names the files as the sandbox sees them, so tracebacks never
     show a host path.
     """
-    sources = _WORKER_SOURCE.read_bytes() + _GUEST_SOURCE.read_bytes()
+    files = {"worker": _WORKER_SOURCE, **_GUEST_MODULES}
+    sources = b"".join(path.read_bytes() for path in files.values())
     digest = hashlib.sha256(sources + f"{python.executable}\0{isolated}".encode()).hexdigest()[:16]
     target = Path(cache_dir) / f"worker-{python.version}-{digest}.pyc"
-    guest_target = Path(_guest_bytecode(str(target)))
-    if target.is_file() and guest_target.is_file():
+    compiled = [
+        (path, Path(_module_bytecode(str(target), name)), f"{name}.py")
+        for name, path in files.items()
+    ]
+    if all(cfile.is_file() for _, cfile, _ in compiled):
         return str(target)
-    compiled = [(_WORKER_SOURCE, target, "worker.py"), (_GUEST_SOURCE, guest_target, "guest.py")]
     staged: list[Path] = []
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -437,7 +452,7 @@ def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> 
                 timeout=60,
                 env={"PATH": os.defpath},
             )
-        # The guest first: a worker's bytecode on disk means its guest's is there too.
+        # The guest modules first: a worker's bytecode on disk means theirs are there too.
         for (_, cfile, _), staging in reversed(list(zip(compiled, staged, strict=True))):
             os.replace(staging, cfile)
     except (OSError, subprocess.SubprocessError):
@@ -447,10 +462,11 @@ def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> 
     return str(target)
 
 
-def _guest_bytecode(worker_bytecode: str) -> str:
-    """Where `compile_worker` put the guest module's bytecode, beside the worker's."""
+def _module_bytecode(worker_bytecode: str, module: str) -> str:
+    """Where `compile_worker` put a module's bytecode (``"worker"`` or a guest module's name,
+    as the sandbox knows it), beside the worker's."""
     directory, name = os.path.split(worker_bytecode)
-    return os.path.join(directory, "guest" + name.removeprefix("worker"))
+    return os.path.join(directory, module + name.removeprefix("worker"))
 
 
 __all__ = [

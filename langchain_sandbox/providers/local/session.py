@@ -43,6 +43,7 @@ from langchain_sandbox.providers.base import (
     check_port,
     checked_timeout,
 )
+from langchain_sandbox.providers.guest.persistent_shell import SHELL_SETUP, shell_script
 from langchain_sandbox.providers.local._cgroups import SessionCgroup
 from langchain_sandbox.providers.local._files import HostWorkspace
 from langchain_sandbox.providers.local._gvisor import kill_containers
@@ -70,7 +71,6 @@ from langchain_sandbox.providers.local._worker_replies import (
 )
 from langchain_sandbox.providers.local._workspace_fs import release_directory
 from langchain_sandbox.providers.names import LOCAL
-from langchain_sandbox.providers.persistent_shell import SHELL_SETUP, shell_script
 from langchain_sandbox.providers.tool_channel import ToolHost
 from langchain_sandbox.results import ExecutionResult
 from langchain_sandbox.workspace import WORKSPACE_ROOT

@@ -5,7 +5,7 @@ A code call is one ``execute_async`` of the devbox worker's client, which hands 
 interpreter and prints what it streams back. With host tools:
 
 * **the request**: the interpreter hands the client a frame
-  (`langchain_sandbox.providers.guest_tool_frames.tool_frame`), which it prints; the host follows
+  (`langchain_sandbox.providers.guest.tool_frames.tool_frame`), which it prints; the host follows
   the execution's stdout (SSE) and takes the frame out
   (`langchain_sandbox.providers.tool_channel.FrameFilter`);
 * **the answer**: the execution is started with ``attach_stdin``, and the host writes the reply,

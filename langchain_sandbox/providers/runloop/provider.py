@@ -2,7 +2,7 @@
 
 A session is one devbox. Runloop offers shell commands, files, suspend/resume and disk snapshots,
 but no kernel, so stateful Python runs in a small interpreter inside the devbox
-(`langchain_sandbox.providers.shipped_worker`), started in the background by the first
+(`langchain_sandbox.providers.guest.command_worker`), started in the background by the first
 ``run_code`` and reached by one short command per call. Every call is one ``execute_async``
 request plus one ``wait_for_status`` long-poll while it runs (two HTTP requests for a warm call).
 

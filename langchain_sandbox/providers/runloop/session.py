@@ -18,8 +18,8 @@ from langchain_sandbox.errors import (
     SandboxGoneError,
     SessionClosedError,
 )
-from langchain_sandbox.providers import shipped_worker as _runloop_worker
 from langchain_sandbox.providers.base import Capabilities, OutputCallback, SessionSpec, check_port
+from langchain_sandbox.providers.guest import command_worker as _runloop_worker
 from langchain_sandbox.providers.names import RUNLOOP as PROVIDER_NAME
 from langchain_sandbox.providers.remote import SESSION_KEY, TAG_KEY
 from langchain_sandbox.providers.runloop import _tunnels

@@ -62,15 +62,19 @@ import types
 # devbox copy, what only annotations use goes away with this block, and modules only one kind of
 # call needs are imported where it runs.
 # <package-imports>
-import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from langchain_sandbox.providers import guest as _guest_module
-from langchain_sandbox.providers import guest_tool_frames as _guest_tool_frames_module
-from langchain_sandbox.providers.guest_changes import answer_changes
-from langchain_sandbox.providers import kernel_state as _kernel_state_module
-from langchain_sandbox.providers.shipped_pickler import cloudpickle_source
+from langchain_sandbox.providers.guest import cells as _guest_module
+from langchain_sandbox.providers.guest import tool_frames as _guest_tool_frames_module
+from langchain_sandbox.providers.guest.changes import answer_changes
+from langchain_sandbox.providers.guest import variables as _kernel_state_module
+from langchain_sandbox.providers.guest.packer import cloudpickle_source
+from langchain_sandbox.providers.guest.process_groups import (
+    end_group,
+    start_group,
+    terminate_group,
+)
 from langchain_sandbox.results import OutputCapture
 
 _SHIPPED: dict[str, Any] = {
@@ -205,14 +209,13 @@ class _Interpreter:
             )
             self.namespace["tools"] = guest.Tools(request["tools"], calls)
         limit = int(request.get("max_output_bytes", 1_000_000))
-        out, err = OutputCapture(limit), OutputCapture(limit)
+        # With an ``echo``, the head each capture keeps is passed on as it comes.
+        out, err = (OutputCapture(limit, _echoer(name, echo)) for name in ("stdout", "stderr"))
         result: dict[str, Any] = {"value": None, "error": None, "timed_out": False}
         saved_env = guest.apply_env(request.get("env", {}))
-        for output, name, capture in zip(
-            self.outputs, ("stdout", "stderr"), (out, err), strict=True
-        ):
+        for output, capture in zip(self.outputs, (out, err), strict=True):
             output.restore()
-            output.attach(guest.EchoSink(name, capture, echo))
+            output.attach(capture)
         sys.stdout, sys.stderr = self.streams
         started = time.monotonic()
         timeout = request.get("timeout")
@@ -390,7 +393,7 @@ def _start_server(state_dir: str) -> None:
             stderr=devnull_out,
             cwd=WORKSPACE,
             env=env,
-            start_new_session=True,
+            **start_group(),
         )
     deadline = time.monotonic() + 30
     path = os.path.join(state_dir, SOCKET_NAME)
@@ -414,7 +417,7 @@ def _kill_server(state_dir: str) -> None:
         # if that pid is still this interpreter.
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             if b"serve" in handle.read().split(b"\0"):
-                os.killpg(pid, signal.SIGKILL)
+                end_group(pid)
     except (OSError, ValueError):
         pass
     for name in (SOCKET_NAME, PID_NAME):
@@ -503,7 +506,12 @@ def run_command(request: dict[str, Any]) -> dict[str, Any]:
     import subprocess
 
     limit = int(request.get("max_output_bytes", 1_000_000))
-    captures = OutputCapture(limit), OutputCapture(limit)
+    # Streaming, each capture's head is passed on to this command's own stdout or stderr live.
+    echoes = (1, 2) if request.get("stream") else (None, None)
+    captures = [
+        OutputCapture(limit, None if fd is None else functools.partial(os.write, fd))
+        for fd in echoes
+    ]
     env = dict(os.environ, **request.get("env", {}))
     cwd = request.get("cwd", WORKSPACE)
     if not os.path.isdir(cwd):
@@ -517,16 +525,13 @@ def run_command(request: dict[str, Any]) -> dict[str, Any]:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            start_new_session=True,
+            **start_group(),
         )
     except OSError as exc:
         return {"failure": _shipped("guest").failure_facts(exc)}
-    echoes = (1, 2) if request.get("stream") else (None, None)
     readers = [
-        threading.Thread(target=_pump, args=(stream, capture, echo), daemon=True)
-        for stream, capture, echo in zip(
-            (process.stdout, process.stderr), captures, echoes, strict=True
-        )
+        threading.Thread(target=_pump, args=(stream, capture), daemon=True)
+        for stream, capture in zip((process.stdout, process.stderr), captures, strict=True)
     ]
     for reader in readers:
         reader.start()
@@ -535,7 +540,7 @@ def run_command(request: dict[str, Any]) -> dict[str, Any]:
         process.wait(timeout=request.get("timeout"))
     except subprocess.TimeoutExpired:
         timed_out = True
-        _terminate_group(process)
+        terminate_group(process, KILL_GRACE)
     # A background child the command left running may hold the pipes open: read what is there,
     # then stop waiting for it.
     drained = time.monotonic() + 1.0
@@ -551,29 +556,17 @@ def run_command(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _pump(stream: Any, capture: OutputCapture, echo_fd: int | None) -> None:
-    """Feed one pipe to its capture; with ``echo_fd``, pass the capture's head on live too."""
-    room = capture.limit // 2
+def _pump(stream: Any, capture: OutputCapture) -> None:
+    """Feed one pipe to its capture."""
     for chunk in iter(lambda: stream.read1(65536), b""):
-        if echo_fd is not None and room > 0:
-            os.write(echo_fd, chunk[:room])
-            room -= len(chunk)
         capture.write(chunk)
 
 
-def _terminate_group(process: subprocess.Popen[bytes]) -> None:
-    import subprocess
-
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-        except OSError:
-            return
-        try:
-            process.wait(timeout=KILL_GRACE)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def _echoer(name: str, echo: Callable[[str, str], None] | None) -> Callable[[bytes], None] | None:
+    """What passes a capture's head of stream ``name`` to ``echo`` (as text) live."""
+    if echo is None:
+        return None
+    return lambda data: echo(name, data.decode("utf-8", errors="ignore"))
 
 
 def list_directory(request: dict[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 sandbox (stdlib only, Python >= 3.8), so a capture costs one request whatever the workspace's size.
 
 The remote providers ship this code into their sandboxes: Runloop's worker carries it inline
-(`langchain_sandbox.providers.worker_session.worker_script` cuts everything above the
+(`langchain_sandbox.providers.guest.packer.shipped_part` cuts everything above the
 ``<shipped>`` marker), E2B's kernel builds it as a module from its source once per kernel. Both
 then call `answer_changes` (the token protocol `RemoteSession.list_changes` speaks) with the
 listing the host last knew, and answer only what changed.
@@ -16,22 +16,14 @@ they have no content to keep, and opening one for reading could block the captur
 
 from __future__ import annotations
 
-import inspect
-import sys
-from collections.abc import Callable
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
-_SHIPPED = "\n# <shipped>\n"
-
-
-def shipped_source() -> str:
-    """The code the sandboxes run: this module below its ``<shipped>`` marker."""
-    source = inspect.getsource(sys.modules[__name__])
-    return source[source.index(_SHIPPED) + len(_SHIPPED) :]
-
-
-# Below this line, the code the sandboxes run: annotations are never evaluated there (they stay
-# strings), so it needs no typing import and runs on Python 3.8.
+# Below this line, the code the sandboxes run (`packer.shipped_part`: inlined into a script, or
+# built as a module with the ``__future__`` import back): annotations are never evaluated there
+# (they stay strings), so it runs on Python 3.8.
 # <shipped>
 import binascii as _binascii  # noqa: E402 (the shipped code starts here)
 import os as _os  # noqa: E402

@@ -15,7 +15,6 @@ disagree:
 * `Tools` is the ``tools`` object code calls host tools through (the transport is the
   provider's: the local worker's own pipes; on E2B and Runloop frames in the output stream the
   host already reads, see `guest_tool_frames`);
-* `EchoSink` is where one stream of a cell goes when a caller watches its output live.
 
 Only built-in or already-loaded modules are imported at the top: the local worker's cold start
 includes this module.
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
     class Sink(Protocol):
         """Where captured bytes go."""
 
-        def feed(self, data: bytes) -> None: ...
+        def write(self, data: bytes) -> None: ...
 
 
 MAX_VALUE_CHARS = 100_000
@@ -381,25 +380,7 @@ class FdCapture:
             if not chunk:
                 return
             if self.sink is not None:
-                self.sink.feed(chunk)
-
-
-class EchoSink:
-    """Where one stream of a cell goes: its capture (anything with ``write(bytes)`` and
-    ``limit``), and with an ``echo`` the head the capture keeps is also passed on as it arrives
-    (for callers watching live output)."""
-
-    def __init__(self, name: str, capture: Any, echo: Any = None) -> None:
-        self._name = name
-        self._capture = capture
-        self._echo = echo
-        self._echo_room = capture.limit // 2
-
-    def feed(self, chunk: bytes) -> None:
-        if self._echo is not None and self._echo_room > 0:
-            self._echo(self._name, chunk[: self._echo_room].decode("utf-8", errors="ignore"))
-            self._echo_room -= len(chunk)
-        self._capture.write(chunk)
+                self.sink.write(chunk)
 
 
 def text_stream(fd: int) -> io.TextIOWrapper:
@@ -442,7 +423,6 @@ __all__ = [
     "MAX_VALUE_CHARS",
     "CellSources",
     "Cells",
-    "EchoSink",
     "FdCapture",
     "ToolError",
     "ToolLimitError",

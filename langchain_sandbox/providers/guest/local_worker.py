@@ -35,11 +35,17 @@ so printing gigabytes costs the host nothing.
 
 A persistent-shell command (a request marked ``warm``) runs in a *spare* when there is one: a
 ``bash`` the worker started while it was idle after the previous one, waiting for its script, so
-the command does not wait for a process to start (see `_Spare`).
+the command does not wait for a process to start (see `spare_shells`).
 
 Start-up time is part of every session's cold start, so this module imports only built-in or
 already-loaded modules up front (no ``json``, ``ast``, ``re``, ``typing``, ``subprocess``); heavier
-ones are imported when a request first needs them.
+ones are imported when a request first needs them. What is not the request loop is loaded beside
+it from copies (`main`): how a cell runs (`cells`), spare shells (`spare_shells`), process groups
+(`process_groups`) and the output capper.
+
+Past 500 lines on purpose: the request loop, the three pipes' framing and the interrupts are one
+protocol, read together with ``_worker_process`` on the host; each further split would be one
+more file to copy into every sandbox and load at every cold start.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
     import types
+    from collections.abc import Callable
     from typing import Any
 
 _READ_CHUNK = 65536
@@ -97,55 +104,6 @@ class _Events:
                 view = view[written:]
 
 
-class _StreamLimiter:
-    """Forwards the head of one output stream as it comes, then keeps only its tail.
-
-    The host rebuilds head + tail with `OutputCapture` and adds
-    `dropped` to what it reports as omitted.
-    """
-
-    def __init__(self, events: _Events, request_id: int, stream: str, limit: int) -> None:
-        self._events = events
-        self._id = request_id
-        self._stream = stream
-        self._head_room = limit // 2
-        self._tail_keep = limit - limit // 2
-        self._tail = bytearray()
-        self.dropped = 0
-
-    def feed(self, data: bytes) -> None:
-        if self._head_room > 0:
-            head = data[: self._head_room]
-            self._head_room -= len(head)
-            self._forward(head)
-            data = data[len(head) :]
-        if not data:
-            return
-        self._tail += data
-        excess = len(self._tail) - self._tail_keep
-        if excess > 0:
-            del self._tail[:excess]
-            self.dropped += excess
-
-    def finish(self) -> int:
-        """Forward the kept tail; return how many bytes were dropped in the middle."""
-        if self._tail:
-            self._forward(bytes(self._tail))
-            self._tail.clear()
-        return self.dropped
-
-    def _forward(self, data: bytes) -> None:
-        if data:
-            self._events.send(
-                {
-                    "id": self._id,
-                    "ev": "out",
-                    "stream": self._stream,
-                    "data": data.decode("latin-1"),
-                }
-            )
-
-
 class _Interrupter:
     """Delivers SIGINT to the main thread for the request the host names, and no other.
 
@@ -153,7 +111,8 @@ class _Interrupter:
     worker's own loop.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, end_group: Any) -> None:
+        self._end_group = end_group
         self._lock = _thread.allocate_lock()
         self._main_thread = _thread.get_ident()
         self._running_id: int | None = None
@@ -176,114 +135,13 @@ class _Interrupter:
                 return
             if self._command is not None:
                 # A command is stopped with its whole process group, not interrupted.
-                _kill_group(self._command.pid)
+                self._end_group(self._command.pid)
                 return
             signal.pthread_kill(self._main_thread, signal.SIGINT)
 
     def _on_sigint(self, signum: int, frame: types.FrameType | None) -> None:
         if self._running_id is not None and self._command is None:
             raise KeyboardInterrupt
-
-
-_SPARE_BOOT = (
-    " read -r __lcs_go <&{go} || exit 0; IFS= read -r -d '' __lcs_script <&{script}; "
-    'exec {go}<&- {script}<&-; SECONDS=0; eval "unset -v __lcs_go __lcs_script;$__lcs_script"'
-)
-"""What a spare shell runs after the request's preamble: wait for the go line (end of file: the
-spare is discarded, exit), read the script (a memfd, so ``read`` takes it in blocks, not a byte
-at a time as from a pipe), close both descriptors and ``eval`` it, on the script's first line so
-its messages keep their line numbers. ``SECONDS`` counts from the command, not from the spare's
-start."""
-
-_SPARE_IDLE_MS = 2
-"""How long the worker waits for a next request before it starts a spare."""
-
-_INHERITED_STATUS = (
-    b"Umask:",
-    b"SigBlk:",
-    b"SigIgn:",
-    b"NoNewPrivs:",
-    b"Cpus_allowed:",
-    b"Mems_allowed:",
-)
-
-
-def _inherited() -> bytes:
-    """What a process started by the calling thread inherits from it besides the environment,
-    the working directory and the descriptors (each given explicitly): umask, blocked and ignored
-    signals, no_new_privs, CPU and memory placement, priority, nice value, scheduling policy and
-    resource limits.
-
-    A spare is used only if these are as they were when it started: the requests that run user
-    code in this process (cells, loading variables) discard it, but a variables dump runs
-    pickling hooks, which could change any of them.
-    """
-    with open("/proc/thread-self/status", "rb") as handle:
-        parts = [line for line in handle if line.startswith(_INHERITED_STATUS)]
-    with open("/proc/thread-self/stat", "rb") as handle:
-        fields = handle.read().rpartition(b")")[2].split()
-    parts += [fields[15], fields[16], fields[38]]  # priority, nice, policy (fields 18, 19, 41)
-    with open("/proc/self/limits", "rb") as handle:
-        parts.append(handle.read())
-    return b"\n".join(parts)
-
-
-class _Spare:
-    """A shell started before its command arrives, blocked reading the go line.
-
-    Starting a process (fork, exec, bash's own start) is most of a small command's time in
-    here; a spare takes it off the command's path. It runs the command exactly as a fresh
-    ``bash -c`` would, with one difference: the script is ``eval``-ed, so bash names a syntax
-    error of the script's own text ``eval`` instead of ``-c``. The persistent shell evals the
-    user's command itself, so its commands read the same either way; only requests marked
-    ``warm`` (the persistent shell's) use spares.
-    """
-
-    def __init__(
-        self, shell: str, cwd: str | None, env: dict[str, str], inherited: bytes, preamble: bytes
-    ) -> None:
-        import subprocess
-
-        self.key = (shell, cwd, env, inherited, preamble)
-        self._script = os.memfd_create("command", os.MFD_CLOEXEC)
-        go, self._go = os.pipe()
-        try:
-            self.process = subprocess.Popen(
-                [shell, "-c", preamble + _SPARE_BOOT.format(go=go, script=self._script).encode()],
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                pass_fds=(go, self._script),
-            )
-        except BaseException:
-            os.close(self._go)
-            os.close(self._script)
-            raise
-        finally:
-            os.close(go)
-
-    def run(self, script: bytes) -> subprocess.Popen[bytes]:
-        """Hand the spare its script: from here on it is the command's process."""
-        try:
-            os.pwrite(self._script, script + b"\0", 0)
-            os.write(self._go, b"\n")
-        finally:
-            os.close(self._go)
-            os.close(self._script)
-        return self.process
-
-    def discard(self) -> None:
-        """End the spare unused (closing the go pipe alone would end it, but not at once)."""
-        os.close(self._go)
-        os.close(self._script)
-        _kill_group(self.process.pid)
-        self.process.wait()
-        for pipe in (self.process.stdout, self.process.stderr):
-            if pipe is not None:
-                pipe.close()
 
 
 class Worker:
@@ -296,8 +154,16 @@ class Worker:
         control_fd: int,
         kernel_state: tuple[str, str],
         guest: Any,
+        groups: Any,
+        spare_shells: Any,
+        capture: Any,
     ) -> None:
+        # The modules beside this file (`cells`, `process_groups`, `spare_shells`, the output
+        # capper), loaded by `main` from their copies in the sandbox.
         self.guest = guest
+        self.groups = groups
+        self.spare_shells = spare_shells
+        self.capture = capture
         self.events = _Events(event_fd)
         # Unbuffered, so polling the descriptor tells whether a request is waiting.
         self.requests = os.fdopen(request_fd, "rb", buffering=0)
@@ -313,9 +179,9 @@ class Worker:
         self._pids_seen: bytes | None = None
         self.stdout = guest.FdCapture(1)
         self.stderr = guest.FdCapture(2)
-        self.interrupter = _Interrupter()
+        self.interrupter = _Interrupter(groups.end_group)
         self._install_streams(replace=True)
-        self._spare: _Spare | None = None
+        self.spares = spare_shells.Spares(groups.end_group)
         # The last persistent-shell command, while the next may be one: a spare is started
         # like it when the worker is idle.
         self._spare_for: dict[str, Any] | None = None
@@ -345,11 +211,13 @@ class Worker:
             try:
                 if (
                     self._spare_for is not None
-                    and self._spare is None
+                    and not self.spares.waiting
                     and self._next is None
                     and self._idle()
                 ):
-                    self._start_spare(self._spare_for)
+                    shell, cwd, env = _command_context(self._spare_for)
+                    if not self.spares.start(shell, cwd, env, _preamble(self._spare_for)):
+                        self._spare_for = None
                 request = self._take_next()
             except KeyboardInterrupt:
                 continue  # a stray interrupt between requests
@@ -365,14 +233,14 @@ class Worker:
             self._handle(request)
 
     def _idle(self) -> bool:
-        """Whether no request arrives within `_SPARE_IDLE_MS`. A request that follows
+        """Whether no request arrives within `spare_shells.SPARE_IDLE_MS`. A request that follows
         its predecessor at once (the variables dump after a command) goes first: starting a
         spare would delay it."""
         if self.pending:
             return False
         poller = select.poll()
         poller.register(self.requests.fileno(), select.POLLIN)
-        return not poller.poll(_SPARE_IDLE_MS)
+        return not poller.poll(self.spare_shells.SPARE_IDLE_MS)
 
     def _take_next(self) -> dict[str, Any]:
         waiting, self._next = self._next, None
@@ -440,7 +308,7 @@ class Worker:
             # and may change what a spare inherited; no spare until the next shell command. A
             # dump's pickling hooks are the user's code too, but rarely change anything: a
             # spare is checked against what it inherited instead.
-            self._drop_spare()
+            self.spares.drop()
             self._spare_for = None
         try:
             if op == "exec":
@@ -480,8 +348,10 @@ class Worker:
     def _exec(self, request_id: int, request: dict[str, Any]) -> dict[str, Any]:
         guest = self.guest
         limit = int(request.get("limit", 1_000_000))
-        out = _StreamLimiter(self.events, request_id, "stdout", limit)
-        err = _StreamLimiter(self.events, request_id, "stderr", limit)
+        out, err = (
+            self.capture.OutputCapture(limit, on_head=self._sender(request_id, name))
+            for name in ("stdout", "stderr")
+        )
         self._install_streams()
         self.stdout.attach(out)
         self.stderr.attach(err)
@@ -515,7 +385,10 @@ class Worker:
             reply["figures_left_out"] = left_out
         self.stdout.detach()
         self.stderr.detach()
-        reply["dropped"] = {"stdout": out.finish(), "stderr": err.finish()}
+        reply["dropped"] = {
+            "stdout": self._finish(request_id, "stdout", out),
+            "stderr": self._finish(request_id, "stderr", err),
+        }
         if os.getpid() == self.pid:
             self._end_strays()
         return reply
@@ -559,26 +432,27 @@ class Worker:
                 return frame
 
     def _end_strays(self) -> None:
-        """`_end_strays`, unless no process was made since it last ran.
+        """`process_groups.end_strays`, unless no process was made since it last ran.
 
         Walking ``/proc`` is most of a warm call's time in here. Every process needs a pid, so
         when the pid namespace's counter has not moved since the last walk (which ended the
         strays there were), nothing new can be running. The counter is read before the walk:
         a process forked during it moves the counter, and the next call walks again.
         """
-        counter = _pid_counter()
+        counter = self.groups.pid_counter()
         if counter is not None and counter == self._pids_seen:
             return
         self._pids_seen = counter
-        _end_strays()
+        self.groups.end_strays()
 
     # --------------------------------------------------------------- commands
 
     def _command(self, request_id: int, request: dict[str, Any]) -> dict[str, Any]:
         limit = int(request.get("limit", 1_000_000))
-        limiters = {
-            "stdout": _StreamLimiter(self.events, request_id, "stdout", limit),
-            "stderr": _StreamLimiter(self.events, request_id, "stderr", limit),
+        # Each stream's head goes to the host as it comes; its tail when the command ends.
+        captures = {
+            name: self.capture.OutputCapture(limit, on_head=self._sender(request_id, name))
+            for name in ("stdout", "stderr")
         }
         import subprocess
 
@@ -587,7 +461,7 @@ class Worker:
         started = time.perf_counter()
         process = None
         if request.get("warm"):
-            process = self._run_spare(shell, cwd, env, script, _preamble(request))
+            process = self.spares.run(shell, cwd, env, script, _preamble(request))
         if process is None:
             process = subprocess.Popen(
                 [shell, "-c", script],
@@ -596,7 +470,7 @@ class Worker:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                start_new_session=True,
+                **self.groups.start_group(),
             )
         self.interrupter.start(request_id, process)
         assert process.stdout is not None
@@ -619,7 +493,7 @@ class Worker:
                 except BlockingIOError:
                     continue
                 if chunk:
-                    limiters[open_fds[fd]].feed(chunk)
+                    captures[open_fds[fd]].write(chunk)
                 else:
                     poller.unregister(fd)
                     del open_fds[fd]
@@ -627,58 +501,30 @@ class Worker:
         self.interrupter.stop()
         # What the command left running in its process group ends with it (a fork bomb too);
         # long-lived services are started with setsid or from Python with start_new_session.
-        _kill_group(process.pid, wait=2.0)
+        self.groups.end_group(process.pid, wait=2.0)
         process.stdout.close()
         process.stderr.close()
         return {
             "exit_code": exit_code,
             "duration_ms": (time.perf_counter() - started) * 1000,
-            "dropped": {name: limiter.finish() for name, limiter in limiters.items()},
+            "dropped": {name: self._finish(request_id, name, c) for name, c in captures.items()},
         }
 
-    def _start_spare(self, request: dict[str, Any]) -> None:
-        shell, cwd, env = _command_context(request)
-        if "BASH_ENV" in env:
-            # bash sources that file when it starts: a spare would read it too early.
-            self._spare_for = None
-            return
-        try:
-            self._spare = _Spare(shell, cwd, env, _inherited(), _preamble(request))
-        except Exception:
-            # No spare this time (no memfd, the process limit reached...): commands start
-            # their own process, as without spares.
-            self._spare_for = None
+    def _sender(self, request_id: int, stream: str) -> Callable[[bytes], None]:
+        """Sends bytes of one stream of a request as ``out`` events (latin-1: one character a
+        byte, so they round-trip exactly through JSON)."""
 
-    def _take_spare(self) -> _Spare | None:
-        """The spare, detached, if it is still waiting (something may have killed it)."""
-        spare, self._spare = self._spare, None
-        if spare is not None and spare.process.poll() is not None:
-            spare.discard()
-            return None
-        return spare
+        def send(data: bytes) -> None:
+            if data:
+                out = {"id": request_id, "ev": "out", "stream": stream}
+                self.events.send({**out, "data": data.decode("latin-1")})
 
-    def _drop_spare(self) -> None:
-        spare = self._take_spare()
-        if spare is not None:
-            spare.discard()
+        return send
 
-    def _run_spare(
-        self, shell: str, cwd: str | None, env: dict[str, str], script: bytes, preamble: bytes
-    ) -> subprocess.Popen[bytes] | None:
-        """The spare's process running ``script``, if the spare was started exactly as a fresh
-        process for this command would be and already ran the script's ``preamble``; ``None``
-        (and no spare) otherwise."""
-        spare = self._take_spare()
-        if spare is None:
-            return None
-        if (
-            b"\0" in script
-            or not script.startswith(preamble)
-            or spare.key != (shell, cwd, env, _inherited(), preamble)
-        ):
-            spare.discard()
-            return None
-        return spare.run(script[len(preamble) :])
+    def _finish(self, request_id: int, stream: str, capture: Any) -> int:
+        """Send a stream's kept tail; how many bytes were dropped before it."""
+        self._sender(request_id, stream)(capture.tail)
+        return int(capture.omitted)
 
     # -------------------------------------------------------------- variables
 
@@ -723,74 +569,21 @@ def _command_context(request: dict[str, Any]) -> tuple[str, str | None, dict[str
     return str(request.get("shell", "/bin/bash")), request.get("cwd") or None, env
 
 
-def _end_strays() -> None:
-    """Kill what a cell left running in the worker's own process group, and reap it.
-
-    The rule, as for commands: what code starts ends with the call (forks and children that
-    did not start a session of their own); a service meant to outlive the call is started with
-    ``start_new_session=True`` (or ``setsid``). Only this process group is touched, so without
-    isolation nothing else on the host is.
-    """
-    me, group = os.getpid(), os.getpgrp()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in (1, me):
-            continue
-        pid = int(name)
-        try:
-            if os.getpgid(pid) != group:
-                continue
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except OSError:
-            continue  # gone already, or not our child (its parent or pid 1 reaps it)
-
-
-def _pid_counter() -> bytes | None:
-    """The last pid the sandbox's pid namespace gave out (``None`` if it cannot be read)."""
-    try:
-        fd = os.open("/proc/sys/kernel/ns_last_pid", os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 32)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def _kill_group(pgid: int, *, wait: float = 0.0) -> None:
-    """SIGKILL a process group; with ``wait``, until it is gone (reaped) or ``wait`` seconds pass.
-
-    Waiting makes "a command's leftovers end with it" hold when the reply arrives, not a moment
-    later.
-    """
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            return  # the group is gone
-        if time.monotonic() >= deadline:
-            return
-        time.sleep(0.001)
-
-
 def _base64(data: bytes | memoryview) -> str:
     import binascii
 
     return binascii.b2a_base64(data, newline=False).decode("ascii")
 
 
-def _load_guest(path: str) -> Any:
-    """`guest` from its source or its precompiled bytecode."""
-    module = type(sys)("_sandbox_guest")
+def _load_guest(path: str, name: str) -> Any:
+    """A guest module from its source or its precompiled bytecode, as ``sys.modules[name]``."""
+    module = type(sys)(name)
     module.__file__ = path
     with open(path, "rb") as handle:
         data = handle.read()
     # A .pyc is its 16-byte header and the marshalled module code (the format py_compile writes).
     code = marshal.loads(data[16:]) if path.endswith(".pyc") else compile(data, path, "exec")
-    sys.modules["_sandbox_guest"] = module
+    sys.modules[name] = module
     exec(code, module.__dict__)
     return module
 
@@ -800,16 +593,20 @@ _OWN_FILE = _load_guest.__code__.co_filename
 
 
 def main(argv: list[str]) -> None:
-    """Entry point: ``_worker.py REQUEST_FD EVENT_FD CONTROL_FD KERNEL_STATE CLOUDPICKLE GUEST
-    [SYS_PATH...]`` (``GUEST``: the guest module's source or bytecode; ``CLOUDPICKLE``: the
-    source kernel_state pickles with)."""
+    """Entry point: ``local_worker.py REQUEST_FD EVENT_FD CONTROL_FD KERNEL_STATE CLOUDPICKLE
+    CELLS PROCESS_GROUPS SPARE_SHELLS OUTPUT_CAPTURE [SYS_PATH...]`` (the last four: those
+    modules' sources or bytecode; ``CLOUDPICKLE``: the source kernel_state pickles with)."""
     request_fd, event_fd, control_fd = (int(arg) for arg in argv[:3])
     for fd in (request_fd, event_fd, control_fd):
         os.set_inheritable(fd, False)
-    sys.path[:0] = argv[6:]
+    sys.path[:0] = argv[9:]
     sys.dont_write_bytecode = True
-    guest = _load_guest(argv[5])
-    worker = Worker(request_fd, event_fd, control_fd, (argv[3], argv[4]), guest)
+    guest = _load_guest(argv[5], "_sandbox_guest")
+    groups = _load_guest(argv[6], "_sandbox_process_groups")
+    spare_shells = _load_guest(argv[7], "_sandbox_spare_shells")
+    capture = _load_guest(argv[8], "_sandbox_output_capture")
+    modules = (guest, groups, spare_shells, capture)
+    worker = Worker(request_fd, event_fd, control_fd, (argv[3], argv[4]), *modules)
     worker.serve()
 
 
