@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from langchain_sandbox.core.rehydration import PersistPolicy
 from langchain_sandbox.providers.base import Provider
-from langchain_sandbox.rehydration import PersistPolicy
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 

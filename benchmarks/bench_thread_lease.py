@@ -31,11 +31,11 @@ from langchain.agents import create_agent
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from langchain_sandbox.checkpointing.thread_lease import acquire, lease_backend, release
 from langchain_sandbox.graph import SandboxMiddleware
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 from langchain_sandbox.testing.scripted_model import ScriptedToolModel, call
-from langchain_sandbox.thread_lease import acquire, lease_backend, release
 
 _WIDTH = 34
 

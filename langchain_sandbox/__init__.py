@@ -68,6 +68,7 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
     __version__ = "0+unknown"
 
 if TYPE_CHECKING:
+    from langchain_sandbox.checkpointing.thread_lock import PostgresThreadLock
     from langchain_sandbox.deepagents import SandboxBackend
     from langchain_sandbox.graph import (
         ImagePolicy,
@@ -101,7 +102,6 @@ if TYPE_CHECKING:
         LocalDirectoryBlobStore,
         Snapshotter,
     )
-    from langchain_sandbox.thread_lock import PostgresThreadLock
     from langchain_sandbox.tools import (
         SandboxExecTool,
         SandboxInstallPackagesTool,
@@ -149,7 +149,7 @@ _LAZY: dict[str, str] = {
     "E2BProvider": "langchain_sandbox.providers.e2b",
     "RunloopProvider": "langchain_sandbox.providers.runloop",
     "KubernetesProvider": "langchain_sandbox.providers.kubernetes",
-    "PostgresThreadLock": "langchain_sandbox.thread_lock",
+    "PostgresThreadLock": "langchain_sandbox.checkpointing.thread_lock",
 }
 
 __all__ = [

@@ -22,7 +22,7 @@ A checkpointer that does not exist or holds no checkpoint is refused unless
 typo in a path would otherwise delete them all.
 
 Several applications may share one snapshot store (the default local store is per user). Runs
-note their checkpointer's name in the store (`langchain_sandbox.checkpointer_names`), and gc
+note their checkpointer's name in the store (`langchain_sandbox.checkpointing.checkpointer_names`), and gc
 refuses to run while the store serves a checkpointer it was not given: blobs only that
 checkpointer's checkpoints reference would look unused.
 """
@@ -44,14 +44,14 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, Send
 
-from langchain_sandbox.checkpointer_names import acheckpointer_name
+from langchain_sandbox.checkpointing.checkpointer_names import acheckpointer_name
+from langchain_sandbox.checkpointing.filed_records import RecordKeys, messages_in
 from langchain_sandbox.errors import (
     CheckpointerUnavailableError,
     InvalidInputError,
     MissingDependencyError,
     SnapshotNotFoundError,
 )
-from langchain_sandbox.filed_records import RecordKeys, messages_in
 from langchain_sandbox.providers import get_provider
 from langchain_sandbox.providers.base import Provider, SessionRecord
 from langchain_sandbox.snapshots import BlobStore, Snapshotter
@@ -65,7 +65,7 @@ class CheckpointReferences:
     Attributes:
         snapshot_refs: Snapshot refs named by any checkpoint or its pending writes.
         record_keys: Store keys under which the Deep Agents backend may have filed a record for a
-            tool call of a checkpoint's conversation (`langchain_sandbox.filed_records`).
+            tool call of a checkpoint's conversation (`langchain_sandbox.checkpointing.filed_records`).
         head_sessions: Session ids named by the latest checkpoint of each thread (its pending
             writes included).
         late_heads: Heads of records whose snapshot was written behind their call (the record

@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from langchain_sandbox.environment import validate_env
+from langchain_sandbox.core.environment import validate_env
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT, resolve_path
 from langchain_sandbox.errors import InvalidInputError
-from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
 
 ProcessState = Literal["running", "exited", "stopped", "lost"]
 """``running``; ``exited`` on its own (``exit_code`` says how); ``stopped`` by

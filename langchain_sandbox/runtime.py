@@ -10,11 +10,11 @@ The runtime is the public facade over two parts, each testable on its own:
   [`SandboxState`][langchain_sandbox.SandboxState] record (the graph's ``sandbox`` channel), which
   is what makes sessions durable: rehydrate before a call, persist after it.
 
-All provider I/O runs on one private event loop (see `langchain_sandbox._event_loop`); each
+All provider I/O runs on one private event loop (see `langchain_sandbox.core._event_loop`); each
 public coroutine has a blocking twin (``arun_code`` / ``run_code`` ...), one line made by
-`langchain_sandbox._runtime_calls.blocking`. The operations live in two mixins beside this
-module: code, shell, files and packages in `langchain_sandbox._runtime_operations`, processes
-and ports in `langchain_sandbox._runtime_processes`; this module keeps the sessions' life
+`langchain_sandbox.core._runtime_calls.blocking`. The operations live in two mixins beside this
+module: code, shell, files and packages in `langchain_sandbox.core._runtime_operations`, processes
+and ports in `langchain_sandbox.core._runtime_processes`; this module keeps the sessions' life
 (building, persisting, leasing, closing). The runtime knows nothing about LangGraph: the tools
 pass it a record and turn the updated record into a state update.
 """
@@ -31,27 +31,27 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
-from langchain_sandbox._event_loop import LoopThread
-from langchain_sandbox._runtime_calls import CallContext, blocking
-from langchain_sandbox._runtime_operations import RuntimeOperations
-from langchain_sandbox._runtime_processes import RuntimeProcesses
-from langchain_sandbox.arguments import checked_init
-from langchain_sandbox.providers.base import (
-    Capabilities,
-    Provider,
-    Session,
-    SessionSpec,
-)
-from langchain_sandbox.rehydration import PersistPolicy, RehydrationEngine
-from langchain_sandbox.session_pool import DEFAULT_MAX_SESSIONS, SessionPool
-from langchain_sandbox.state import SandboxState
-from langchain_sandbox.thread import (
+from langchain_sandbox.core._event_loop import LoopThread
+from langchain_sandbox.core._runtime_calls import CallContext, blocking
+from langchain_sandbox.core._runtime_operations import RuntimeOperations
+from langchain_sandbox.core._runtime_processes import RuntimeProcesses
+from langchain_sandbox.core.arguments import checked_init
+from langchain_sandbox.core.rehydration import PersistPolicy, RehydrationEngine
+from langchain_sandbox.core.session_pool import DEFAULT_MAX_SESSIONS, SessionPool
+from langchain_sandbox.core.thread import (
     Outcome,
     RestoreReportLike,
     SnapshotInfoLike,
     SnapshotterLike,
     StepCall,
 )
+from langchain_sandbox.providers.base import (
+    Capabilities,
+    Provider,
+    Session,
+    SessionSpec,
+)
+from langchain_sandbox.state import SandboxState
 
 T = TypeVar("T")
 
@@ -68,10 +68,10 @@ class SandboxRuntime(RuntimeOperations, RuntimeProcesses):
 
     Code, shell commands, files and packages (``arun_code``, ``arun_command``, ``arun_shell``,
     ``awrite_files``, ``aread_files``, ``alist_files``, ``ainstall_packages`` and their blocking
-    twins) come from `langchain_sandbox._runtime_operations`. Processes that outlive a call,
+    twins) come from `langchain_sandbox.core._runtime_operations`. Processes that outlive a call,
     exposed ports and the services that follow the checkpoint (``astart_process``,
     ``aprocess_output``, ``astop_process``, ``alist_processes``, ``aexpose_port`` and their
-    blocking twins) come from `langchain_sandbox._runtime_processes`; see ``docs/processes.md``.
+    blocking twins) come from `langchain_sandbox.core._runtime_processes`; see ``docs/processes.md``.
 
     Args:
         provider: ``"local"`` (default), ``"e2b"``, ``"runloop"`` or a [`Provider`][langchain_sandbox.Provider].
@@ -296,7 +296,7 @@ class SandboxRuntime(RuntimeOperations, RuntimeProcesses):
     # -- concurrent turns --------------------------------------------------------------------
 
     def _lease_backend(self, checkpointer: Any) -> Any:
-        from langchain_sandbox.thread_lease import lease_backend, store_backend
+        from langchain_sandbox.checkpointing.thread_lease import lease_backend, store_backend
 
         store = getattr(self.snapshotter, "store", None)
         return lease_backend(checkpointer, store) if checkpointer else store_backend(store)
@@ -322,7 +322,7 @@ class SandboxRuntime(RuntimeOperations, RuntimeProcesses):
         Raises:
             ThreadBusyError: another run holds the thread (past ``wait``).
         """
-        from langchain_sandbox.thread_lease import hold
+        from langchain_sandbox.checkpointing.thread_lease import hold
 
         return hold(self._lease_backend(checkpointer), thread_id, wait=wait)
 
@@ -330,7 +330,7 @@ class SandboxRuntime(RuntimeOperations, RuntimeProcesses):
         self, thread_id: str, *, checkpointer: Any = None, wait: float | None = 0
     ) -> contextlib.AbstractAsyncContextManager[None]:
         """Async twin of `hold_thread` (``async with``; nothing blocks the event loop)."""
-        from langchain_sandbox.thread_lease import ahold
+        from langchain_sandbox.checkpointing.thread_lease import ahold
 
         return ahold(self._lease_backend(checkpointer), thread_id, wait=wait)
 

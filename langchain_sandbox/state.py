@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 from typing import TypedDict
 
+from langchain_sandbox.core.services import ServicesRecord
 from langchain_sandbox.providers.base import SessionRecord
-from langchain_sandbox.services import ServicesRecord
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class SandboxState(TypedDict, total=False):
         snapshot_revision: The revision ``snapshot`` captures.
         exec_count: Number of executions; sent as a *delta* in updates, summed by the reducer.
         services: The processes to start again and the ports to expose again after a restore
-            (`langchain_sandbox.services`); absent when there are none.
+            (`langchain_sandbox.core.services`); absent when there are none.
     """
 
     session: SessionRecord | None

@@ -23,7 +23,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from network_probe import LoopbackListener
 from source_tree import REPO, built_once, source_tree
 
-from langchain_sandbox.paths import ENVIRONMENTS_ENV, environments_dir
+from langchain_sandbox.core.paths import ENVIRONMENTS_ENV, environments_dir
 from langchain_sandbox.providers.base import Provider
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter

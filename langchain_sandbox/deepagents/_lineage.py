@@ -10,7 +10,7 @@ the AI messages and tool calls of its own branch.
 So each call that changes the sandbox files its record (the snapshot of the sandbox after the
 call) under the key ``(thread, last human message id, AI message id, tool call id, step)`` in
 the snapshot store, next to the snapshot it names (the key scheme is
-`langchain_sandbox.filed_records`, which ``gc`` reads too). The step is the checkpoint the
+`langchain_sandbox.checkpointing.filed_records`, which ``gc`` reads too). The step is the checkpoint the
 call's tool step started from: time travel to the checkpoint between a model call and its tools
 runs the very same AI message's calls again (whatever the model), from a fork checkpoint, so the
 two runs file apart. A later call reads the conversation (``messages``, through the same
@@ -57,8 +57,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
-from langchain_sandbox.errors import SnapshotNotFoundError
-from langchain_sandbox.filed_records import (
+from langchain_sandbox.checkpointing.filed_records import (
     TASK_TOOL,
     Turn,
     call_keys,
@@ -66,9 +65,10 @@ from langchain_sandbox.filed_records import (
     subagent_key,
     tool_calls,
 )
+from langchain_sandbox.core.restoring import store_unavailable
+from langchain_sandbox.errors import SnapshotNotFoundError
 from langchain_sandbox.graph._pregel_keys import PUSH, READ_KEY
 from langchain_sandbox.graph.step_lineage import StepAbove, ToolSteps
-from langchain_sandbox.restoring import store_unavailable
 from langchain_sandbox.runtime import SandboxRuntime, StepCall
 from langchain_sandbox.snapshots import BlobStore, Snapshotter
 from langchain_sandbox.state import SandboxState

@@ -17,9 +17,9 @@ import shlex
 import uuid
 from collections.abc import Mapping, Sequence
 
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 from langchain_sandbox.errors import InvalidPathError, SandboxError
 from langchain_sandbox.providers.base import Session
-from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 _STAGING_PREFIX = ".langchain_sandbox-transfer-"
 """Staging files, at the workspace's root (commands run there): a directory made for them would

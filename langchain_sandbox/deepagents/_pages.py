@@ -19,8 +19,8 @@ from deepagents.backends.utils import (
     normalize_read_bounds,
 )
 
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 from langchain_sandbox.deepagents._outside import sandbox_path
-from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 MAX_PAGE_BYTES = 500 * 1024
 """Largest text page ``read`` returns (BaseSandbox's ``MAX_OUTPUT_BYTES``)."""

@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 
 from deepagents.backends.protocol import FileInfo
 
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT, resolve_path
 from langchain_sandbox.deepagents._outside import read_outside, sandbox_path
 from langchain_sandbox.errors import InvalidInputError, InvalidPathError
 from langchain_sandbox.providers.base import FileInfo as SandboxFileInfo
 from langchain_sandbox.providers.base import Session
-from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
 
 
 class Fetched:

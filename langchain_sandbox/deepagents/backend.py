@@ -64,9 +64,10 @@ from deepagents.backends.sandbox import BaseSandbox
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
-from langchain_sandbox._event_loop import on_event_loop
-from langchain_sandbox.arguments import check_provider_options, checked_init
-from langchain_sandbox.checkpointer_names import anote_checkpointer, note_checkpointer
+from langchain_sandbox.checkpointing.checkpointer_names import anote_checkpointer, note_checkpointer
+from langchain_sandbox.core._event_loop import on_event_loop
+from langchain_sandbox.core.arguments import check_provider_options, checked_init
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 from langchain_sandbox.deepagents._call import Call, awaited, graph_config
 from langchain_sandbox.deepagents._lineage import RecordBook, position_of
 from langchain_sandbox.deepagents._outside import (
@@ -113,7 +114,6 @@ from langchain_sandbox.tools.base import (
     resolve_runtime,
     resolve_thread_id,
 )
-from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 T = TypeVar("T")
 

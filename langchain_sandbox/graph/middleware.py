@@ -39,7 +39,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from langchain_sandbox.arguments import checked_init
+from langchain_sandbox.core.arguments import checked_init
 from langchain_sandbox.errors import ConfigurationError, SandboxError
 from langchain_sandbox.graph.channel import SandboxChannel
 from langchain_sandbox.graph.images import ImagePolicy, check_image_policy, messages_for_model

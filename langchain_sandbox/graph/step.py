@@ -18,7 +18,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.errors import EmptyChannelError
 from tenacity import AsyncRetrying, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
-from langchain_sandbox.checkpointer_names import run_checkpointer
+from langchain_sandbox.checkpointing.checkpointer_names import run_checkpointer
 from langchain_sandbox.graph._pregel_keys import DURABILITY_KEY, READ_KEY, TASK_ID_KEY
 from langchain_sandbox.state import SandboxState
 

@@ -25,7 +25,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.constants import TASKS
 from tenacity import AsyncRetrying, Retrying
 
-from langchain_sandbox.filed_records import messages_in
+from langchain_sandbox.checkpointing.filed_records import messages_in
 from langchain_sandbox.graph._pregel_keys import DURABILITY_KEY, RETURN_CHANNEL
 from langchain_sandbox.graph.step import Step, until_saved
 

@@ -26,7 +26,7 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import TOOL_CALL_ERROR_TEMPLATE
 
-from langchain_sandbox.arguments import checked_init
+from langchain_sandbox.core.arguments import checked_init
 from langchain_sandbox.errors import ConfigurationError
 from langchain_sandbox.graph.tool_calls import (
     SandboxToolCallWrapper,

@@ -1,4 +1,4 @@
-"""When a ``create_agent`` turn holds its thread's lease (`langchain_sandbox.thread_lease`).
+"""When a ``create_agent`` turn holds its thread's lease (`langchain_sandbox.checkpointing.thread_lease`).
 
 LangGraph gives middleware no hook around a whole run: ``after_agent`` does not run when a turn
 ends with an interrupt or an exception. So [`SandboxMiddleware`][langchain_sandbox.SandboxMiddleware]
@@ -30,10 +30,16 @@ from langchain.agents.middleware import ModelResponse
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableConfig
 
-from langchain_sandbox.checkpointer_names import run_checkpointer
+from langchain_sandbox.checkpointing.checkpointer_names import run_checkpointer
+from langchain_sandbox.checkpointing.thread_lease import (
+    LeaseBackend,
+    aacquire,
+    acquire,
+    lease_backend,
+    release,
+)
+from langchain_sandbox.checkpointing.thread_lock import covered
 from langchain_sandbox.runtime import SandboxRuntime
-from langchain_sandbox.thread_lease import LeaseBackend, aacquire, acquire, lease_backend, release
-from langchain_sandbox.thread_lock import covered
 
 Busy = Literal["fail", "off"]
 

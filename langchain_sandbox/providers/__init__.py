@@ -42,7 +42,7 @@ def get_provider(name: str | Provider = LOCAL, **options: Any) -> Provider:
             raise InvalidInputError("Options apply only when the provider is given by name.")
         return name
     # Imported here: the checks name the providers' parameters, so they import this package.
-    from langchain_sandbox.arguments import check_provider_options
+    from langchain_sandbox.core.arguments import check_provider_options
 
     check_provider_options(name, options)
     provider: Provider = provider_class(name)(**options)

@@ -36,7 +36,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from langchain_sandbox.environment import validate_env
+from langchain_sandbox.core.environment import validate_env
+from langchain_sandbox.core.requirements import validate_requirements
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT, relative_path, resolve_path
 from langchain_sandbox.errors import (
     CapabilityError,
     ConfigurationError,
@@ -62,14 +64,12 @@ from langchain_sandbox.providers.contract_types import (
 )
 from langchain_sandbox.providers.guest.cells import repr_failure
 from langchain_sandbox.providers.tool_channel import ToolHost
-from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import (
     Artifact,
     ExecutionError,
     ExecutionResult,
     OutputCapture,
 )
-from langchain_sandbox.workspace import WORKSPACE_ROOT, relative_path, resolve_path
 
 
 class Session(ABC):

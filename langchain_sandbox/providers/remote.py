@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, ClassVar, TypeVar
 
+from langchain_sandbox.core.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE, retry_async
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 from langchain_sandbox.errors import (
     InvalidInputError,
     InvalidPathError,
@@ -44,8 +46,6 @@ from langchain_sandbox.providers.base import (
     VariablesDump,
 )
 from langchain_sandbox.results import ExecutionResult
-from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE, retry_async
-from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 T = TypeVar("T")
 

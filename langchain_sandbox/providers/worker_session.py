@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT, resolve_path
 from langchain_sandbox.errors import (
     InvalidPathError,
     SandboxError,
@@ -67,7 +68,6 @@ from langchain_sandbox.results import (
     ExecutionResult,
     OutputCapture,
 )
-from langchain_sandbox.workspace import WORKSPACE_ROOT, resolve_path
 
 WORKER_DIR = "/tmp/langchain_sandbox"
 """Where the in-sandbox worker lives; outside the workspace so snapshots and listings ignore it."""

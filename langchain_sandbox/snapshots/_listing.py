@@ -12,11 +12,11 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from langchain_sandbox.core.workspace import MAX_PATH_DEPTH
 from langchain_sandbox.errors import UnsafeArchiveError
 from langchain_sandbox.providers.base import ChangeListing, FileInfo
 from langchain_sandbox.snapshots.manifest_parsing import check_relative_path
 from langchain_sandbox.snapshots.store import digest
-from langchain_sandbox.workspace import MAX_PATH_DEPTH
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ async methods (the synchronous ``SqliteStore``) is driven through its ``batch`` 
 * ``(*namespace, "index")`` / key -> ``{"size": n}``, small, used to answer ``missing`` and to list
   blobs for ``gc`` without moving their contents;
 * ``(*namespace, "checkpointers")`` / sha256 of a name -> ``{"name": ...}``: the checkpointers
-  whose checkpoints reference the blobs (`langchain_sandbox.checkpointer_names`).
+  whose checkpoints reference the blobs (`langchain_sandbox.checkpointing.checkpointer_names`).
 
 The data item is written before the index item, in separate batches, so an index entry always
 names a blob whose data is there. Vector indexing is disabled for both (``index=False``).

@@ -28,8 +28,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from langchain_sandbox.core.paths import HOME_ENV, data_dir
 from langchain_sandbox.errors import SandboxError, SnapshotNotFoundError
-from langchain_sandbox.paths import HOME_ENV, data_dir
 from langchain_sandbox.snapshots.manifest import is_digest
 from langchain_sandbox.snapshots.store import BlobInfo, BlobStore, check_key
 

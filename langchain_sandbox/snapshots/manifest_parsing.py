@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from langchain_sandbox.core.workspace import MAX_PATH_DEPTH
 from langchain_sandbox.errors import UnsafeArchiveError
 from langchain_sandbox.snapshots._compact_files import CompactFilesBuilder
 from langchain_sandbox.snapshots.manifest import (
@@ -35,7 +36,6 @@ from langchain_sandbox.snapshots.manifest import (
     VariablesEntry,
     is_digest,
 )
-from langchain_sandbox.workspace import MAX_PATH_DEPTH
 
 _READABLE_FORMATS = (1, 2)
 

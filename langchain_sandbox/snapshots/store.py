@@ -95,7 +95,7 @@ class BlobStore(ABC):
 
     async def note_checkpointer(self, name: str) -> None:
         """Record that a checkpointer named ``name`` references snapshots in this store (see
-        `langchain_sandbox.checkpointer_names`); repeating it is harmless. The default
+        `langchain_sandbox.checkpointing.checkpointer_names`); repeating it is harmless. The default
         records nothing: `checkpointers` then says it cannot tell."""
 
     async def checkpointers(self) -> set[str] | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 from langchain_sandbox.testing._e2b_http import Handler, HttpError, api_error, connect_error
 from langchain_sandbox.testing._e2b_machine import CellOutcome, Machine
 from langchain_sandbox.testing._e2b_sandboxes import Sandbox, Sandboxes
@@ -32,7 +33,6 @@ from langchain_sandbox.testing._e2b_wire import (
     parse_multipart,
 )
 from langchain_sandbox.testing._edge import forward
-from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 _POLL = 0.05
 _DONE = ("", "")  # queued when a run ends

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from langchain_sandbox._event_loop import entered_off_loop
+from langchain_sandbox.core._event_loop import entered_off_loop
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 from langchain_sandbox.network import NetworkPolicy
 from langchain_sandbox.providers.base import Limits, SessionSpec
 from langchain_sandbox.providers.guest import cells as guest
@@ -47,7 +48,6 @@ from langchain_sandbox.testing._machine_init import (
     connect_port,
     init_argv,
 )
-from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 OutputSink = Callable[[str, str], None]
 """Receives ``(stream, text)`` for each chunk of output; ``stream`` is ``stdout`` or ``stderr``."""

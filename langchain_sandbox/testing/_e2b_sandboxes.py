@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 from langchain_sandbox.providers.local import EgressUpstream, LocalProvider
 from langchain_sandbox.testing._e2b_http import api_error
 from langchain_sandbox.testing._e2b_machine import Machine
-from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 T = TypeVar("T")
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_sandbox._event_loop import LoopThread
+from langchain_sandbox.core._event_loop import LoopThread
 from langchain_sandbox.providers.base import Limits, Provider, Session, SessionSpec
 
 CLAIMS = "sandboxclaims"

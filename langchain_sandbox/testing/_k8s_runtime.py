@@ -26,11 +26,11 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 from langchain_sandbox.testing import _machine_files
 from langchain_sandbox.testing._e2b_wire import parse_multipart
 from langchain_sandbox.testing._http_emulator import Reply
 from langchain_sandbox.testing._k8s_cluster import Pod
-from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 _COMMAND_LIMIT_SECONDS = 24 * 3600.0
 _LIST_PROGRAM = (

@@ -14,9 +14,9 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 from langchain_sandbox.errors import InvalidPathError
 from langchain_sandbox.providers.base import Session
-from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 T = TypeVar("T")
 Run = Callable[[Coroutine[Any, Any, Any]], Any]

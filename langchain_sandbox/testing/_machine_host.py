@@ -9,7 +9,7 @@ import contextlib
 import tempfile
 from typing import TYPE_CHECKING
 
-from langchain_sandbox._event_loop import LoopThread
+from langchain_sandbox.core._event_loop import LoopThread
 from langchain_sandbox.providers.base import Provider
 
 if TYPE_CHECKING:

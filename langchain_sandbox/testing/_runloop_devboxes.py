@@ -25,12 +25,12 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from langchain_sandbox._event_loop import LoopThread
+from langchain_sandbox.core._event_loop import LoopThread
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 from langchain_sandbox.errors import SandboxError
 from langchain_sandbox.providers.base import Limits, Provider, Session, SessionSpec
 from langchain_sandbox.testing import _machine_files
 from langchain_sandbox.testing._runloop_stdin import StdinPipe
-from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 if TYPE_CHECKING:
     from langchain_sandbox.testing._runloop_network import NetworkPolicies

@@ -17,7 +17,7 @@ import shlex
 import threading
 from pathlib import Path
 
-from langchain_sandbox.workspace import WORKSPACE_ROOT
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 
 _PREFIX = ".runloop-emulator-stdin-"
 

@@ -46,7 +46,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from langchain_sandbox._event_loop import LoopThread
+from langchain_sandbox.core._event_loop import LoopThread
 from langchain_sandbox.providers.base import Provider
 from langchain_sandbox.providers.local import EgressUpstream
 from langchain_sandbox.testing import _runloop_tunnels

@@ -47,13 +47,13 @@ from pydantic import BaseModel, Field, PrivateAttr, model_validator
 from pydantic.json_schema import SkipJsonSchema
 from typing_extensions import TypeAliasType
 
-from langchain_sandbox._event_loop import on_event_loop
-from langchain_sandbox.arguments import check_model_arguments
-from langchain_sandbox.checkpointer_names import (
+from langchain_sandbox.checkpointing.checkpointer_names import (
     anote_checkpointer,
     note_checkpointer,
     run_checkpointer,
 )
+from langchain_sandbox.core._event_loop import on_event_loop
+from langchain_sandbox.core.arguments import check_model_arguments
 from langchain_sandbox.errors import ConfigurationError, SandboxError
 from langchain_sandbox.providers import provider_class
 from langchain_sandbox.providers.base import Capabilities, Provider, SessionSpec

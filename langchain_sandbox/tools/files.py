@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from langchain_sandbox.core.workspace import relative_path, resolve_path
 from langchain_sandbox.errors import InvalidInputError
 from langchain_sandbox.providers.base import FileInfo
 from langchain_sandbox.results import truncate_middle
@@ -22,7 +23,6 @@ from langchain_sandbox.tools.base import (
     notice_lines,
 )
 from langchain_sandbox.tools.images import place_images
-from langchain_sandbox.workspace import relative_path, resolve_path
 
 MAX_WRITE_BYTES = 16 * 1024 * 1024
 """Largest file a model may write in one call (its content travels through the tool call)."""

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from langchain_sandbox.requirements import MAX_PACKAGES, validate_requirements
+from langchain_sandbox.core.requirements import MAX_PACKAGES, validate_requirements
 from langchain_sandbox.tools.base import (
     SandboxCall,
     SandboxTool,

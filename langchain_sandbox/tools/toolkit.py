@@ -7,7 +7,7 @@ from typing import Any
 from langchain_core.tools import BaseTool, BaseToolkit
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from langchain_sandbox.arguments import check_model_arguments
+from langchain_sandbox.core.arguments import check_model_arguments
 from langchain_sandbox.providers.base import Provider
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.tools.base import private_thread_id

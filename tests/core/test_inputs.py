@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from langchain_sandbox.core.requirements import validate_requirements
+from langchain_sandbox.core.workspace import relative_path, resolve_path
 from langchain_sandbox.errors import InvalidPackageNameError, InvalidPathError
-from langchain_sandbox.requirements import validate_requirements
-from langchain_sandbox.workspace import relative_path, resolve_path
 
 
 @pytest.mark.parametrize(

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from langchain_sandbox.core.retries import retry_async
 from langchain_sandbox.errors import (
     AuthenticationError,
     ProviderUnavailableError,
     SandboxError,
     is_retryable,
 )
-from langchain_sandbox.retries import retry_async
 
 
 async def test_retryable_errors_are_retried_until_success() -> None:
@@ -61,8 +61,8 @@ def test_retryable_flag_can_be_overridden_per_instance() -> None:
 
 
 async def test_a_provider_that_never_answers_is_tried_twice() -> None:
+    from langchain_sandbox.core.retries import UNREACHABLE_ATTEMPTS
     from langchain_sandbox.errors import ProviderUnreachableError
-    from langchain_sandbox.retries import UNREACHABLE_ATTEMPTS
 
     calls = 0
 

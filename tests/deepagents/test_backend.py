@@ -200,7 +200,7 @@ def test_a_call_that_changes_nothing_is_not_filed_and_a_new_process_still_resume
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from langchain_sandbox.filed_records import conversation_turns, record_key
+    from langchain_sandbox.checkpointing.filed_records import conversation_turns, record_key
     from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
     from langchain_sandbox.testing import ScriptedToolModel, call
 
@@ -270,7 +270,7 @@ async def test_records_filed_without_their_step_are_still_read(tmp_path: Path) -
     from langchain_core.messages import HumanMessage, ToolMessage
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from langchain_sandbox.filed_records import conversation_turns, record_key
+    from langchain_sandbox.checkpointing.filed_records import conversation_turns, record_key
     from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
     from langchain_sandbox.testing import ScriptedToolModel, call
 

@@ -85,7 +85,7 @@ def _constructor_parameters(cls: type) -> list[str]:
     ones included), else the keyword parameters of ``__init__``."""
     from pydantic import BaseModel
 
-    from langchain_sandbox.arguments import parameter_names
+    from langchain_sandbox.core.arguments import parameter_names
 
     if issubclass(cls, BaseModel):
         return [

@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langchain_sandbox import SandboxMiddleware, SandboxRuntime
-from langchain_sandbox.checkpointer_names import acheckpointer_name, checkpointer_name
+from langchain_sandbox.checkpointing.checkpointer_names import acheckpointer_name, checkpointer_name
 from langchain_sandbox.gc import open_checkpointer
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 from langchain_sandbox.testing import ScriptedToolModel, call

@@ -158,7 +158,7 @@ def test_savers_on_a_pool_and_on_a_connection_lease_the_same_thread(postgres_dsn
     from langgraph.checkpoint.postgres import PostgresSaver
     from psycopg_pool import ConnectionPool
 
-    from langchain_sandbox.thread_lease import acquire, lease_backend, release
+    from langchain_sandbox.checkpointing.thread_lease import acquire, lease_backend, release
 
     class _Owner:
         pass

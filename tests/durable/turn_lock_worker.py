@@ -151,7 +151,7 @@ def main() -> None:
     parser.add_argument("--explicit-lock", action="store_true")
     parser.add_argument("--async", dest="use_async", action="store_true")
     args = parser.parse_args()
-    lease_log = logging.getLogger("langchain_sandbox.thread_lease")
+    lease_log = logging.getLogger("langchain_sandbox.checkpointing.thread_lease")
     lease_log.addHandler(_Waiting())
     lease_log.setLevel(logging.INFO)
     config: Any = {"configurable": {"thread_id": args.thread}}

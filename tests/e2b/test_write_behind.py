@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 import pytest
 
-from langchain_sandbox import rehydration
+from langchain_sandbox.core import rehydration
+from langchain_sandbox.core.restoring import HEAD_VARIABLE
 from langchain_sandbox.providers.e2b import E2BProvider
-from langchain_sandbox.restoring import HEAD_VARIABLE
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.snapshots import Snapshotter
 from langchain_sandbox.testing.e2b_emulator import E2BEmulator, RecordedRequest

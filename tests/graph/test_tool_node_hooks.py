@@ -18,7 +18,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest, ToolRuntime
 from langgraph.types import Send
 
-from langchain_sandbox.checkpointer_names import run_checkpointer
+from langchain_sandbox.checkpointing.checkpointer_names import run_checkpointer
 from langchain_sandbox.graph import SandboxToolNode, _pregel_keys
 
 

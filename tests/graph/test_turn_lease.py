@@ -21,6 +21,7 @@ from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command
 
 from langchain_sandbox import SandboxRuntime, ThreadBusyError
+from langchain_sandbox.checkpointing.thread_lease import acquire, lease_backend, release
 from langchain_sandbox.graph import SandboxMiddleware
 from langchain_sandbox.snapshots import (
     LangGraphStoreBlobStore,
@@ -28,7 +29,6 @@ from langchain_sandbox.snapshots import (
     Snapshotter,
 )
 from langchain_sandbox.testing import ScriptedToolModel, call
-from langchain_sandbox.thread_lease import acquire, lease_backend, release
 
 pytest.importorskip("langchain")
 

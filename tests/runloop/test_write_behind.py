@@ -15,8 +15,8 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
+from langchain_sandbox.core.restoring import HEAD_VARIABLE
 from langchain_sandbox.providers.runloop import RunloopProvider
-from langchain_sandbox.restoring import HEAD_VARIABLE
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.snapshots import Snapshotter
 from langchain_sandbox.testing.runloop_emulator import RecordedRequest, RunloopEmulator

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT, relative_path, resolve_path
 from langchain_sandbox.errors import InvalidPathError, SandboxGoneError
 from langchain_sandbox.providers.base import (
     Capabilities,
@@ -35,7 +36,6 @@ from langchain_sandbox.providers.base import (
 from langchain_sandbox.results import ExecutionError, ExecutionResult
 from langchain_sandbox.runtime import SandboxRuntime
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
-from langchain_sandbox.workspace import WORKSPACE_ROOT, relative_path, resolve_path
 
 
 class CountingSession(Session):

@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+from langchain_sandbox.core.rehydration import RehydrationEngine
+from langchain_sandbox.core.restoring import HEAD_VARIABLE
+from langchain_sandbox.core.thread import Outcome, StepCall, ThreadSandbox
 from langchain_sandbox.errors import SandboxGoneError
 from langchain_sandbox.providers.base import (
     Capabilities,
@@ -21,12 +24,9 @@ from langchain_sandbox.providers.base import (
     SessionRecord,
     SessionSpec,
 )
-from langchain_sandbox.rehydration import RehydrationEngine
-from langchain_sandbox.restoring import HEAD_VARIABLE
 from langchain_sandbox.results import ExecutionResult
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 from langchain_sandbox.state import SandboxState
-from langchain_sandbox.thread import Outcome, StepCall, ThreadSandbox
 
 from .conftest import CountingProvider, CountingSession
 

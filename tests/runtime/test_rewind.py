@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from langchain_sandbox.core.rehydration import RehydrationEngine
+from langchain_sandbox.core.thread import ThreadSandbox
 from langchain_sandbox.providers.base import FileMetadata, Provider, Session
 from langchain_sandbox.providers.local import LocalProvider
-from langchain_sandbox.rehydration import RehydrationEngine
 from langchain_sandbox.results import ExecutionResult
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 from langchain_sandbox.state import SandboxState
-from langchain_sandbox.thread import ThreadSandbox
 
 _VARIABLES = (
     "import json\n"

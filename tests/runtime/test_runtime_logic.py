@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from langchain_sandbox.core.session_pool import _default_max_sessions
 from langchain_sandbox.errors import SandboxError, SandboxGoneError, SessionClosedError
 from langchain_sandbox.runtime import SandboxRuntime, StepCall
-from langchain_sandbox.session_pool import _default_max_sessions
 from langchain_sandbox.snapshots import Snapshotter
 from langchain_sandbox.state import SandboxState
 

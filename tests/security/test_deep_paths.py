@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
+from langchain_sandbox.core.workspace import MAX_PATH_DEPTH
 from langchain_sandbox.errors import InvalidPathError
 from langchain_sandbox.gc import collect_garbage
 from langchain_sandbox.providers.base import Limits, SessionSpec
 from langchain_sandbox.providers.local import LocalProvider
 from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 from langchain_sandbox.snapshots.store import digest
-from langchain_sandbox.workspace import MAX_PATH_DEPTH
 from security.gvisor_containers import processes_naming
 
 _HANG = 300.0

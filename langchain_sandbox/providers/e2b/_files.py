@@ -7,10 +7,10 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT, relative_path, resolve_path
 from langchain_sandbox.errors import InvalidInputError, InvalidPathError
 from langchain_sandbox.providers.base import FileInfo
 from langchain_sandbox.providers.remote import RemoteSession
-from langchain_sandbox.workspace import WORKSPACE_ROOT, relative_path, resolve_path
 
 if TYPE_CHECKING:
     from langchain_sandbox.providers.e2b.provider import E2BProvider

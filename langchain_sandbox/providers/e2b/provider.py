@@ -33,7 +33,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from langchain_sandbox.environment import validate_env
+from langchain_sandbox.core.environment import validate_env
+from langchain_sandbox.core.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE
 from langchain_sandbox.errors import (
     AuthenticationError,
     InvalidInputError,
@@ -59,7 +60,6 @@ from langchain_sandbox.providers.remote import (
     read_tags,
     tag_metadata,
 )
-from langchain_sandbox.retries import DEFAULT_ATTEMPTS, DEFAULT_DEADLINE
 
 logger = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import shlex
 
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT, relative_path, resolve_path
 from langchain_sandbox.errors import InvalidInputError
-from langchain_sandbox.workspace import WORKSPACE_ROOT, relative_path, resolve_path
 
 STATE_PATH = f"{WORKSPACE_ROOT}/.langchain_sandbox/shell_state.sh"
 """Where the shell state is kept: in the workspace, so snapshots carry it across resumes."""

@@ -36,7 +36,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from langchain_sandbox.environment import validate_env
+from langchain_sandbox.core.environment import validate_env
+from langchain_sandbox.core.retries import DEFAULT_ATTEMPTS, retry_async
 from langchain_sandbox.errors import (
     ConfigurationError,
     InvalidInputError,
@@ -59,7 +60,6 @@ from langchain_sandbox.providers.names import KUBERNETES as PROVIDER_NAME
 from langchain_sandbox.providers.remote import RemoteProvider, load_sdk
 from langchain_sandbox.providers.remote_errors import status_error
 from langchain_sandbox.providers.worker_session import ShippedWorker
-from langchain_sandbox.retries import DEFAULT_ATTEMPTS, retry_async
 
 MANAGED_LABEL = "app.kubernetes.io/managed-by"
 """Label set to ``langchain-sandbox`` on every claim this package creates (``gc`` selects on it)."""

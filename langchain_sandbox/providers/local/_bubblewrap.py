@@ -29,10 +29,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 from langchain_sandbox.errors import IsolationUnavailableError
 from langchain_sandbox.providers.local._host_user import SETPRIV
 from langchain_sandbox.providers.names import LOCAL
-from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000

@@ -20,6 +20,7 @@ import os
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
+from langchain_sandbox.core.workspace import relative_path
 from langchain_sandbox.errors import InvalidInputError, InvalidPathError
 from langchain_sandbox.providers.base import ChangeListing, FileInfo, FileMetadata
 from langchain_sandbox.providers.local._tree_walk import (
@@ -31,7 +32,6 @@ from langchain_sandbox.providers.local._tree_walk import (
     walk_tree,
 )
 from langchain_sandbox.providers.names import LOCAL
-from langchain_sandbox.workspace import relative_path
 
 logger = logging.getLogger(__name__)
 

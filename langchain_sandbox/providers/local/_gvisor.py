@@ -53,6 +53,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 from langchain_sandbox.errors import IsolationUnavailableError
 from langchain_sandbox.providers.local._bubblewrap import (
     SANDBOX_GID,
@@ -65,7 +66,6 @@ from langchain_sandbox.providers.local._bubblewrap import (
     root_mounts,
 )
 from langchain_sandbox.providers.names import LOCAL
-from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 CHANNEL_DIR = "/run/langchain-sandbox"
 """Where a container sees its channel directory (the worker's control FIFO, pip's index socket)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from langchain_sandbox import _output_capture
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 from langchain_sandbox.providers.guest.packer import cloudpickle_path, source_path
 from langchain_sandbox.providers.local._bubblewrap import (
     SANDBOX_RUNTIME_DIR,
@@ -38,7 +39,6 @@ from langchain_sandbox.providers.local._egress_sandbox import (
 )
 from langchain_sandbox.providers.local._gvisor import CHANNEL_DIR, SANDBOX_OWNER, GvisorSandbox
 from langchain_sandbox.providers.local._host_user import host_owner
-from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 if TYPE_CHECKING:
     from langchain_sandbox.network import NetworkPolicy

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from langchain_sandbox._event_loop import entered_off_loop
+from langchain_sandbox.core._event_loop import entered_off_loop
 from langchain_sandbox.errors import InvalidInputError
 from langchain_sandbox.providers.base import OutputCallback
 from langchain_sandbox.providers.local._gvisor import CHANNEL_DIR, INDEX_SOCKET

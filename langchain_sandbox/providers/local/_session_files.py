@@ -10,11 +10,11 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from langchain_sandbox.core.workspace import resolve_path
 from langchain_sandbox.errors import InvalidInputError
 from langchain_sandbox.providers.base import ChangeListing, FileInfo, FileMetadata
 from langchain_sandbox.providers.local._files import HostWorkspace
 from langchain_sandbox.providers.local._quota import WorkspaceQuota
-from langchain_sandbox.workspace import resolve_path
 
 
 class LocalSessionFiles:

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from langchain_sandbox.core.workspace import MAX_PATH_DEPTH
 from langchain_sandbox.providers.base import ChangeListing, FileInfo
-from langchain_sandbox.workspace import MAX_PATH_DEPTH
 
 logger = logging.getLogger(__name__)
 

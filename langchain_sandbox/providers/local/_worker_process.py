@@ -36,7 +36,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_sandbox._event_loop import entered_off_loop
+from langchain_sandbox.core._event_loop import entered_off_loop
 from langchain_sandbox.errors import IsolationUnavailableError, SandboxError
 from langchain_sandbox.providers.names import LOCAL
 

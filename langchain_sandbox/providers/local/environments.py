@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from langchain_sandbox.core.requirements import validate_requirements
 from langchain_sandbox.errors import EnvironmentBuildError, InvalidInputError
 from langchain_sandbox.providers.local._bubblewrap import PythonInstall, etc_files
 from langchain_sandbox.providers.local._gvisor import GvisorSandbox, make_owned, prepare_rootfs
@@ -54,7 +55,6 @@ from langchain_sandbox.providers.local._launcher import (
     Launcher,
 )
 from langchain_sandbox.providers.local._packages import PackageIndex, system_ca_bundle
-from langchain_sandbox.requirements import validate_requirements
 
 DEFAULT_ENVIRONMENT = "default"
 """Name of the environment a session gets when its spec names none."""

@@ -28,11 +28,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from langchain_sandbox.environment import validate_env
+from langchain_sandbox.core.environment import validate_env
+from langchain_sandbox.core.paths import HOME_ENV, state_dir
+from langchain_sandbox.core.paths import environments_dir as default_environments_dir
 from langchain_sandbox.errors import ConfigurationError, InvalidInputError, SandboxError
 from langchain_sandbox.network import NetworkPolicy
-from langchain_sandbox.paths import HOME_ENV, state_dir
-from langchain_sandbox.paths import environments_dir as default_environments_dir
 from langchain_sandbox.providers.base import (
     Provider,
     SessionRecord,

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 from langchain_sandbox.errors import (
     CapabilityError,
     SessionClosedError,
@@ -73,7 +74,6 @@ from langchain_sandbox.providers.local._workspace_fs import release_directory
 from langchain_sandbox.providers.names import LOCAL
 from langchain_sandbox.providers.tool_channel import ToolHost
 from langchain_sandbox.results import ExecutionResult
-from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 if TYPE_CHECKING:
     from langchain_sandbox.providers.local._egress_proxy import EgressProxy

@@ -35,7 +35,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from langchain_sandbox.environment import validate_env
+from langchain_sandbox.core.environment import validate_env
+from langchain_sandbox.core.retries import DEFAULT_ATTEMPTS, retry_async
 from langchain_sandbox.errors import (
     AuthenticationError,
     ProviderUnreachableError,
@@ -60,7 +61,6 @@ from langchain_sandbox.providers.runloop._network import launch_network
 from langchain_sandbox.providers.runloop._sdk import runloop_sdk, translate
 from langchain_sandbox.providers.runloop.session import CAPABILITIES, RunloopSession
 from langchain_sandbox.providers.worker_session import ShippedWorker
-from langchain_sandbox.retries import DEFAULT_ATTEMPTS, retry_async
 
 T = TypeVar("T")
 _LISTED_STATUSES = (

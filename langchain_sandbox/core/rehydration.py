@@ -4,8 +4,8 @@ The engine decides, for one call of one thread, which session the call runs in a
 returns. It knows nothing of event-loop threads, locks, caps or idle eviction (the
 `session_pool` does those) and nothing of LangGraph (the tools pass it a
 record and turn the returned record into a state update). What it keeps of a thread is in
-`langchain_sandbox.thread`; attaching, and restoring a record into a new session, in
-`langchain_sandbox.restoring`. Its rules:
+`langchain_sandbox.core.thread`; attaching, and restoring a record into a new session, in
+`langchain_sandbox.core.restoring`. Its rules:
 
 * **rehydrate** (before a call): the live session is used when its head equals the record's;
   a live session of the thread whose record went back (a fork or time travel to an earlier
@@ -49,9 +49,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
-from langchain_sandbox.errors import SandboxError, SandboxGoneError
-from langchain_sandbox.providers.base import Session
-from langchain_sandbox.restoring import (
+from langchain_sandbox.core.restoring import (
     HEAD_VARIABLE,
     attach_matching,
     mark_head,
@@ -59,10 +57,9 @@ from langchain_sandbox.restoring import (
     restore_into,
     restored_notices,
 )
-from langchain_sandbox.retries import retry_async
-from langchain_sandbox.services import bring_back
-from langchain_sandbox.state import SandboxState
-from langchain_sandbox.thread import (
+from langchain_sandbox.core.retries import retry_async
+from langchain_sandbox.core.services import bring_back
+from langchain_sandbox.core.thread import (
     Outcome,
     SessionHost,
     SnapshotterLike,
@@ -70,6 +67,9 @@ from langchain_sandbox.thread import (
     ThreadSandbox,
     WriteBehind,
 )
+from langchain_sandbox.errors import SandboxError, SandboxGoneError
+from langchain_sandbox.providers.base import Session
+from langchain_sandbox.state import SandboxState
 
 T = TypeVar("T")
 
@@ -298,7 +298,7 @@ class RehydrationEngine:
         self, thread: ThreadSandbox, session: Session, *, fresh: bool, notices: list[str]
     ) -> None:
         """Start the record's services in a session just restored, attached or rewound (see
-        `langchain_sandbox.services`); a rewound one also stops the other branch's processes."""
+        `langchain_sandbox.core.services`); a rewound one also stops the other branch's processes."""
         stop_others, thread.ran_processes = thread.ran_processes, bool(thread.position.services)
         notices.extend(
             await bring_back(

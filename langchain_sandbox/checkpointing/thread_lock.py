@@ -4,7 +4,7 @@ LangGraph does not lock a thread: two workers that run a turn on one thread at o
 from the same checkpoint, and the thread's history keeps only one of the turns (the other's
 checkpoints are a branch nothing points to), while the sandbox matches whichever ran last. Nothing
 says so. ``SandboxMiddleware`` leases the thread for each turn by default
-(`langchain_sandbox.thread_lease`); this lock is the same advisory lock for any graph and any
+(`langchain_sandbox.checkpointing.thread_lease`); this lock is the same advisory lock for any graph and any
 snapshot store, held around the call. LangGraph Server avoids this with its own per-thread run queue (``multitask_strategy``:
 a second run on a busy thread is rejected, enqueued, interrupts or rolls back the first); an
 application that runs agents in workers of its own needs the same, and this is it:
@@ -39,7 +39,7 @@ from typing import Any
 from langchain_sandbox.errors import MissingDependencyError, ThreadBusyError
 
 _POLL_SECONDS = 0.05
-_NAMESPACE = b"langchain_sandbox.thread:"
+_NAMESPACE = b"langchain_sandbox.core.thread:"
 
 _covered: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
     "langchain_sandbox_covered_threads", default=frozenset()

@@ -11,11 +11,11 @@ import asyncio
 import contextlib
 import logging
 
+from langchain_sandbox.core.retries import retry_async
+from langchain_sandbox.core.thread import RestoreReportLike, SessionHost, SnapshotterLike
 from langchain_sandbox.errors import SandboxError, SnapshotStoreUnavailable
 from langchain_sandbox.providers.base import Session
-from langchain_sandbox.retries import retry_async
 from langchain_sandbox.state import SandboxState
-from langchain_sandbox.thread import RestoreReportLike, SessionHost, SnapshotterLike
 
 logger = logging.getLogger(__name__)
 

@@ -25,13 +25,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_sandbox._event_loop import on_event_loop
-from langchain_sandbox.arguments import check_provider_options
+from langchain_sandbox.core._event_loop import on_event_loop
+from langchain_sandbox.core.arguments import check_provider_options
+from langchain_sandbox.core.retries import retry_async
+from langchain_sandbox.core.thread import ThreadSandbox
 from langchain_sandbox.errors import SessionClosedError
 from langchain_sandbox.providers import get_provider, provider_class
 from langchain_sandbox.providers.base import Capabilities, Provider, Session, SessionSpec
-from langchain_sandbox.retries import retry_async
-from langchain_sandbox.thread import ThreadSandbox
 
 logger = logging.getLogger(__name__)
 

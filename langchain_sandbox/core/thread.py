@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
+from langchain_sandbox.core.services import Services
 from langchain_sandbox.providers.base import Provider, Session
-from langchain_sandbox.services import Services
 from langchain_sandbox.state import SandboxState
 
 T = TypeVar("T")

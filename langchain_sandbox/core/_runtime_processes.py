@@ -2,10 +2,10 @@
 
 A mixin of [`SandboxRuntime`][langchain_sandbox.SandboxRuntime], in a module of its own so the
 runtime's facade stays one idea per module. Each operation is one async method that runs through
-`langchain_sandbox._runtime_calls`; its blocking twin is one line made by `blocking`.
+`langchain_sandbox.core._runtime_calls`; its blocking twin is one line made by `blocking`.
 
 Starting a process with ``restart=True`` and exposing a port change the thread's *services*
-(`langchain_sandbox.services`), which its record carries: after a restore the runtime starts them
+(`langchain_sandbox.core.services`), which its record carries: after a restore the runtime starts them
 again before the next call and tells the model the new URLs. Stopping a process removes it.
 """
 
@@ -16,7 +16,9 @@ import re
 import uuid
 from collections.abc import Mapping
 
-from langchain_sandbox._runtime_calls import CallContext, RuntimeCalls, blocking
+from langchain_sandbox.core._runtime_calls import CallContext, RuntimeCalls, blocking
+from langchain_sandbox.core.thread import Outcome, StepCall, ThreadSandbox
+from langchain_sandbox.core.workspace import WORKSPACE_ROOT
 from langchain_sandbox.errors import InvalidInputError
 from langchain_sandbox.processes import (
     ProcessInfo,
@@ -26,8 +28,6 @@ from langchain_sandbox.processes import (
 )
 from langchain_sandbox.providers.base import Session, check_port
 from langchain_sandbox.state import SandboxState
-from langchain_sandbox.thread import Outcome, StepCall, ThreadSandbox
-from langchain_sandbox.workspace import WORKSPACE_ROOT
 
 
 def default_process_name(command: str) -> str:

@@ -2,7 +2,7 @@
 
 A mixin of [`SandboxRuntime`][langchain_sandbox.SandboxRuntime], in a module of its own so the
 runtime's facade (sessions, persistence, closing) stays one idea per module. Each operation is one
-async method that runs through `langchain_sandbox._runtime_calls`; its blocking twin is one line
+async method that runs through `langchain_sandbox.core._runtime_calls`; its blocking twin is one line
 made by `blocking`. Code and commands are user code: never repeatable (not re-run silently on a
 replacement sandbox); file and package operations are.
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from langchain_sandbox._runtime_calls import CallContext, RuntimeCalls, blocking
+from langchain_sandbox.core._runtime_calls import CallContext, RuntimeCalls, blocking
+from langchain_sandbox.core.requirements import validate_requirements
+from langchain_sandbox.core.thread import Outcome, StepCall
 from langchain_sandbox.providers.base import FileInfo, OutputCallback, Session
 from langchain_sandbox.providers.tool_channel import ToolHost
-from langchain_sandbox.requirements import validate_requirements
 from langchain_sandbox.results import ExecutionResult
 from langchain_sandbox.state import SandboxState
-from langchain_sandbox.thread import Outcome, StepCall
 
 
 class RuntimeOperations(RuntimeCalls):

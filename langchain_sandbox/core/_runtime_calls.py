@@ -18,14 +18,14 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
+from langchain_sandbox.core.thread import Outcome, StepCall, ThreadSandbox
 from langchain_sandbox.providers.base import Session
 from langchain_sandbox.state import SandboxState
-from langchain_sandbox.thread import Outcome, StepCall, ThreadSandbox
 
 if TYPE_CHECKING:
-    from langchain_sandbox._event_loop import LoopThread
-    from langchain_sandbox.rehydration import RehydrationEngine
-    from langchain_sandbox.session_pool import SessionPool
+    from langchain_sandbox.core._event_loop import LoopThread
+    from langchain_sandbox.core.rehydration import RehydrationEngine
+    from langchain_sandbox.core.session_pool import SessionPool
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from langchain_sandbox.checkpointer_names import _is_pool, _kind
+from langchain_sandbox.checkpointing.checkpointer_names import _is_pool, _kind
+from langchain_sandbox.checkpointing.thread_lock import _key, _psycopg, covering
 from langchain_sandbox.errors import ThreadBusyError
-from langchain_sandbox.thread_lock import _key, _psycopg, covering
 
 logger = logging.getLogger(__name__)
 
