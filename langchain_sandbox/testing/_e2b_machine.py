@@ -91,14 +91,25 @@ class _Stream(io.TextIOBase):
         if text:
             _emit({"type": self._name, "text": text})
 _requests = queue.Queue()
-_running = threading.Event()
+# An interrupt names its cell: one that arrives before the cell starts (a slow machine) still
+# stops it, and one that arrives after it ended never stops the next one. The SIGINT handler
+# raises only while a cell's code runs (both it and _in_cell live on the main thread): a signal
+# that lands as the kernel emits a cell's end would otherwise kill the kernel, or end a cell twice.
+_interrupted = 0
+_current = 0
+_in_cell = False
+def _on_sigint(_signum, _frame):
+    if _in_cell and _interrupted >= _current:
+        raise KeyboardInterrupt
+signal.signal(signal.SIGINT, _on_sigint)
 def _reader():
+    global _interrupted
     # Requests are queued for the main thread; an interrupt is delivered to it at once.
     for line in sys.stdin:
         message = json.loads(line)
-        if message.get("interrupt"):
-            if _running.is_set():
-                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        if "interrupt" in message:
+            _interrupted = max(_interrupted, message["interrupt"])
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         else:
             _requests.put(message)
     _requests.put(None)
@@ -110,13 +121,23 @@ sys.stdout, sys.stderr = _Stream("stdout"), _Stream("stderr")
 threading.Thread(target=_reader, daemon=True).start()
 threading.Thread(target=_flusher, daemon=True).start()
 _cells = guest.Cells({"__name__": "__main__", "__builtins__": __builtins__})
+def _cell(_req):
+    global _in_cell
+    _in_cell = True
+    try:
+        if _interrupted >= _current:  # interrupted before it started
+            raise KeyboardInterrupt
+        return _cells.run(_req["code"])
+    finally:
+        _in_cell = False
 def _run(_req):
+    global _current
+    _current = _req["id"]
     _saved_env = guest.apply_env(_req.get("env") or {})
-    _running.set()
     try:
         if _req.get("cwd"):
             os.chdir(_req["cwd"])  # a new context starts in its own directory
-        _text = guest.value_text(_cells.run(_req["code"]))
+        _text = guest.value_text(_cell(_req))
         if _text is not None:
             _emit({"type": "value", "text": _text})
         for _png in guest.collect_figures()[0]:
@@ -124,18 +145,14 @@ def _run(_req):
     except BaseException as _exc:
         _emit({"type": "error", **guest.describe_exception(_exc, ("<string>",))})
     finally:
-        _running.clear()
         sys.stdout.flush(); sys.stderr.flush()
         guest.restore_env(_saved_env)
 _emit({"type": "ready"})
 while True:
-    try:
-        _req = _requests.get()
-        if _req is None:
-            break
-        _run(_req)
-    except KeyboardInterrupt:
-        pass  # an interrupt that arrived as the cell was ending
+    _req = _requests.get()
+    if _req is None:
+        break
+    _run(_req)
     _emit({"type": "end"})
 """
 
@@ -399,11 +416,13 @@ class _Worker:
             self._count += 1
             outcome = CellOutcome(count=self._count)
             cwd, self._cwd = self._cwd, None
-            await self._send({"code": code, "env": dict(env), "cwd": cwd})
             try:
+                # Inside the try: a cancel while the request is being written still interrupts
+                # the cell (and collects its end) instead of leaving it running under the next.
+                await self._send({"code": code, "env": dict(env), "cwd": cwd, "id": self._count})
                 await self._collect(outcome, sink)
             except asyncio.CancelledError:
-                await self._interrupt()
+                await self._interrupt(self._count)
                 raise
             return outcome
 
@@ -434,10 +453,10 @@ class _Worker:
             elif kind == "error":
                 outcome.error = {k: event[k] for k in ("name", "value", "traceback")}
 
-    async def _interrupt(self) -> None:
+    async def _interrupt(self, cell: int) -> None:
         """Interrupt first so variables survive; kill the worker if the cell ignores it."""
         try:
-            await self._send({"interrupt": True})
+            await self._send({"interrupt": cell})
             async with asyncio.timeout(INTERRUPT_GRACE):
                 await self._collect(CellOutcome(), lambda _s, _t: None)
         except (TimeoutError, OSError):
