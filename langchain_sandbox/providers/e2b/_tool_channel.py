@@ -39,17 +39,16 @@ if TYPE_CHECKING:
 ANSWERS_PREFIX = "/tmp/.langchain_sandbox-tool-"
 """Answer files are ``{ANSWERS_PREFIX}{token}-{seq}.json``."""
 
-_REMOVE = "    import builtins\n    builtins.__dict__.pop('tools', None)\n"
+_REMOVE = "    ops.remove_tools()\n"
 
 
 def _install(specs: list[dict[str, Any]], answers: str, seconds: float) -> str:
-    """Kernel lines that make the ``tools`` object of one call (run by ``_kernel_call``)."""
+    """Kernel lines that make the ``tools`` object of one call (run by ``_kernel_call``, which
+    has the named operations in scope as ``ops``): the guest modules it needs, then one call."""
     return (
         "    g = module({!r}, {!r})\n".format(*packer.shipped_module(guest))
         + "    f = module({!r}, {!r})\n".format(*packer.shipped_module(guest_tool_frames))
-        + "    import builtins\n"
-        f"    calls = f.FramedToolCalls(sys.stdout, {answers!r}, {seconds!r})\n"
-        f"    builtins.tools = g.Tools(json.loads({json.dumps(specs)!r}), calls)\n"
+        + f"    ops.install_tools(g, f, {json.dumps(specs)!r}, {answers!r}, {seconds!r})\n"
     )
 
 

@@ -3,7 +3,8 @@
 E2B's kernel has no API of ours: the host sends code. Rather than a program written as a string
 per operation, this module is shipped into the kernel as source once per kernel (by
 `langchain_sandbox.providers.e2b._kernel`, like `kernel_state` and `guest_changes`), and each
-operation is one call of one of its functions, from a function the kernel runs, which passes the
+operation (a variables dump or load, a change listing, the `tools` object of a call with host
+tools) is one call of one of its functions, from a function the kernel runs, which passes the
 user's globals and the guest modules the operation needs (``ks``: `kernel_state`; ``changes``:
 `guest_changes`). Every function prints its answer as lines behind `MARKER`, which the host
 picks out of the execution's stdout; the last line is the answer, in JSON.
@@ -73,3 +74,21 @@ def list_changes(
     if ks is not None and namespace is not None and "changed" in answer:
         answer["variables"] = _dump(ks, namespace, limit, chunk_bytes)
     _say(json.dumps(answer))
+
+
+def install_tools(cells: Any, frames: Any, specs: str, answers: str, seconds: float) -> None:
+    """Make one call's ``tools`` object (``cells.Tools`` over ``frames.FramedToolCalls``, which
+    writes its requests to stdout and polls ``answers`` files for ``seconds`` at most). It lives
+    in ``builtins``, not in the user's globals, so a variables dump never holds it."""
+    import builtins
+    import sys
+
+    calls = frames.FramedToolCalls(sys.stdout, answers, seconds)
+    builtins.tools = cells.Tools(json.loads(specs), calls)  # type: ignore[attr-defined]
+
+
+def remove_tools() -> None:
+    """Take the ``tools`` object away after the call (a no-op when it is not there)."""
+    import builtins
+
+    builtins.__dict__.pop("tools", None)
