@@ -144,6 +144,21 @@ async def test_leftovers_of_a_dead_process_are_listed_and_destroyed(tmp_path: Pa
         await provider.destroy({"provider": "local", "session_id": "../../etc", "sandbox_id": "x"})
 
 
+async def test_a_second_close_returns_only_once_the_first_has_removed_everything(
+    provider: LocalProvider,
+) -> None:
+    """An emulator's reaper closing a pod while the emulator shuts its provider down: the
+    provider's close must not return (and its directory be removed) under a mounted workspace."""
+    session = await provider.create()
+    await session.run_code("1")
+    first = asyncio.create_task(session.close())
+    await asyncio.sleep(0)  # the first close is under way, killing the worker
+    await provider.aclose()
+    assert _gone(session.directory)
+    assert first.done()
+    await first
+
+
 async def test_closing_during_a_call_ends_it_as_closed(provider: LocalProvider) -> None:
     session = await provider.create()
     running = asyncio.create_task(session.run_code("import time\ntime.sleep(60)"))

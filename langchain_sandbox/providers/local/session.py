@@ -138,6 +138,7 @@ class LocalSession(LocalSessionFiles, Session):
         self._oom_kills_seen = 0
         self._restart_notice: str | None = None
         self._closed = False
+        self._closing: asyncio.Future[None] | None = None
         self._capture_expected = False
         self._queued_dump: QueuedDump | None = None
         self._ports = PortRelays(launcher.ports_dir, expose_host) if launcher.ports_dir else None
@@ -226,9 +227,16 @@ class LocalSession(LocalSessionFiles, Session):
         return await asyncio.to_thread(os.path.isdir, self.workspace_dir)
 
     async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        """Kill the sandbox's processes and remove its directory. A close while another is under
+        way waits for that one: whoever removes the session's base directory next (the
+        provider's ``aclose``, an emulator's cleanup) must find its mounts gone. Shielded, so a
+        cancelled caller never leaves the workspace mounted."""
+        if self._closing is None:
+            self._closed = True
+            self._closing = asyncio.ensure_future(self._release())
+        await asyncio.shield(self._closing)
+
+    async def _release(self) -> None:
         worker, self._worker = self._worker, None
         if self._ports is not None:
             await self._ports.close()
