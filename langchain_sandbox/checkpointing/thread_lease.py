@@ -48,6 +48,9 @@ from langchain_sandbox.errors import ThreadBusyError
 logger = logging.getLogger(__name__)
 
 _POLL_SECONDS = 0.05
+# How soon, then how often at most, a lease given back "when done" looks whether its run ended.
+_WATCH_FIRST_SECONDS = 0.2
+_WATCH_MAX_SECONDS = 5.0
 _LEASE_DIR = ".thread-leases"
 # Pool keyword arguments that configure psycopg, not the server connection.
 _NOT_CONNINFO = {"autocommit", "prepare_threshold", "row_factory", "cursor_factory", "context"}
@@ -172,6 +175,8 @@ def store_backend(store: Any) -> LeaseBackend:
 class _Held:
     owner: weakref.ref[Any]
     release: Release | None
+    taken: int = 0
+    """Counts the takes, so a watch set up by `release_when_done` sees a later one."""
 
 
 _held: dict[tuple[str, str], _Held] = {}
@@ -196,11 +201,11 @@ def _try_take(backend: LeaseBackend, thread_id: str, owner: Any) -> bool:
         entry = _held.get(key)
         if entry is not None:
             holder = entry.owner()
-            if holder is owner:
-                return True
-            if holder is not None:
+            if holder is not None and holder is not owner:
                 return False
-            entry.owner = weakref.ref(owner)  # its run ended without a release: take it over
+            # Its own run again, or a run that ended without a release: taken over.
+            entry.owner = weakref.ref(owner)
+            entry.taken += 1
             return True
         release = None
         if backend.try_acquire is not None:
@@ -227,10 +232,14 @@ def _log_unleased(thread_id: str, exc: Exception) -> None:
     )
 
 
-def _owned(backend: LeaseBackend, thread_id: str, owner: Any) -> bool:
+def _retaken(backend: LeaseBackend, thread_id: str, owner: Any) -> bool:
+    """Whether ``owner`` holds the lease (then counted as taken again): no I/O."""
     with _held_lock:
         entry = _held.get((backend.key, thread_id))
-        return entry is not None and entry.owner() is owner
+        if entry is None or entry.owner() is not owner:
+            return False
+        entry.taken += 1
+        return True
 
 
 def _take_or_collect(backend: LeaseBackend, thread_id: str, owner: Any, collect: bool) -> bool:
@@ -276,7 +285,7 @@ async def aacquire(
     backend: LeaseBackend, thread_id: str, owner: Any, *, wait: float | None = 0
 ) -> None:
     """Async twin of `acquire` (the lease's I/O runs off the event loop)."""
-    if _owned(backend, thread_id, owner):  # the run's own later steps: no thread hop
+    if _retaken(backend, thread_id, owner):  # the run's own later steps: no thread hop
         return
     started: float | None = None
     while not await asyncio.to_thread(_take_or_collect, backend, thread_id, owner, started is None):
@@ -292,9 +301,56 @@ def release(backend: LeaseBackend, thread_id: str, owner: Any) -> None:
         if entry is None or entry.owner() not in (owner, None):
             return
         del _held[key]
+    _let_go(entry)
+
+
+def _let_go(entry: _Held) -> None:
     if entry.release is not None:
         with contextlib.suppress(Exception):  # a lost connection took the lock with it
             entry.release()
+
+
+def release_when_done(backend: LeaseBackend, thread_id: str, owner: Any) -> None:
+    """Give the lease back once ``owner``'s run has ended, unless that run takes it again first.
+
+    For the span between a model call that asks for tools and the tool calls: the run may stop
+    there (another middleware's ``interrupt()``, or its exception) and nothing tells middleware
+    so, but giving the lease back at once let another run take the thread in that span and the
+    tool calls then fail. A timer watches the owner instead (a run's ``stream_writer`` is garbage
+    once the run has returned): while the run lives the lease stays, so no other run gets in;
+    once it is gone, a thread that waits for a human is free within about `_WATCH_FIRST_SECONDS`.
+    """
+    key = (backend.key, thread_id)
+    with _held_lock:
+        entry = _held.get(key)
+        if entry is None or entry.owner() is not owner:
+            return
+        taken = entry.taken
+    _watch(key, entry, taken, _WATCH_FIRST_SECONDS)
+
+
+def _watch(key: tuple[str, str], entry: _Held, taken: int, delay: float) -> None:
+    def unchanged() -> bool:
+        return _held.get(key) is entry and entry.taken == taken
+
+    def look() -> None:
+        with _held_lock:
+            if not unchanged():  # taken again (its tool calls), over, or given back
+                return
+        if entry.owner() is not None:
+            gc.collect()  # an ended run in a reference cycle is garbage not yet collected
+        if entry.owner() is not None:
+            _watch(key, entry, taken, min(delay * 2, _WATCH_MAX_SECONDS))
+            return
+        with _held_lock:
+            if not unchanged():
+                return
+            del _held[key]
+        _let_go(entry)
+
+    timer = threading.Timer(delay, look)
+    timer.daemon = True
+    timer.start()
 
 
 class _Token:
@@ -336,5 +392,6 @@ __all__ = [
     "hold",
     "lease_backend",
     "release",
+    "release_when_done",
     "store_backend",
 ]

@@ -322,8 +322,8 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any]:
         """Send tool-result images where the model's API accepts them (``image_policy``), under
-        the thread's lease (given back when the model asks for tools: see
-        `langchain_sandbox.graph.turn_lease`)."""
+        the thread's lease (kept for the tool calls the model asks for, given back if the run
+        ends before them: see `langchain_sandbox.graph.turn_lease`)."""
         lease = self._step_lease(request.runtime, get_config())
         if lease is None:
             return handler(self._with_placed_images(request))
@@ -334,7 +334,7 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
             lease.give_back()
             raise
         if asks_for_tools(response):
-            lease.give_back()
+            lease.give_back_when_done()
         return response
 
     async def awrap_model_call(
@@ -353,7 +353,7 @@ class SandboxMiddleware(AgentMiddleware[SandboxAgentState, Any]):
             await lease.agive_back()
             raise
         if asks_for_tools(response):
-            await lease.agive_back()
+            lease.give_back_when_done()
         return response
 
     # -- tool calls --------------------------------------------------------------------------

@@ -13,10 +13,11 @@ holds the lease over the spans it does see, and gives it back wherever the run m
   run resumed from an interrupt, in this process or another, holds it too; these never wait: a
   run already under way that waited for another would go on from a checkpoint the other one has
   moved past;
-* a model call that asks for tools gives it back when it returns, because the next hook may be
-  another middleware's interrupt (``HumanInTheLoopMiddleware``): a thread waiting for a human is
-  not running, and must not stay leased to a process that is done with it. The tool calls take it
-  again; if another run took the thread in between, they fail with ``ThreadBusyError``;
+* a model call that asks for tools gives it back *once its run has ended*, because the next hook
+  may be another middleware's interrupt (``HumanInTheLoopMiddleware``): a thread waiting for a
+  human is not running, and must not stay leased to a process that is done with it. Given back at
+  once, another run could take the thread before the tool calls, which then failed; so the lease
+  stays while the run lives, and the tool calls take it again (see `release_when_done`);
 * an exception or interrupt out of a model or tool call gives it back; ``after_agent`` gives it
   back at the end of the turn.
 """
@@ -37,6 +38,7 @@ from langchain_sandbox.checkpointing.thread_lease import (
     acquire,
     lease_backend,
     release,
+    release_when_done,
 )
 from langchain_sandbox.checkpointing.thread_lock import covered
 from langchain_sandbox.runtime import SandboxRuntime
@@ -88,6 +90,11 @@ class TurnLease:
 
     async def agive_back(self) -> None:
         await asyncio.to_thread(self.give_back)
+
+    def give_back_when_done(self) -> None:
+        """Give the lease back once this run has ended, unless it takes it again first (no I/O:
+        the same from sync and async code)."""
+        release_when_done(self.backend, self.thread_id, self.owner)
 
 
 __all__ = ["Busy", "TurnLease", "asks_for_tools"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -192,29 +193,58 @@ class _Owner:
     """The other run's lease owner."""
 
 
-class _TakesTheThread(AgentMiddleware[Any, Any]):
-    """Another run takes the thread between the model call and the tool calls (where the
-    middleware gives the lease back for an interrupt that may come)."""
+class _TriesToTakeTheThread(AgentMiddleware[Any, Any]):
+    """Another run tries to take the thread between the model call that asked for tools and the
+    tool calls (a waiting ``hold_thread`` in another process polls in that span too)."""
 
     def __init__(self, runtime: SandboxRuntime, saver: Any, thread: str) -> None:
         super().__init__()
         backend = lease_backend(saver, getattr(runtime.snapshotter, "store", None))
         assert backend is not None
         self.backend, self.thread, self.owner = backend, thread, _Owner()
+        self.tries = 0
+        self.refused: list[ThreadBusyError] = []
 
     def after_model(self, state: Any, runtime: Any) -> None:
-        acquire(self.backend, self.thread, self.owner)
+        self.tries += 1
+        try:
+            acquire(self.backend, self.thread, self.owner)
+        except ThreadBusyError as exc:
+            self.refused.append(exc)
+        else:
+            release(self.backend, self.thread, self.owner)
+        # Across processes too: the lease's own file lock is still held.
+        assert self.backend.try_acquire is not None
+        assert self.backend.try_acquire(self.thread) is None
 
 
-def test_a_run_whose_thread_was_taken_mid_turn_fails_at_its_tool_call(
+def test_no_other_run_takes_the_thread_between_a_model_call_and_its_tool_calls(
     runtime: SandboxRuntime, saver: SqliteSaver, thread: str
 ) -> None:
-    taker = _TakesTheThread(runtime, saver, thread)
-    try:
-        with pytest.raises(ThreadBusyError, match=f"Another run holds thread '{thread}'"):
-            _turn(_agent(runtime, saver, taker), thread, "taken")
-    finally:
-        release(taker.backend, taker.thread, taker.owner)
+    taker = _TriesToTakeTheThread(runtime, saver, thread)
+    result = _turn(_agent(runtime, saver, taker), thread, "kept")
+    # Tried after the model call that asked for tools and after the final one: both refused.
+    assert taker.tries == 2
+    assert len(taker.refused) == 2
+    assert _turns_file(runtime, thread, result) == "kept"  # and the tool call ran
+
+
+def test_a_run_that_stopped_for_approval_frees_the_thread_for_other_processes(
+    runtime: SandboxRuntime, saver: SqliteSaver, thread: str
+) -> None:
+    """Nobody in this process asks for the thread again: the lease's file lock is let go on its
+    own once the stopped run is over, so a worker elsewhere can resume it."""
+    agent = _agent(runtime, saver, HumanInTheLoopMiddleware({"sandbox_exec": True}))
+    config: Any = {"configurable": {"thread_id": thread}}
+    assert agent.invoke({"messages": [HumanMessage("asked")]}, config)["__interrupt__"]
+    backend = lease_backend(saver, getattr(runtime.snapshotter, "store", None))
+    assert backend is not None
+    assert backend.try_acquire is not None
+    deadline = time.monotonic() + HANG_GUARD
+    while (let_go := backend.try_acquire(thread)) is None:
+        assert time.monotonic() < deadline, "the stopped run's lease was never let go"
+        time.sleep(0.05)
+    let_go()
 
 
 def test_a_store_no_other_process_sees_leases_within_the_process() -> None:
