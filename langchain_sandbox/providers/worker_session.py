@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import base64
+import contextlib
 import hashlib
 import inspect
 import json
@@ -36,6 +37,7 @@ from langchain_sandbox.errors import (
     SandboxError,
     SandboxTimeoutError,
 )
+from langchain_sandbox.providers import _file_archive
 from langchain_sandbox.providers.base import (
     FileInfo,
     OutputCallback,
@@ -48,6 +50,7 @@ from langchain_sandbox.providers.guest import changes as guest_changes
 from langchain_sandbox.providers.guest import command_worker as _shipped_worker
 from langchain_sandbox.providers.guest import packer, process_groups
 from langchain_sandbox.providers.guest import tool_frames as guest_tool_frames
+from langchain_sandbox.providers.guest import unpack as guest_unpack
 from langchain_sandbox.providers.guest import variables as kernel_state
 from langchain_sandbox.providers.guest_facts import (
     checked_count,
@@ -93,6 +96,7 @@ def worker_script() -> str:
             inspect.getsource(OutputCapture),
             packer.shipped_part(guest_changes),
             packer.shipped_part(process_groups),
+            packer.shipped_part(guest_unpack),
         ]
     )
     return packer.standalone(_shipped_worker, inlined)
@@ -398,13 +402,44 @@ class WorkerSession(RemoteSession, abc.ABC):
             )
 
     async def write_files(self, files: Mapping[str, bytes]) -> None:
-        resolved = {resolve_path(path): data for path, data in files.items()}
+        """Small files go as archives the worker unpacks (one upload and one command per
+        archive, see `_file_archive`); a large file, or one or two small ones, one upload each."""
+        resolved = {resolve_path(path): bytes(data) for path, data in files.items()}
         await self._ready()
-        parents = sorted({posixpath.dirname(path) for path in resolved} - {WORKSPACE_ROOT})
+        archives, alone = _file_archive.packed_groups(resolved)
+        for paths in archives:
+            await self._write_archive(resolved, paths)
+        parents = sorted({posixpath.dirname(path) for path in alone} - {WORKSPACE_ROOT})
         if parents:
             await self._shell(f"mkdir -p -- {shlex.join(parents)}", "Creating directories")
-        for path, data in resolved.items():
-            await self._upload(path, bytes(data))
+        for path in alone:
+            await self._upload(path, resolved[path])
+
+    async def _write_archive(self, files: Mapping[str, bytes], paths: list[str]) -> None:
+        """One upload of the archive of ``paths`` into the worker's directory (outside the
+        workspace) and one ``unpack``, which deletes it; so does the host if the worker did
+        not answer."""
+        if _file_archive.tar_bytes(files, paths) > _file_archive.THREAD_BYTES:
+            archive = await asyncio.to_thread(_file_archive.pack, files, paths)
+        else:
+            archive = _file_archive.pack(files, paths)
+        if not self._worker_installed:
+            await self.install_worker()
+        remote = f"{WORKER_DIR}/files-{uuid.uuid4().hex}.tar.gz"
+        answered = False
+        try:
+            await self._upload(remote, archive)
+            answer = await self.worker("unpack", {"path": remote}, wait=120.0)
+            answered = not answer.get("timed_out")
+        finally:
+            if not answered:
+                with contextlib.suppress(Exception):
+                    await self.execute(f"rm -f -- {remote}", wait=30.0)
+        if not answered:
+            raise SandboxTimeoutError("Writing files timed out.", provider=self.provider_name)
+        error = _file_archive.unpack_error(answer, paths, self.noun, self.provider_name)
+        if error is not None:
+            raise error
 
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
         resolved = [(path, resolve_path(path)) for path in paths]
