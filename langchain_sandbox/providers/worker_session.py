@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import inspect
 import json
+import mimetypes
 import posixpath
 import shlex
 import uuid
@@ -231,6 +232,14 @@ class WorkerSession(RemoteSession, abc.ABC):
     async def _download(self, given: str, path: str, *, limit: int | None = None) -> bytes:
         """Read the absolute ``path`` (``given`` names it in errors), at most ``limit`` bytes."""
 
+    async def _put(self, path: str, data: bytes) -> None:
+        """`_upload`, the first time after loading the MIME tables off the event loop: both
+        SDKs send a file as an httpx multipart part, whose type httpx guesses, and the first
+        guess reads the system's tables from disk."""
+        if not mimetypes.inited:
+            await asyncio.to_thread(mimetypes.init)
+        await self._upload(path, data)
+
     # ---- the worker -------------------------------------------------------------------------
 
     async def install_worker(self) -> None:
@@ -299,7 +308,7 @@ class WorkerSession(RemoteSession, abc.ABC):
             if not self._worker_installed:
                 await self.install_worker()
             remote = f"{WORKER_DIR}/request-{uuid.uuid4().hex}.json"
-            await self._upload(remote, json.dumps(request).encode())
+            await self._put(remote, json.dumps(request).encode())
             argument = "@" + remote
         path = self._shipped.path
         command = (
@@ -413,7 +422,7 @@ class WorkerSession(RemoteSession, abc.ABC):
         if parents:
             await self._shell(f"mkdir -p -- {shlex.join(parents)}", "Creating directories")
         for path in alone:
-            await self._upload(path, resolved[path])
+            await self._put(path, resolved[path])
 
     async def _write_archive(self, files: Mapping[str, bytes], paths: list[str]) -> None:
         """One upload of the archive of ``paths`` into the worker's directory (outside the
@@ -428,7 +437,7 @@ class WorkerSession(RemoteSession, abc.ABC):
         remote = f"{WORKER_DIR}/files-{uuid.uuid4().hex}.tar.gz"
         answered = False
         try:
-            await self._upload(remote, archive)
+            await self._put(remote, archive)
             answer = await self.worker("unpack", {"path": remote}, wait=120.0)
             answered = not answer.get("timed_out")
         finally:
@@ -527,7 +536,7 @@ class WorkerSession(RemoteSession, abc.ABC):
         remote = f"{WORKER_DIR}/variables-{uuid.uuid4().hex}.pkl"
         if not self._worker_installed:
             await self.install_worker()
-        await self._upload(remote, data)
+        await self._put(remote, data)
         answer = await self.worker("load", {"path": remote}, wait=120.0)
         if answer.get("timed_out"):
             raise SandboxTimeoutError("Restoring variables timed out.", provider=self.provider_name)
