@@ -22,7 +22,9 @@ is lost in the noise of building the tar); over a real network the 10 MB would c
 
 from __future__ import annotations
 
+import errno
 import io
+import os
 import posixpath
 import tarfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -60,17 +62,15 @@ def packed_groups(files: Mapping[str, bytes]) -> tuple[list[list[str]], list[str
 
 
 def _bounded(paths: Sequence[str], files: Mapping[str, bytes]) -> Iterator[list[str]]:
-    group: list[str] = []
-    total = 0
-    for path in paths:
-        size = len(files[path])
-        if group and total + size > ARCHIVE_BYTES:
-            yield group
-            group, total = [], 0
-        group.append(path)
-        total += size
-    if group:
-        yield group
+    """``paths`` cut into runs of at most `ARCHIVE_BYTES` of data (each file is small)."""
+    start, total = 0, 0
+    for index, path in enumerate(paths):
+        total += len(files[path])
+        if total > ARCHIVE_BYTES and index > start:
+            yield list(paths[start:index])
+            start, total = index, len(files[path])
+    if paths:
+        yield list(paths[start:])
 
 
 def tar_bytes(files: Mapping[str, bytes], paths: Sequence[str]) -> int:
@@ -121,7 +121,9 @@ def unpack_error(
     path = paths[index]
     if isinstance(why, str) and why in _REASONS:
         return InvalidPathError(f"Cannot write {path!r}: it {_REASONS[why]}.", provider=provider)
-    reason = f"error {why}" if type(why) is int else "an unknown reason"
+    reason = "an unknown reason"
+    if type(why) is int and why in errno.errorcode:  # not a bool: JSON's true is no errno
+        reason = f"[Errno {why}] {os.strerror(int(why))}"
     return SandboxError(f"Writing {path!r} failed in the {noun} ({reason}).", provider=provider)
 
 

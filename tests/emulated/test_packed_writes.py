@@ -8,6 +8,7 @@ directory at the path refused. Request counts come from the emulators' logs; the
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -21,6 +22,7 @@ import pytest
 from emulated_providers import Emulator, emulated_provider
 
 from langchain_sandbox.errors import InvalidPathError
+from langchain_sandbox.providers import _file_archive
 from langchain_sandbox.providers._file_archive import MIN_PACKED_FILES, pack
 from langchain_sandbox.providers.base import Provider, Session
 from langchain_sandbox.providers.guest.unpack import unpack_files
@@ -31,7 +33,7 @@ from langchain_sandbox.snapshots import LocalDirectoryBlobStore, Snapshotter
 # long-poll for its end).
 _BATCH_REQUESTS = {"runloop": 3, "kubernetes": 2}
 _CONTENTS = """
-import json, os
+import hashlib, json, os
 found = {}
 for top, dirs, names in os.walk(".", followlinks=False):
     dirs[:] = [d for d in dirs if not d.startswith(".")]
@@ -39,7 +41,7 @@ for top, dirs, names in os.walk(".", followlinks=False):
         path = os.path.join(top, name)[2:]
         info = os.lstat(path)
         with open(path, "rb") as handle:
-            found[path] = [handle.read().hex(), oct(info.st_mode & 0o7777)]
+            found[path] = [hashlib.sha256(handle.read()).hexdigest(), oct(info.st_mode & 0o7777)]
 print(json.dumps(found))
 """
 
@@ -58,14 +60,15 @@ def _files(count: int, prefix: str = "tree") -> dict[str, bytes]:
     }
 
 
-async def _workspace(session: Session) -> dict[str, tuple[bytes, str]]:
-    """Every regular file of the workspace (hidden directories aside): contents and mode."""
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+async def _workspace(session: Session) -> dict[str, tuple[str, str]]:
+    """Every regular file of the workspace (hidden ones aside): its contents' sha256, its mode."""
     result = await session.run_command(f"python3 -c {shlex.quote(_CONTENTS)}")
     assert result.ok, result.stderr
-    return {
-        path: (bytes.fromhex(data), mode)
-        for path, (data, mode) in json.loads(result.stdout).items()
-    }
+    return {path: (digest, mode) for path, (digest, mode) in json.loads(result.stdout).items()}
 
 
 async def _leftover_archives(session: Session) -> str:
@@ -86,11 +89,29 @@ async def test_many_files_cost_one_upload_and_one_command(
             costs.append(len(emulator.requests))
             written = await _workspace(session)
             assert {path: written[path] for path in files} == {
-                path: (data, "0o644") for path, data in files.items()
+                path: (_digest(data), "0o644") for path, data in files.items()
             }
         # One per file, as before, would be 20 and 200 uploads.
         assert costs == [_BATCH_REQUESTS[name]] * 2
         assert await _leftover_archives(session) == ""
+
+
+async def test_a_large_call_is_several_archives_and_a_large_file_one_upload(
+    emulated: tuple[str, Emulator, Provider], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, emulator, provider = emulated
+    monkeypatch.setattr(_file_archive, "ARCHIVE_BYTES", 1000)  # 10 files of 100 bytes each
+    files = _files(30)
+    files["large.bin"] = os.urandom(_file_archive.PACKED_FILE_BYTES + 1)
+    async with await provider.create() as session:
+        emulator.clear_requests()
+        await session.write_files(files)
+        # three archives, then the large file's own upload (at the top: no ``mkdir -p``)
+        assert len(emulator.requests) == 3 * _BATCH_REQUESTS[name] + 1
+        written = await _workspace(session)
+        assert {path: written[path][0] for path in files} == {
+            path: _digest(data) for path, data in files.items()
+        }
 
 
 async def test_a_symlink_at_a_path_is_replaced_and_its_target_never_written(
@@ -109,10 +130,10 @@ async def test_a_symlink_at_a_path_is_replaced_and_its_target_never_written(
         await session.write_files(files)
 
         assert await _workspace(session) == {
-            "link": (b"new link\n", "0o644"),
-            "linked_dir": (b"was a link\n", "0o644"),
+            "link": (_digest(b"new link\n"), "0o644"),
+            "linked_dir": (_digest(b"was a link\n"), "0o644"),
             # rewritten in place, as an upload does: the file keeps its mode
-            "kept": (b"new kept\n", "0o600"),
+            "kept": (_digest(b"new kept\n"), "0o600"),
         }
         outside = await session.run_command("cat /tmp/outside/target && ls /tmp/outside")
         assert outside.stdout == "secret\ntarget\n"
