@@ -21,6 +21,12 @@ some files: requests and median time with the changed files and the variables bu
 worker call (``Session.list_changes``, the default on Runloop) and with the old path (the listing,
 then one ``download_file`` per changed file and a ``dump`` call), selected by giving the session
 the provider-neutral default of ``list_changes`` back (and ``lists_variables = False``).
+
+The last table (``--restore-files 1000,10000``; ``--only-restore`` prints it alone) is a restore
+of that many 100-byte files into a fresh devbox: the requests the restore made and its time. It
+uses only the public API, so the same script run with another checkout's package first on
+``PYTHONPATH`` measures that version (issue 26: before the files went as one archive, each file
+was an upload of its own).
 """
 
 from __future__ import annotations
@@ -130,7 +136,51 @@ async def _capture_rows(
     return rows
 
 
-async def main(calls: int) -> None:
+_MAKE_FILES = (
+    "import os\n"
+    "for i in range({count}):\n"
+    "    d = 'tree/d%d/e%d' % (i % 10, i % 7)\n"
+    "    os.makedirs(d, exist_ok=True)\n"
+    "    open('%s/f%d.txt' % (d, i), 'w').write('%-99d\\n' % i)\n"
+)
+
+
+async def _restore_rows(counts: list[int]) -> list[tuple[int, int, float]]:
+    """Per file count: (files, requests, ms) of one restore into a fresh devbox."""
+    rows = []
+    async with RunloopEmulator(api_key="bench") as emulator:
+        provider = emulator.provider()
+        with tempfile.TemporaryDirectory() as blobs:
+            snapshotter = Snapshotter(LocalDirectoryBlobStore(Path(blobs), durable=False))
+            for count in counts:
+                async with await provider.create() as source:
+                    made = await source.run_command(
+                        f"python3 -c {shlex.quote(_MAKE_FILES.format(count=count))}"
+                    )
+                    assert made.ok, made.stderr
+                    snapshot = await snapshotter.capture(source)
+                async with await provider.create() as fresh:
+                    emulator.clear_requests()
+                    started = time.perf_counter()
+                    report = await snapshotter.restore(fresh, snapshot.ref)
+                    elapsed = (time.perf_counter() - started) * 1000
+                    assert report.files_written == count, report
+                    rows.append((count, len(emulator.requests), elapsed))
+        await provider.aclose()
+    return rows
+
+
+def _print_restore_rows(rows: list[tuple[int, int, float]]) -> None:
+    print("\nRestore of 100-byte files into a fresh devbox (one run each)")
+    print(f"{'files':>8}{'requests':>10}{'ms':>10}")
+    for count, requests, elapsed in rows:
+        print(f"{count:>8,}{requests:>10}{elapsed:>10.0f}")
+
+
+async def main(calls: int, restore_files: list[int], only_restore: bool) -> None:
+    if only_restore:
+        _print_restore_rows(await _restore_rows(restore_files))
+        return
     async with RunloopEmulator(api_key="bench") as emulator:
         provider = emulator.provider()
         session = await provider.create()
@@ -204,9 +254,14 @@ async def main(calls: int) -> None:
     for label, new_requests, new_ms, old_requests, old_ms in capture_rows:
         print(f"{label:<48}{new_requests:>12.2f}{new_ms:>8.1f}{old_requests:>9.2f}{old_ms:>8.1f}")
     print_change_listing_rows(listing_rows, calls)
+    _print_restore_rows(await _restore_rows(restore_files))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=30)
-    asyncio.run(main(parser.parse_args().calls))
+    parser.add_argument("--restore-files", default="1000,10000")
+    parser.add_argument("--only-restore", action="store_true")
+    arguments = parser.parse_args()
+    counts = [int(count) for count in arguments.restore_files.split(",")]
+    asyncio.run(main(arguments.calls, counts, arguments.only_restore))

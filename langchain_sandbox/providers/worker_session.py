@@ -21,9 +21,11 @@ from __future__ import annotations
 import abc
 import asyncio
 import base64
+import contextlib
 import hashlib
 import inspect
 import json
+import mimetypes
 import posixpath
 import shlex
 import uuid
@@ -36,6 +38,7 @@ from langchain_sandbox.errors import (
     SandboxError,
     SandboxTimeoutError,
 )
+from langchain_sandbox.providers import _file_archive
 from langchain_sandbox.providers.base import (
     FileInfo,
     OutputCallback,
@@ -48,6 +51,7 @@ from langchain_sandbox.providers.guest import changes as guest_changes
 from langchain_sandbox.providers.guest import command_worker as _shipped_worker
 from langchain_sandbox.providers.guest import packer, process_groups
 from langchain_sandbox.providers.guest import tool_frames as guest_tool_frames
+from langchain_sandbox.providers.guest import unpack as guest_unpack
 from langchain_sandbox.providers.guest import variables as kernel_state
 from langchain_sandbox.providers.guest_facts import (
     checked_count,
@@ -93,6 +97,7 @@ def worker_script() -> str:
             inspect.getsource(OutputCapture),
             packer.shipped_part(guest_changes),
             packer.shipped_part(process_groups),
+            packer.shipped_part(guest_unpack),
         ]
     )
     return packer.standalone(_shipped_worker, inlined)
@@ -227,6 +232,14 @@ class WorkerSession(RemoteSession, abc.ABC):
     async def _download(self, given: str, path: str, *, limit: int | None = None) -> bytes:
         """Read the absolute ``path`` (``given`` names it in errors), at most ``limit`` bytes."""
 
+    async def _put(self, path: str, data: bytes) -> None:
+        """`_upload`, the first time after loading the MIME tables off the event loop: both
+        SDKs send a file as an httpx multipart part, whose type httpx guesses, and the first
+        guess reads the system's tables from disk."""
+        if not mimetypes.inited:
+            await asyncio.to_thread(mimetypes.init)
+        await self._upload(path, data)
+
     # ---- the worker -------------------------------------------------------------------------
 
     async def install_worker(self) -> None:
@@ -295,7 +308,7 @@ class WorkerSession(RemoteSession, abc.ABC):
             if not self._worker_installed:
                 await self.install_worker()
             remote = f"{WORKER_DIR}/request-{uuid.uuid4().hex}.json"
-            await self._upload(remote, json.dumps(request).encode())
+            await self._put(remote, json.dumps(request).encode())
             argument = "@" + remote
         path = self._shipped.path
         command = (
@@ -398,13 +411,44 @@ class WorkerSession(RemoteSession, abc.ABC):
             )
 
     async def write_files(self, files: Mapping[str, bytes]) -> None:
-        resolved = {resolve_path(path): data for path, data in files.items()}
+        """Small files go as archives the worker unpacks (one upload and one command per
+        archive, see `_file_archive`); a large file, or one or two small ones, one upload each."""
+        resolved = {resolve_path(path): bytes(data) for path, data in files.items()}
         await self._ready()
-        parents = sorted({posixpath.dirname(path) for path in resolved} - {WORKSPACE_ROOT})
+        archives, alone = _file_archive.packed_groups(resolved)
+        for paths in archives:
+            await self._write_archive(resolved, paths)
+        parents = sorted({posixpath.dirname(path) for path in alone} - {WORKSPACE_ROOT})
         if parents:
             await self._shell(f"mkdir -p -- {shlex.join(parents)}", "Creating directories")
-        for path, data in resolved.items():
-            await self._upload(path, bytes(data))
+        for path in alone:
+            await self._put(path, resolved[path])
+
+    async def _write_archive(self, files: Mapping[str, bytes], paths: list[str]) -> None:
+        """One upload of the archive of ``paths`` into the worker's directory (outside the
+        workspace) and one ``unpack``, which deletes it; so does the host if the worker did
+        not answer."""
+        if _file_archive.tar_bytes(files, paths) > _file_archive.THREAD_BYTES:
+            archive = await asyncio.to_thread(_file_archive.pack, files, paths)
+        else:
+            archive = _file_archive.pack(files, paths)
+        if not self._worker_installed:
+            await self.install_worker()
+        remote = f"{WORKER_DIR}/files-{uuid.uuid4().hex}.tar.gz"
+        answered = False
+        try:
+            await self._put(remote, archive)
+            answer = await self.worker("unpack", {"path": remote}, wait=120.0)
+            answered = not answer.get("timed_out")
+        finally:
+            if not answered:
+                with contextlib.suppress(Exception):
+                    await self.execute(f"rm -f -- {remote}", wait=30.0)
+        if not answered:
+            raise SandboxTimeoutError("Writing files timed out.", provider=self.provider_name)
+        error = _file_archive.unpack_error(answer, paths, self.noun, self.provider_name)
+        if error is not None:
+            raise error
 
     async def read_files(self, paths: Sequence[str]) -> dict[str, bytes]:
         resolved = [(path, resolve_path(path)) for path in paths]
@@ -492,7 +536,7 @@ class WorkerSession(RemoteSession, abc.ABC):
         remote = f"{WORKER_DIR}/variables-{uuid.uuid4().hex}.pkl"
         if not self._worker_installed:
             await self.install_worker()
-        await self._upload(remote, data)
+        await self._put(remote, data)
         answer = await self.worker("load", {"path": remote}, wait=120.0)
         if answer.get("timed_out"):
             raise SandboxTimeoutError("Restoring variables timed out.", provider=self.provider_name)

@@ -180,6 +180,13 @@ async def test_e2b_and_runloop_through_their_sdks_never_block_the_loop(
     ) as runtime:
         outcome = await runtime.arun_command("t", "echo hi > f && cat f")
         assert outcome.value.stdout == "hi\n"
+        await runtime.awrite_files("t", _MANY_FILES)  # one archive, built off the loop
+        listed = await runtime.arun_command("t", "find many -type f | wc -l")
+        assert listed.value.stdout.strip() == str(len(_MANY_FILES))
+
+
+# Enough small files that their archive is built in a thread (providers/_file_archive.py).
+_MANY_FILES = {f"many/d{index % 5}/f{index}.txt": b"x" * 100 for index in range(300)}
 
 
 async def test_tools_from_code_on_e2b_and_runloop_never_block_the_loop(
@@ -243,5 +250,8 @@ async def test_kubernetes_through_its_sdk_never_blocks_the_loop(
             assert outcome.record.get("snapshot")
             listed = await runtime.arun_command("t", "echo hi > f && cat f")
             assert listed.value.stdout == "hi\n"
+            await runtime.awrite_files("t", _MANY_FILES)
+            listed = await runtime.arun_command("t", "find many -type f | wc -l")
+            assert listed.value.stdout.strip() == str(len(_MANY_FILES))
         blockbuster.deactivate()
     assert on_a_running_loop == [], on_a_running_loop

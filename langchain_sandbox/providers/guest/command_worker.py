@@ -22,6 +22,8 @@ after reading):
   too, so a capture is one call. The host sends its listing as ``known``, or as ``since``: the
   token of the listing this worker answered last, which it keeps in `LISTING_NAME` (an
   unknown token is answered ``{"stale": true}``, and the host sends the listing itself);
+* ``unpack``: write the files of the tar archive at ``path`` (one upload) into the workspace and
+  delete it (`unpack_files`), so a batch of files costs one command, not one upload each;
 * ``serve``: the interpreter itself (internal).
 
 Any request may carry ``head`` (``{"name": ..., "value": ...}``): the interpreter sets that global
@@ -75,6 +77,7 @@ from langchain_sandbox.providers.guest.process_groups import (
     start_group,
     terminate_group,
 )
+from langchain_sandbox.providers.guest.unpack import unpack_files
 from langchain_sandbox.results import OutputCapture
 
 _SHIPPED: dict[str, Any] = {
@@ -671,6 +674,11 @@ def main(argv: list[str]) -> None:
         _emit(run_command(request))
     elif op == "ls":
         _emit(list_directory(request))
+    elif op == "unpack":
+        try:
+            _emit(unpack_files(request["path"], WORKSPACE))
+        except Exception as exc:  # an unreadable archive: the host words what failed
+            _emit({"failure": _shipped("guest").failure_facts(exc)})
     else:
         _emit({"failure": _shipped("guest").failure_facts(ValueError(op))})
 
