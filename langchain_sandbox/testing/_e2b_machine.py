@@ -369,9 +369,9 @@ class Machine:
         worker = self._workers.get(context)
         if worker is None or worker.proc.returncode is not None:
             python = self._session.launcher.python_executable
-            worker = await _Worker.start(
-                await self._spawn([python, "-u", "-c", _worker_program()]), cwd
-            )
+            # The guest module's source is read from disk the first time: off the loop.
+            program = await asyncio.to_thread(_worker_program)
+            worker = await _Worker.start(await self._spawn([python, "-u", "-c", program]), cwd)
             self._workers[context] = worker
         return await worker.run(code, env, sink)
 
