@@ -7,7 +7,9 @@ Upstream servers on the host's loopback (``egress_servers``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import random
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -18,8 +20,10 @@ from egress_servers import Upstreams, egress_session, serve_upstreams
 
 from langchain_sandbox import Limits, NetworkPolicy, Secret, SessionSpec
 from langchain_sandbox.providers.local import EgressUpstream, LocalSession
+from langchain_sandbox.providers.local._egress_proxy import prepare_egress
 from langchain_sandbox.providers.local._egress_transparent import (
     GVISOR_STAND_IN,
+    RELAYED,
     STAND_IN,
     dns_answer,
 )
@@ -167,3 +171,30 @@ def test_the_dns_responder_answers_names_with_the_stand_in_and_nothing_else() ->
         noise = bytes(rng.randrange(256) for _ in range(size))
         dns_answer(noise, STAND_IN)
         dns_answer(query("x.test", 1)[: rng.randrange(1, 30)] + noise, STAND_IN)
+
+
+async def test_the_proxys_socket_relays_only_the_transparent_paths_ports(tmp_path: Path) -> None:
+    """gVisor's relay reaches the proxy through its socket, which the sandbox's code can reach
+    too: what it may write there is what its relay writes, under the same policy (a port the
+    path does not listen on gets no answer; a host the policy does not name gets a 403)."""
+    proxy, egress_dir = prepare_egress(str(tmp_path), NetworkPolicy(allow=["other.test"]), None)
+    # (By the directory's descriptor: a unix socket's path is at most 107 bytes.)
+    directory = os.open(egress_dir, os.O_PATH)
+    path = f"/proc/self/fd/{directory}/{os.path.basename(proxy.socket_path)}"
+    try:
+        async with proxy.serving():
+            reader, writer = await asyncio.open_unix_connection(path)
+            writer.write(RELAYED + (22).to_bytes(2, "big"))
+            assert await asyncio.wait_for(reader.read(), 10) == b""
+            writer.close()
+            reader, writer = await asyncio.open_unix_connection(path)
+            writer.write(RELAYED + (80).to_bytes(2, "big"))
+            assert await asyncio.wait_for(reader.readexactly(1), 10) == RELAYED
+            writer.write(b"GET / HTTP/1.1\r\nHost: denied.test\r\n\r\n")
+            answer = (await asyncio.wait_for(reader.read(), 10)).decode()
+            writer.close()
+    finally:
+        os.close(directory)
+    assert answer.startswith("HTTP/1.1 403 "), answer
+    assert "denied.test:80 is not allowed" in answer
+    assert proxy.denied == ["denied.test:80 is not allowed by the session's network policy"]
