@@ -4,10 +4,12 @@ the upstream). Prints a table; asserts nothing.
 
     .venv/bin/python benchmarks/bench_egress.py [--requests 300] [--isolation gvisor]
 
-The same client loop (``http.client``, one connection, ``GET /``) runs twice: on the host
-straight to the upstream server, and in a session (bubblewrap, or gVisor) with a NetworkPolicy, through the
-proxy (sandbox loopback -> relay -> unix socket -> proxy -> upstream). Upstreams are the test
-suite's loopback servers (``tests/egress_servers.py``); nothing leaves this machine.
+The same client loop (``http.client``, one connection, ``GET /``) runs three times: on the host
+straight to the upstream server; in a session (bubblewrap, or gVisor) with a NetworkPolicy, through
+the proxy (sandbox loopback -> relay -> unix socket -> proxy -> upstream); and in that session
+again with no proxy at all, by name on ports 80 and 443: the transparent path (the name resolves
+to the stand-in address, whose listeners hand the connection to the same proxy). Upstreams are the
+test suite's loopback servers (``tests/egress_servers.py``); nothing leaves this machine.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def timed(scheme, host, port, proxy, n, cafile):
 
 async def main(requests: int, isolation: str) -> None:
     with tempfile.TemporaryDirectory() as scratch:
-        servers = serve_upstreams(Path(scratch), ["api.test"])
+        # The transparent path's ports are 80 and 443: a name for each, sent to the servers'.
+        servers = serve_upstreams(Path(scratch), ["api.test", "tls.test"])
         upstreams = next(servers)
         namespace: dict[str, object] = {}
         exec(CLIENT, namespace)
@@ -73,30 +76,45 @@ async def main(requests: int, isolation: str) -> None:
             base_dir=Path(scratch) / "sandboxes",
             isolation=isolation,  # type: ignore[arg-type]
             egress_upstream=EgressUpstream(
-                ca_file=upstreams.ca_file, hosts={"api.test": "127.0.0.1"}
+                ca_file=upstreams.ca_file,
+                hosts={
+                    "api.test": "127.0.0.1",
+                    "plain.test": f"127.0.0.1:{upstreams.http_port}",
+                    "tls.test": f"127.0.0.1:{upstreams.https_port}",
+                },
             ),
         )
         ports = (upstreams.http_port, upstreams.https_port)
         allow = [f"{h}:{p}" for h in ("api.test", "127.0.0.1") for p in ports]
+        allow += ["plain.test:80", "tls.test:443"]
         session = await provider.create(SessionSpec(network=NetworkPolicy(allow=allow)))
         try:
             code = CLIENT + (
                 "import os\nproxy = ('127.0.0.1', 3128)\nca = os.environ['SSL_CERT_FILE']\n"
                 f"print(json.dumps({{s: timed(s, 'api.test', p, proxy, {requests}, ca) "
-                f"for s, p in (('http', {ports[0]}), ('https', {ports[1]}))}}))"
+                f"for s, p in (('http', {ports[0]}), ('https', {ports[1]}))}}))\n"
+                f"print(json.dumps({{s: timed(s, h, p, None, {requests}, ca) "
+                "for s, h, p in (('http', 'plain.test', 80), ('https', 'tls.test', 443))}))"
             )
             result = await session.run_code(code)
             if not result.ok:
                 raise SystemExit(result.render())
-            proxied = json.loads(result.stdout)
+            proxied, transparent = (json.loads(line) for line in result.stdout.splitlines())
         finally:
             await session.close()
             await provider.aclose()
             servers.close()
-    print(f"warm request ({isolation}), median of {requests} (ms)   direct   via proxy   added")
+    print(
+        f"warm request ({isolation}), median of {requests} (ms)   direct   via proxy   added"
+        "   transparent   added"
+    )
     for scheme in ("http", "https"):
         added = proxied[scheme] - direct[scheme]
-        print(f"  {scheme:<35} {direct[scheme]:7.3f}   {proxied[scheme]:9.3f}   {added:6.3f}")
+        through = transparent[scheme] - direct[scheme]
+        print(
+            f"  {scheme:<35} {direct[scheme]:7.3f}   {proxied[scheme]:9.3f}   {added:6.3f}"
+            f"   {transparent[scheme]:11.3f}   {through:6.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -18,9 +18,10 @@ unix socket bound into the sandbox). For every request the proxy:
 * relays a WebSocket once its upgrade request passed all of the above (`_egress_relay.relay`), and
   refuses any other upgrade (h2c included).
 
-Connections come through the proxy's unix socket (clients that read the proxy variables) or,
-under bubblewrap, through the transparent path (`_egress_transparent`), where the host is the TLS
-SNI or the ``Host`` header and everything above applies the same way.
+Connections come through the proxy's unix socket (clients that read the proxy variables) or
+through the transparent path (`_egress_transparent`: under bubblewrap on listeners of its own,
+under gVisor through the same socket, behind `RELAYED`), where the host is the TLS SNI or the
+``Host`` header and everything above applies the same way.
 
 HTTP/1.1 is parsed by ``h11`` (the ``egress`` extra) on both sides: the proxy never frames a
 message by hand, so a request the two sides could read differently is an error, not a bypass.
@@ -52,7 +53,7 @@ from langchain_sandbox.providers.local._egress_relay import (
     upgrade_tokens,
 )
 from langchain_sandbox.providers.local._egress_sandbox import CA_FILE, EGRESS_SOCKET
-from langchain_sandbox.providers.local._egress_transparent import TransparentPath
+from langchain_sandbox.providers.local._egress_transparent import RELAYED, TransparentPath
 from langchain_sandbox.providers.local._unix_server import serving_unix
 
 _HOP_BY_HOP = frozenset(
@@ -192,7 +193,15 @@ class EgressProxy:
     # ------------------------------------------------------------------ connections
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await self._answer(reader, writer, self._open_proxied)
+        try:
+            head = await reader.readexactly(1)
+        except (OSError, asyncio.IncompleteReadError):
+            writer.close()
+            return
+        if head == RELAYED:
+            await self.transparent.serve_relayed(reader, writer)
+        else:
+            await self._answer(reader, writer, functools.partial(self._open_proxied, head=head))
 
     async def _serve_transparent(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int
@@ -226,11 +235,13 @@ class EgressProxy:
             writer.close()
 
     async def _open_proxied(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, head: bytes
     ) -> tuple[Any, Any, _Tunnel | None] | None:
-        """A proxy client's first request (through its ``CONNECT`` tunnel, if it opens one)."""
+        """A proxy client's first request (through its ``CONNECT`` tunnel, if it opens one),
+        ``head`` its first byte(s), already read."""
         h11 = self._h11
         client = h11.Connection(h11.SERVER)
+        client.receive_data(head)
         request = await _next(client, reader)
         if not isinstance(request, h11.Request) or request.method != b"CONNECT":
             return client, request, None

@@ -3,13 +3,14 @@ relay that reaches it, and the variables that point clients at it.
 
 Clients that read the proxy variables (pip, requests, httpx, urllib, curl, git, npm) reach the
 proxy at ``127.0.0.1:EGRESS_PORT``. Anything that ignores them has no route (the sandbox's network
-namespace holds only its own loopback) except, under bubblewrap, the transparent path for names
+namespace holds only its own loopback) except the transparent path for names
 (`_egress_transparent`): it fails instead of going around the policy.
 """
 
 from __future__ import annotations
 
 from langchain_sandbox.network import NetworkPolicy, ip_literal
+from langchain_sandbox.providers.local._egress_transparent import SANDBOX_LISTENERS
 from langchain_sandbox.providers.local._unix_server import RELAY
 
 EGRESS_DIR = "/opt/egress"
@@ -18,25 +19,41 @@ EGRESS_DIR = "/opt/egress"
 EGRESS_PORT = 3128
 """The port of the proxy's relay on the sandbox's loopback."""
 
+TRANSPARENT = "--transparent"
+"""`EGRESS_FORWARDER`'s option (before the command) that opens the transparent path's listeners
+inside the sandbox too (gVisor's: `_egress_transparent.SANDBOX_LISTENERS`)."""
+
 EGRESS_FORWARDER = (
-    RELAY + "target, command = sys.argv[1], sys.argv[2:]\n"
+    "from __future__ import annotations\n"
+    + RELAY
+    + SANDBOX_LISTENERS
+    + "target, command = sys.argv[1], sys.argv[2:]\n"
+    f"made = open_transparent() if command[0] == {TRANSPARENT!r} else []\n"
+    f"command = command[1:] if command[0] == {TRANSPARENT!r} else command\n"
     f"listener = socket.create_server(('127.0.0.1', {EGRESS_PORT}))\n"
     "if os.fork() == 0:\n"
     "    os.setsid()\n"
     "    null = os.open(os.devnull, os.O_RDWR)\n"
     "    for fd in (0, 1, 2):\n"
     "        os.dup2(null, fd)\n"
-    "    keep = listener.fileno()\n"
-    "    os.closerange(3, keep)\n"
-    "    os.closerange(keep + 1, 65536)\n"
+    "    low = 3\n"
+    "    for keep in sorted([listener.fileno(), *(s.fileno() for s in made)]):\n"
+    "        os.closerange(low, keep)\n"
+    "        low = keep + 1\n"
+    "    os.closerange(low, 65536)\n"
+    "    if made:\n"
+    "        serve_transparent(made, target)\n"
     "    forward(listener, target)\n"
     "listener.close()\n"
+    "for s in made:\n"
+    "    s.close()\n"
     "os.execv(command[0], command)\n"
 )
 """Python that starts a session's worker (``argv[2:]``) with the relay to the proxy's socket
 (``argv[1]``) running beside it in the same sandbox: a forked process holding only the listener
-(not the worker's channels, so the host still sees the worker end), in a session of its own
-(the worker ends what a cell leaves in its process group). It dies with the sandbox."""
+(and, after `TRANSPARENT`, the transparent path's sockets; not the worker's channels, so the host
+still sees the worker end), in a session of its own (the worker ends what a cell leaves in its
+process group). It dies with the sandbox. Every socket is bound before the worker starts."""
 
 EGRESS_SOCKET = f"{EGRESS_DIR}/proxy.sock"
 """The proxy's unix socket inside the sandbox."""
@@ -78,5 +95,6 @@ __all__ = [
     "EGRESS_FORWARDER",
     "EGRESS_PORT",
     "EGRESS_SOCKET",
+    "TRANSPARENT",
     "egress_env",
 ]

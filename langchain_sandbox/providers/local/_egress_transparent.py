@@ -1,30 +1,34 @@
-"""The transparent path of a session's network policy (bubblewrap): for clients that ignore the
-proxy variables.
+"""The transparent path of a session's network policy: for clients that ignore the proxy
+variables. Every name resolves to a stand-in address inside the sandbox, and connections to its
+ports 80 and 443 reach the egress proxy, which takes the host from the TLS SNI (port 443) or the
+``Host`` header (port 80) and applies the policy exactly as to a ``CONNECT``
+(`TransparentPath`). Names are never looked up anywhere (`dns_answer`), so a query is no channel
+out. The two isolation levels differ only in where the listeners live:
 
-The sandbox's network namespace gets a stand-in address, `STAND_IN`, on its loopback, and three
-sockets in that namespace that belong to the host process (`open_listeners`): TCP on
-``STAND_IN:80`` and ``STAND_IN:443``, and UDP on ``127.0.0.1:53``, where glibc asks when there is
-no ``/etc/resolv.conf`` (a sandbox with a policy has none). A short-lived helper process enters
-the namespace to add the address and create the sockets (as the sandbox's user namespace's owner
-it holds the capabilities there; the sandbox's own processes hold none, so they can neither take
-these ports nor add a route), and hands the sockets back over a unix socket pair.
+* **bubblewrap**: the sandbox's network namespace gets `STAND_IN` on its loopback, and three
+  sockets in that namespace that belong to the host process (`open_listeners`): TCP on
+  ``STAND_IN:80`` and ``STAND_IN:443``, and UDP on ``127.0.0.1:53``, where glibc asks when there
+  is no ``/etc/resolv.conf`` (a sandbox with a policy has none). A short-lived helper process
+  enters the namespace to add the address and create the sockets (as the sandbox's user
+  namespace's owner it holds the capabilities there; the sandbox's own processes hold none, so
+  they can neither take these ports nor add a route), and hands them back over a unix socket
+  pair; `DnsResponder` answers on the host.
+* **gVisor**: its network stack lives in its Sentry, where the host cannot make sockets. The
+  egress relay binds the same three sockets inside, before the worker starts
+  (`SANDBOX_LISTENERS`), on `GVISOR_STAND_IN`: a loopback address, which the Sentry's loopback
+  takes without ``CAP_NET_ADMIN``; its network stack asks no capability for ports below 1024
+  either, so the container keeps none. It answers names itself (the same `dns_answer`) and hands
+  each connection to the proxy's unix socket behind `RELAYED` and its port
+  (`TransparentPath.serve_relayed`).
 
-* `DnsResponder` answers every name's ``A`` query with `STAND_IN` (``AAAA`` with no address): a
-  client that resolves a name connects to the host's listeners. Names are never looked up
-  anywhere from here, so a query is no channel out.
-* `TransparentPath` serves the listeners with the egress proxy, which takes the host from the TLS
-  SNI (port 443) or the ``Host`` header (port 80) and applies the policy exactly as to a
-  ``CONNECT``.
-
-An address in the code (an IP literal) is not covered: there is still no route to it. gVisor's
-network stack lives in its sentry, where the host cannot create sockets; there the path is not
-built (``docs/network.md``).
+An address in the code (an IP literal) is not covered: there is still no route to it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import socket
 import ssl
@@ -40,8 +44,17 @@ STAND_IN = "198.18.0.1"
 """The address every name resolves to inside the sandbox (RFC 2544's benchmarking range: never a
 real host's)."""
 
+GVISOR_STAND_IN = "127.18.0.1"
+"""`STAND_IN` under gVisor: a loopback address (adding any other takes ``CAP_NET_ADMIN`` there),
+not ``127.0.0.1`` itself, so servers the code starts on its own loopback keep every port."""
+
 PORTS = (80, 443)
 """The ports the transparent path listens on: HTTP and HTTPS."""
+
+RELAYED = b"\0"
+"""First byte of a connection to the proxy's socket that comes from a transparent listener in a
+gVisor sandbox (no HTTP request starts with it); the port follows in two bytes, and the proxy
+answers with the same byte before the client's own bytes are sent."""
 
 # A process of its own: the host process must keep its namespaces, and a multithreaded process
 # cannot join a user namespace at all.
@@ -118,8 +131,9 @@ def open_listeners(pid: int) -> tuple[list[socket.socket], socket.socket]:
 
 class TransparentPath:
     """The host's side of one session's transparent path: the DNS responder and the listeners
-    in its sandbox's namespace, each connection handed to ``serve(reader, writer, port)`` (TLS
-    on port 443 with ``tls``, whose SNI callback picks the certificate)."""
+    in its bubblewrap sandbox's namespace (`open`), or the connections a gVisor sandbox's relay
+    hands over (`serve_relayed`), each handed to ``serve(reader, writer, port)`` (TLS on port
+    443 with ``tls``, whose SNI callback picks the certificate)."""
 
     def __init__(
         self,
@@ -135,7 +149,7 @@ class TransparentPath:
     async def open(self, worker_pid: int) -> None:
         """Open the path into the sandbox of bubblewrap's ``worker_pid``; one opened for an
         earlier worker of the session closes. A host where it cannot be set up (`error` says
-        why, and a warning is logged) keeps the proxy variables' path only, as gVisor does."""
+        why, and a warning is logged) keeps the proxy variables' path only."""
         await self.close()
         try:
             listeners, dns = await asyncio.to_thread(open_listeners, worker_pid)
@@ -146,7 +160,9 @@ class TransparentPath:
         self.error = None
         loop = asyncio.get_running_loop()
         try:
-            transport, _ = await loop.create_datagram_endpoint(DnsResponder, sock=dns)
+            transport, _ = await loop.create_datagram_endpoint(
+                functools.partial(DnsResponder, STAND_IN), sock=dns
+            )
             self._opened.append(transport)
             for port, listener in zip(PORTS, listeners, strict=True):
                 server = await asyncio.start_server(
@@ -160,6 +176,27 @@ class TransparentPath:
                 made.close()
             await self.close()
             raise
+
+    async def serve_relayed(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Serve a connection a gVisor sandbox's relay made for one of its transparent
+        listeners (`SANDBOX_LISTENERS`), `RELAYED` already read: its port, the answer, then
+        TLS on port 443 with nothing of the client's read ahead (the relay waited for it).
+        A port other than `PORTS` is closed: the sandbox may write anything to the socket."""
+        try:
+            port = int.from_bytes(await reader.readexactly(2), "big")
+            if port not in PORTS:
+                writer.close()
+                return
+            writer.write(RELAYED)
+            await writer.drain()
+            if port == 443:
+                await writer.start_tls(self._tls)
+        except (OSError, ssl.SSLError, asyncio.IncompleteReadError):
+            writer.close()
+            return
+        await self._serve(reader, writer, port)
 
     async def _connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, port: int
@@ -184,20 +221,25 @@ class TransparentPath:
 
 
 class DnsResponder(asyncio.DatagramProtocol):
-    """Answers each query for a name's IPv4 address with `STAND_IN`, any other with no record."""
+    """Answers each query for a name's IPv4 address with ``address``, any other with no record."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # (Python 3.11's selector datagram transport does not subclass DatagramTransport.)
         self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        answer = dns_answer(data)
+        answer = dns_answer(data, self.address)
         if answer is not None:
             self.transport.sendto(answer, addr)
 
 
-def dns_answer(query: bytes) -> bytes | None:
-    """The reply to one DNS ``query`` (``None``: not a query this responder reads)."""
+def dns_answer(query: bytes, address: str) -> bytes | None:
+    """The reply to one DNS ``query``, whose ``A`` record is ``address`` (``None``: not a query
+    this responder reads). Also run inside gVisor sandboxes (`SANDBOX_LISTENERS`): the standard
+    library only."""
     if len(query) < 12:
         return None
     ident, flags, questions = struct.unpack("!HHH", query[:6])
@@ -216,7 +258,7 @@ def dns_answer(query: bytes) -> bytes | None:
     answers = b""
     if kind == 1 and klass == 1:  # A, IN
         # The name by pointer (0xC00C: offset 12, the question's), 30 s: changes nothing if cached.
-        answers = struct.pack("!HHHIH", 0xC00C, 1, 1, 30, 4) + socket.inet_aton(STAND_IN)
+        answers = struct.pack("!HHHIH", 0xC00C, 1, 1, 30, 4) + socket.inet_aton(address)
     # A response, recursion desired copied, recursion available, no error.
     head = struct.pack(
         "!HHHHHH", ident, 0x8000 | (flags & 0x0100) | 0x0080, 1, 1 if answers else 0, 0, 0
@@ -224,4 +266,49 @@ def dns_answer(query: bytes) -> bytes | None:
     return head + question + answers
 
 
-__all__ = ["PORTS", "STAND_IN", "DnsResponder", "TransparentPath", "dns_answer", "open_listeners"]
+SANDBOX_LISTENERS = (
+    "import struct\n"
+    + inspect.getsource(dns_answer)
+    + f"""
+def open_transparent():
+    try:
+        made = [socket.create_server(({GVISOR_STAND_IN!r}, port)) for port in {PORTS!r}]
+        dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        dns.bind(("127.0.0.1", 53))
+    except OSError:
+        return []
+    return [*made, dns]
+def answer_names(dns):
+    while True:
+        query, peer = dns.recvfrom(4096)
+        reply = dns_answer(query, {GVISOR_STAND_IN!r})
+        if reply is not None:
+            try:
+                dns.sendto(reply, peer)
+            except OSError:
+                pass
+def serve_transparent(made, target):
+    *listeners, dns = made
+    for listener in listeners:
+        preamble = {RELAYED!r} + listener.getsockname()[1].to_bytes(2, "big")
+        threading.Thread(target=forward, args=(listener, target, preamble), daemon=True).start()
+    threading.Thread(target=answer_names, args=(dns,), daemon=True).start()
+"""
+)
+"""Python for the egress relay inside a gVisor sandbox, after `_unix_server.RELAY`:
+``open_transparent()`` binds the transparent path's sockets (none if the Sentry refuses one: then
+clients that ignore the proxy variables find no route, as before), ``serve_transparent(made,
+target)`` answers names and relays connections to the proxy's socket ``target``."""
+
+
+__all__ = [
+    "GVISOR_STAND_IN",
+    "PORTS",
+    "RELAYED",
+    "SANDBOX_LISTENERS",
+    "STAND_IN",
+    "DnsResponder",
+    "TransparentPath",
+    "dns_answer",
+    "open_listeners",
+]

@@ -36,6 +36,7 @@ from langchain_sandbox.providers.local._egress_sandbox import (
     EGRESS_DIR,
     EGRESS_FORWARDER,
     EGRESS_SOCKET,
+    TRANSPARENT,
 )
 from langchain_sandbox.providers.local._gvisor import CHANNEL_DIR, SANDBOX_OWNER, GvisorSandbox
 from langchain_sandbox.providers.local._host_user import host_owner
@@ -227,6 +228,9 @@ class Launcher:
         if self.gvisor is not None:
             egress = [] if self.egress_dir is None else [(self.egress_dir, EGRESS_DIR)]
             relay = [self.python_executable, "-I", "-S", "-c", EGRESS_FORWARDER, EGRESS_SOCKET]
+            # Clients that ignore the proxy variables: the Sentry's network stack is reached
+            # from inside only, so the relay opens the transparent path there.
+            relay.append(TRANSPARENT)
             # runsc passes only stdio: the requests and events are the container's stdin and
             # stdout (WorkerProcess.start(stdio=True)); the worker opens its control FIFO by name.
             python = self.python_executable

@@ -55,25 +55,33 @@ RELAY = (
     "        sink.shutdown(socket.SHUT_WR)\n"
     "    except OSError:\n"
     "        pass\n"
-    "def relay(connection, target):\n"
+    "def relay(connection, target, preamble):\n"
     "    with connection, socket.socket(socket.AF_UNIX) as upstream:\n"
     "        try:\n"
     "            upstream.connect(target)\n"
+    "            if preamble:\n"
+    "                upstream.sendall(preamble)\n"
+    "                if upstream.recv(1) != preamble[:1]:\n"
+    "                    return\n"
     "        except OSError:\n"
     "            return\n"
     "        back = threading.Thread(target=pump, args=(upstream, connection), daemon=True)\n"
     "        back.start()\n"
     "        pump(connection, upstream)\n"
     "        back.join()\n"
-    "def forward(listener, target):\n"
+    "def forward(listener, target, preamble=b''):\n"
     "    while True:\n"
     "        connection, _ = listener.accept()\n"
     "        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n"
-    "        threading.Thread(target=relay, args=(connection, target), daemon=True).start()\n"
+    "        args = (connection, target, preamble)\n"
+    "        threading.Thread(target=relay, args=args, daemon=True).start()\n"
 )
 """Python for inside a sandbox: ``forward(listener, target)`` copies every connection made to
 ``listener`` (on the sandbox's own loopback), both ways, to a new connection to the unix socket
-``target``. Clients that only speak TCP (pip, requests, curl) reach the host's proxy this way."""
+``target``. Clients that only speak TCP (pip, requests, curl) reach the host's proxy this way.
+With a ``preamble``, each connection to ``target`` sends it first and waits for its first byte
+back before copying anything (the host's side may then start TLS with nothing of the client's
+read ahead: `_egress_transparent`)."""
 
 
 __all__ = ["RELAY", "Handler", "serving_unix"]

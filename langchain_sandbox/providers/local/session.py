@@ -194,6 +194,7 @@ class LocalSession(LocalSessionFiles, Session):
         )
         if self._egress is not None and self.launcher.gvisor is None:
             # Before any code runs: clients that ignore the proxy variables (docs/network.md).
+            # (gVisor's relay opens its own, inside, before it starts the worker.)
             await self._egress.transparent.open(worker.pid)
         return worker
 
