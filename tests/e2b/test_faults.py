@@ -174,7 +174,10 @@ async def test_a_slow_create_times_out_and_its_retry_makes_no_second_sandbox(
     provider = _provider(emulator, request_timeout=1.0)
     emulator.inject(r"^POST /v2/sandboxes$", delay=3.0)  # answered after the client gave up
     async with await provider.create() as session:
-        assert emulator.count(r"^POST /v2/sandboxes$") == 2
+        # The first create timed out and was retried; on a loaded machine a retry can time out
+        # too (the emulator starts a real sandbox per create). However many tries it took, one
+        # sandbox is left: that is what this test is about.
+        assert emulator.count(r"^POST /v2/sandboxes$") >= 2
         for _ in range(100):  # the slow first request completes on the server later
             if all(r.status for r in emulator.requests if r.route == "POST /v2/sandboxes"):
                 break
