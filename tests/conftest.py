@@ -39,6 +39,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # Set before any test (and any subprocess a test starts) can reach the default locations, so
     # the suite never touches the user's sessions or snapshot blobs.
     os.environ["LANGCHAIN_SANDBOX_HOME"] = _HOME
+    # A Python process the suite starts that dies of a signal (a rare abort seen once in CI)
+    # then prints every thread's stack to the stderr its test reports.
+    os.environ["PYTHONFAULTHANDLER"] = "1"
 
 
 @pytest.fixture

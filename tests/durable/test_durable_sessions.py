@@ -39,7 +39,10 @@ def run_worker(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     )
     done = [e for e in _events(proc.stdout) if e["event"] == "done"]
     if proc.returncode != 0 or not done:
-        raise AssertionError(f"worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise AssertionError(
+            f"worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}\n"
+            f"its last output:\n{proc.stdout[-1500:]}"
+        )
     return done[-1]
 
 
