@@ -19,6 +19,11 @@ from langchain_sandbox.providers.local import LocalProvider, PackageIndex, Sandb
 pytestmark = pytest.mark.slow
 
 
+def _directories(cache: Path) -> list[Path]:
+    """The directories of an environments cache but the worker's bytecode kept beside them."""
+    return [p for p in cache.iterdir() if p.is_dir() and p.name != ".bytecode"]
+
+
 @pytest.fixture
 def wheels(tmp_path: Path, build_wheel: Callable[..., Path]) -> Path:
     """A directory holding one tiny wheel, ``tinypkg`` 1.0."""
@@ -62,7 +67,7 @@ async def test_offline_build_from_a_wheel_dir_then_reuse(tmp_path: Path, wheels:
         await provider.aclose()
     assert any(line.startswith("building sandbox environment 'tiny'") for line in lines)
     assert any("Successfully installed tinypkg-1.0" in line for line in lines)
-    built = [p for p in (tmp_path / "environments").iterdir() if p.is_dir()]
+    built = _directories(tmp_path / "environments")
     assert [p.name.startswith(".build-") for p in built] == [False]  # nothing left half-built
 
     # A second provider (another process would do the same) reuses it without building.
@@ -105,7 +110,7 @@ async def test_unisolated_sessions_use_an_environment_built_on_the_host(
                 "(tinypkg.VALUE, importlib.util.find_spec('langchain_core') is None)"
             )
         assert result.value == "(42, True)"
-        (built,) = (p for p in (tmp_path / "environments").iterdir() if p.is_dir())
+        (built,) = _directories(tmp_path / "environments")
         assert tinypkg_file(built).is_file()
     finally:
         await provider.aclose()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from langchain_sandbox import SessionSpec
 from langchain_sandbox.errors import InvalidInputError, SessionClosedError
 from langchain_sandbox.providers.local import WORKER_RESTARTED, LocalProvider
 from langchain_sandbox.providers.local._cgroups import SessionCgroup, detect_cgroups
@@ -203,3 +204,50 @@ def test_the_worker_compiled_by_many_threads_at_once_is_compiled_for_each(tmp_pa
             made = list(pool.map(partial(compile_worker, python, isolated=True), [str(cache)] * 4))
         assert all(path is not None and Path(path).is_file() for path in made), made
         assert not list(cache.glob("*.tmp"))
+
+
+def test_the_interpreter_is_asked_once_per_file_and_again_when_it_is_made_anew(
+    tmp_path: Path,
+) -> None:
+    """Every provider of a process asks its interpreter where it lives; the answer is remembered
+    for that interpreter file, and a file made anew at the same path (a venv re-created) is asked
+    again."""
+    from langchain_sandbox.providers.local._bubblewrap import describe_python
+
+    asked = tmp_path / "asked"
+    python = tmp_path / "python"
+
+    def make() -> None:
+        python.write_text(f'#!/bin/sh\necho >> "{asked}"\nexec "{sys.executable}" "$@"\n')
+        python.chmod(0o755)
+
+    make()
+    first = describe_python(str(python))
+    assert describe_python(str(python)) == first
+    assert asked.read_text().count("\n") == 1
+    python.unlink()
+    make()
+    assert describe_python(str(python)) == first
+    assert asked.read_text().count("\n") == 2
+
+
+async def test_providers_with_their_own_directories_share_one_compiled_worker(
+    tmp_path: Path,
+) -> None:
+    """The worker's bytecode is addressed by its sources and the interpreter and kept beside the
+    environments: a second provider (another base directory, another process) reuses it."""
+    cache = tmp_path / "environments" / ".bytecode"
+    for attempt in range(2):
+        provider = LocalProvider(
+            base_dir=tmp_path / f"sandboxes-{attempt}", environments_dir=tmp_path / "environments"
+        )
+        try:
+            # "host": no environment to build in this new cache.
+            session = await provider.create(SessionSpec(template="host"))
+            assert (await session.run_code("1 + 1")).value == "2"
+        finally:
+            await provider.aclose()
+        if attempt == 0:
+            made = {path.name: path.stat().st_mtime_ns for path in cache.iterdir()}
+            assert any(name.startswith("worker-") for name in made), made
+    assert {path.name: path.stat().st_mtime_ns for path in cache.iterdir()} == made

@@ -161,11 +161,27 @@ class PythonInstall:
 
 
 def describe_python(executable: str) -> PythonInstall:
-    """Ask ``executable`` where it lives (one short subprocess; the provider caches the answer).
+    """Ask ``executable`` where it lives: one short subprocess the first time this process asks
+    about that interpreter, remembered after. The memory is keyed by the path and the identity of
+    the file it names, so an interpreter (or venv) made anew at the same path is asked again.
 
     Raises:
         IsolationUnavailableError: the interpreter cannot be run.
     """
+    try:
+        found = os.stat(executable)
+    except OSError:  # a bare name looked up on PATH: nothing to key the memory by
+        return _ask_python(executable)
+    return _remembered_python(executable, (found.st_dev, found.st_ino, found.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=16)
+def _remembered_python(executable: str, identity: tuple[int, int, int]) -> PythonInstall:
+    # An exception is not cached: only answers are remembered.
+    return _ask_python(executable)
+
+
+def _ask_python(executable: str) -> PythonInstall:
     try:
         completed = subprocess.run(
             [executable, "-I", "-c", _DESCRIBE_PYTHON],

@@ -413,6 +413,15 @@ def sandbox_files(worker_bytecode: str | None) -> dict[str, str]:
     return {**etc_files(), **runtime}
 
 
+_COMPILE_ALL = (
+    "import py_compile, sys\n"
+    "files = sys.argv[1:]\n"
+    "for at in range(0, len(files), 3):\n"
+    "    source, cfile, shown = files[at : at + 3]\n"
+    "    py_compile.compile(source, cfile=cfile, dfile=shown, doraise=True)\n"
+)
+
+
 def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> str | None:
     """Compile the worker and the guest modules once for ``python`` into ``cache_dir``; the
     worker's bytecode path (a guest module's is `_module_bytecode` of it), or ``None`` on failure.
@@ -432,30 +441,27 @@ def compile_worker(python: PythonInstall, cache_dir: str, *, isolated: bool) -> 
     ]
     if all(cfile.is_file() for _, cfile, _ in compiled):
         return str(target)
-    staged: list[Path] = []
+    # Unique per call: providers in other threads or processes may compile here too.
+    staged = [cfile.with_suffix(f".{uuid.uuid4().hex}.tmp") for _, cfile, _ in compiled]
+    # One interpreter compiles every file: its start-up is most of the cost.
+    arguments = [
+        argument
+        for (source, _, name), staging in zip(compiled, staged, strict=True)
+        for argument in (
+            str(source),
+            str(staging),
+            f"{SANDBOX_RUNTIME_DIR}/{name}" if isolated else str(source),
+        )
+    ]
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        for source, cfile, name in compiled:
-            shown = f"{SANDBOX_RUNTIME_DIR}/{name}" if isolated else str(source)
-            # Unique per call: providers in other threads or processes may compile here too.
-            staging = cfile.with_suffix(f".{uuid.uuid4().hex}.tmp")
-            staged.append(staging)
-            subprocess.run(
-                [
-                    python.executable,
-                    "-I",
-                    "-c",
-                    "import py_compile, sys; py_compile.compile("
-                    "sys.argv[1], cfile=sys.argv[2], dfile=sys.argv[3], doraise=True)",
-                    str(source),
-                    str(staging),
-                    shown,
-                ],
-                check=True,
-                capture_output=True,
-                timeout=60,
-                env={"PATH": os.defpath},
-            )
+        subprocess.run(
+            [python.executable, "-I", "-c", _COMPILE_ALL, *arguments],
+            check=True,
+            capture_output=True,
+            timeout=60,
+            env={"PATH": os.defpath},
+        )
         # The guest modules first: a worker's bytecode on disk means theirs are there too.
         for (_, cfile, _), staging in reversed(list(zip(compiled, staged, strict=True))):
             os.replace(staging, cfile)

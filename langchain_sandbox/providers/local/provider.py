@@ -127,8 +127,8 @@ class LocalProvider(Provider):
             besides ``"default"`` (numpy, pandas, matplotlib; an environment named ``"default"``
             replaces it) and ``"host"`` (the interpreter's own site-packages: the host
             application's packages become importable, so only when asked for by name).
-        environments_dir: Where built environments are cached (default:
-            `environments_dir`), shared by every process.
+        environments_dir: Where built environments, and the sandbox worker's bytecode, are
+            cached (default: `environments_dir`), shared by every process.
         progress: Receives the lines of an environment build (default: standard error).
         syscall_filter: ``"seccomp"`` (default) installs the sandbox's seccomp filter (no nested
             namespaces, mounts, kernel keyring, ``bpf``...; see ``docs/isolation.md``); without
@@ -226,8 +226,12 @@ class LocalProvider(Provider):
         with self._environment_lock:
             if self._python_install is None:
                 python = describe_python(self.python)
+                # Beside the environments: content-addressed like them, so every provider and
+                # process of this machine shares one compile.
                 self._worker_bytecode = compile_worker(
-                    python, str(self.base_dir / "runtime"), isolated=self.isolation != "none"
+                    python,
+                    str(self.environments_dir / ".bytecode"),
+                    isolated=self.isolation != "none",
                 )
                 if self.isolation != "none":
                     self._sandbox_files = sandbox_files(self._worker_bytecode)
