@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import forked_python
 import pytest
 from test_durable_sessions import HANG_GUARD, read_event
 
@@ -34,7 +35,7 @@ class _Workers:
 
     def start(self, label: str, *extra: str) -> subprocess.Popen[str]:
         command = [sys.executable, str(WORKER), "--saver", self.kind, "--target", self.target]
-        return subprocess.Popen(
+        return forked_python.popen(
             [*command, "--blobs", self.blobs, "--thread", self.thread, "--label", label, *extra],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
