@@ -52,6 +52,7 @@ _PRELOAD = (
     "langchain_core.messages",
     "langchain_core.tools",
     "langchain_core.tracers.event_stream",
+    "langchain_core.tracers.stdout",
     "langchain.agents",
     "langchain.agents.middleware",
     "langgraph.graph",
@@ -65,14 +66,16 @@ _PRELOAD = (
     "langchain_sandbox",
     "langchain_sandbox.runtime",
     "langchain_sandbox.graph",
+    "langchain_sandbox.graph.turn_lease",
+    "langchain_sandbox.gc",
     "langchain_sandbox.snapshots",
     "langchain_sandbox.tools",
     "langchain_sandbox.providers.local.provider",
     "langchain_sandbox.testing.scripted_model",
 )
-"""What the workers import at start-up that costs (``-X importtime``). Not ``langchain_sandbox.cli``:
-``python -m`` runs a module that is already imported with a warning a new interpreter would not
-print."""
+"""What the workers import that costs (``-X importtime``). Not ``langchain_sandbox.cli``: ``python
+-m`` runs a module that is already imported with a warning a new interpreter would not print. Not
+``pyseccomp``: it runs ``ldconfig`` at import."""
 
 _OPTIONAL = ("deepagents", "langchain_sandbox.deepagents")
 """Preloaded when installed (the ``deepagents`` extra)."""
@@ -92,7 +95,7 @@ class _Request:
     fds: list[int]
 
 
-class _Recording(os._Environ):  # type: ignore[type-arg,misc]
+class _Recording(os._Environ):  # type: ignore[type-arg]
     """``os.environ`` while the preload runs: notes every variable read, and which module read it."""
 
     read: dict[str, set[str]] = {}
@@ -261,6 +264,13 @@ def _become(request: _Request) -> None:
         sys.path[0] = os.getcwd()
         runpy.run_module(request.argv[1], run_name="__main__", alter_sys=True)
     else:
+        if not os.path.isfile(request.argv[0]):
+            where = os.path.abspath(request.argv[0])
+            print(
+                f"{sys.executable}: can't open file {where!r}: [Errno 2] No such file or directory",
+                file=sys.stderr,
+            )
+            sys.exit(2)
         sys.argv = list(request.argv)
         sys.path[0] = os.path.dirname(os.path.realpath(request.argv[0]))
         runpy.run_path(request.argv[0], run_name="__main__")
@@ -363,7 +373,7 @@ class ForkedPopen(subprocess.Popen[str]):
 
     _child: _Child
 
-    def _execute_child(  # type: ignore[override]
+    def _execute_child(
         self,
         args: Sequence[str],
         executable: str | None,
@@ -480,7 +490,7 @@ def run(
             stdout, stderr = process.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             process.kill()
-            exc.stdout, exc.stderr = process.communicate()
+            exc.stdout, exc.stderr = process.communicate()  # type: ignore[assignment]  # str: text mode
             raise
         except BaseException:
             process.kill()

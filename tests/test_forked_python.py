@@ -176,3 +176,11 @@ def test_no_preloaded_module_of_ours_reads_the_environment_at_import() -> None:
     ours = {key: who for key, who in readers.items() if any("langchain_sandbox" in m for m in who)}
     assert ours == {}
     assert "*" not in readers
+
+
+def test_a_missing_script_is_reported_as_the_interpreter_does(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.py")
+    forked = forked_python.run([PY, missing], capture_output=True)
+    fresh = subprocess.run([PY, missing], capture_output=True, text=True, check=False)
+    assert forked.returncode == fresh.returncode == 2
+    assert forked.stderr == fresh.stderr

@@ -1,8 +1,9 @@
 """Durable sandbox sessions (issue #4), told as stories across real processes.
 
-Every story runs ``agent_worker.py`` in fresh Python processes: the sandbox of one process dies
-with it, so whatever the next process finds came through the checkpointer (SQLite file or a real
-Postgres server) and the snapshot store (a shared directory, or blobs in a Postgres store).
+Every story runs ``agent_worker.py`` in Python processes of their own (forked from the test
+kit's pre-imported zygote, ``tests/forked_python.py``): the sandbox of one process dies with it,
+so whatever the next process finds came through the checkpointer (SQLite file or a real Postgres
+server) and the snapshot store (a shared directory, or blobs in a Postgres store).
 """
 
 from __future__ import annotations
