@@ -115,7 +115,10 @@ def test_a_turn_interrupted_for_approval_leaves_the_thread_free(workers: _Worker
     try:
         read_event(asking, "interrupted")
         # Its process lives on; another one resumes the turn, a third one runs the next turn.
-        resumed = workers.run("R", "--resume")
+        # The lease goes back on a timer about 0.2 s after the run ended (`release_when_done`),
+        # which a new interpreter's start-up used to outlast; a forked worker can start sooner,
+        # so the resuming one waits for it (30 s: only a hang guard).
+        resumed = workers.run("R", "--resume", "--wait", "30")
         following = workers.run("C")
     finally:
         asking.communicate(timeout=HANG_GUARD)
