@@ -45,34 +45,19 @@ from dataclasses import dataclass
 from typing import Any
 
 _PRELOAD = (
-    "argparse",
-    "asyncio",
-    "sqlite3",
-    "psycopg",
-    "langchain_core.messages",
-    "langchain_core.tools",
-    "langchain_core.tracers.event_stream",
+    "argparse", "asyncio", "sqlite3", "psycopg",
+    "langchain_core.messages", "langchain_core.tools", "langchain_core.tracers.event_stream",
     "langchain_core.tracers.stdout",
-    "langchain.agents",
-    "langchain.agents.middleware",
-    "langgraph.graph",
-    "langgraph.prebuilt",
-    "langgraph.types",
-    "langgraph.checkpoint.sqlite",
-    "langgraph.checkpoint.sqlite.aio",
-    "langgraph.checkpoint.postgres",
+    "langchain.agents", "langchain.agents.middleware",
+    "langgraph.graph", "langgraph.prebuilt", "langgraph.types", "langgraph.checkpoint.sqlite",
+    "langgraph.checkpoint.sqlite.aio", "langgraph.checkpoint.postgres",
     "langgraph.checkpoint.postgres.aio",
     "langgraph.store.postgres",
-    "langchain_sandbox",
-    "langchain_sandbox.runtime",
-    "langchain_sandbox.graph",
-    "langchain_sandbox.graph.turn_lease",
-    "langchain_sandbox.gc",
-    "langchain_sandbox.snapshots",
-    "langchain_sandbox.tools",
-    "langchain_sandbox.providers.local.provider",
+    "langchain_sandbox", "langchain_sandbox.runtime", "langchain_sandbox.graph",
+    "langchain_sandbox.graph.turn_lease", "langchain_sandbox.gc", "langchain_sandbox.snapshots",
+    "langchain_sandbox.tools", "langchain_sandbox.providers.local.provider",
     "langchain_sandbox.testing.scripted_model",
-)
+)  # fmt: skip
 """What the workers import that costs (``-X importtime``). Not ``langchain_sandbox.cli``: ``python
 -m`` runs a module that is already imported with a warning a new interpreter would not print. Not
 ``pyseccomp``: it runs ``ldconfig`` at import."""
