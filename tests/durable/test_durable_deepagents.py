@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import forked_python
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -41,7 +42,7 @@ class Thread:
         ]  # fmt: skip
 
     def run(self, *args: str) -> dict[str, Any]:
-        proc = subprocess.run(
+        proc = forked_python.run(
             [*self.base, *args], capture_output=True, text=True, timeout=HANG_GUARD, check=False
         )
         done = [e for e in _events(proc.stdout) if e["event"] == "done"]
@@ -50,7 +51,7 @@ class Thread:
         return done[-1]
 
     def kill_when_blocked(self, *args: str) -> None:
-        doomed = subprocess.Popen(
+        doomed = forked_python.popen(
             [*self.base, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         try:

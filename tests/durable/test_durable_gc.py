@@ -10,11 +10,11 @@ resumes the thread and must find its files.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import forked_python
 import pytest
 from test_durable_sessions import Story
 
@@ -25,7 +25,7 @@ def gc(checkpointers: list[str], blobs: str, *extra: str) -> dict[str, Any]:
     """Run ``langchain-sandbox gc --yes --grace 0 --json`` and return its report."""
     command = [sys.executable, "-m", "langchain_sandbox.cli", "gc", "--blobs", blobs]
     command += [f"--checkpointer={url}" for url in checkpointers]
-    done = subprocess.run(
+    done = forked_python.run(
         [*command, "--grace", "0", "--yes", "--json", *extra],
         capture_output=True,
         text=True,
@@ -148,7 +148,7 @@ def gc_refused(checkpointers: list[str], blobs: str, *extra: str) -> str:
     """Run ``gc --yes --grace 0`` expecting a refusal (exit code 2); return its message."""
     command = [sys.executable, "-m", "langchain_sandbox.cli", "gc", "--blobs", blobs]
     command += [f"--checkpointer={url}" for url in checkpointers]
-    done = subprocess.run(
+    done = forked_python.run(
         [*command, "--grace", "0", "--yes", *extra],
         capture_output=True,
         text=True,
@@ -214,7 +214,7 @@ def test_a_gone_application_is_forgotten_by_name_then_its_blobs_are_collected(
     assert served_name(gone) in gc_refused([checkpointer_url(mine)], blobs)
     command = [sys.executable, "-m", "langchain_sandbox.cli", "gc", "--blobs", blobs, "--json"]
     command += [f"--checkpointer={checkpointer_url(mine)}", "--grace", "0"]
-    preview = subprocess.run(
+    preview = forked_python.run(
         [*command, f"--forget-checkpointer={served_name(gone)}"],
         capture_output=True,
         text=True,

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import forked_python
 import pytest
 from test_durable_sessions import HANG_GUARD, read_event
 
@@ -40,7 +41,7 @@ class Thread:
         ]  # fmt: skip
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        return forked_python.run(
             [*self.base, *args],
             capture_output=True,
             text=True,
@@ -58,7 +59,7 @@ class Thread:
         return done[-1]
 
     def start(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
+        return forked_python.popen(
             [*self.base, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

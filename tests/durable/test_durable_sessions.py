@@ -1,8 +1,9 @@
 """Durable sandbox sessions (issue #4), told as stories across real processes.
 
-Every story runs ``agent_worker.py`` in fresh Python processes: the sandbox of one process dies
-with it, so whatever the next process finds came through the checkpointer (SQLite file or a real
-Postgres server) and the snapshot store (a shared directory, or blobs in a Postgres store).
+Every story runs ``agent_worker.py`` in Python processes of their own (forked from the test
+kit's pre-imported zygote, ``tests/forked_python.py``): the sandbox of one process dies with it,
+so whatever the next process finds came through the checkpointer (SQLite file or a real Postgres
+server) and the snapshot store (a shared directory, or blobs in a Postgres store).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import forked_python
 import pytest
 
 WORKER = Path(__file__).with_name("agent_worker.py")
@@ -34,7 +36,7 @@ def _events(stdout: str) -> list[dict[str, Any]]:
 
 def run_worker(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run one worker to the end; return its ``done`` event."""
-    proc = subprocess.run(
+    proc = forked_python.run(
         _command(*args), capture_output=True, text=True, timeout=HANG_GUARD, check=False, env=env
     )
     done = [e for e in _events(proc.stdout) if e["event"] == "done"]
@@ -68,7 +70,7 @@ class Story:
         return run_worker(*self.base, *args, env=self.env)
 
     def start(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
+        return forked_python.popen(
             _command(*self.base, *args),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

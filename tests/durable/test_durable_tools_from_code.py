@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import forked_python
 import pytest
 from story_providers import running_provider
 from test_durable_sessions import HANG_GUARD, read_event
@@ -62,7 +63,7 @@ def _story(
         "--provider", provider, *(["--async"] if flavour == "async" else []),
         *(["--middleware"] if provider == "e2b" else []),
     ]  # fmt: skip
-    doomed = subprocess.Popen(
+    doomed = forked_python.popen(
         [sys.executable, str(WORKER), *base, "--phase", "first"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -91,7 +92,7 @@ def _story(
 
 def run_worker_at(worker: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``worker`` to the end; return its ``done`` event."""
-    proc = subprocess.run(
+    proc = forked_python.run(
         [sys.executable, str(worker), *args],
         env=env,
         capture_output=True,

@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import forked_python
 import pytest
 from test_durable_sessions import HANG_GUARD, read_event
 
@@ -34,7 +35,7 @@ class _Workers:
 
     def start(self, label: str, *extra: str) -> subprocess.Popen[str]:
         command = [sys.executable, str(WORKER), "--saver", self.kind, "--target", self.target]
-        return subprocess.Popen(
+        return forked_python.popen(
             [*command, "--blobs", self.blobs, "--thread", self.thread, "--label", label, *extra],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -114,7 +115,10 @@ def test_a_turn_interrupted_for_approval_leaves_the_thread_free(workers: _Worker
     try:
         read_event(asking, "interrupted")
         # Its process lives on; another one resumes the turn, a third one runs the next turn.
-        resumed = workers.run("R", "--resume")
+        # The lease goes back on a timer about 0.2 s after the run ended (`release_when_done`),
+        # which a new interpreter's start-up used to outlast; a forked worker can start sooner,
+        # so the resuming one waits for it (30 s: only a hang guard).
+        resumed = workers.run("R", "--resume", "--wait", "30")
         following = workers.run("C")
     finally:
         asking.communicate(timeout=HANG_GUARD)

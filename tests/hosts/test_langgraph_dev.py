@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import forked_python
 import httpx
 import pytest
 from langgraph_sdk import get_sync_client
@@ -186,7 +187,7 @@ def test_gc_of_another_application_keeps_what_langgraph_devs_threads_need(
 
     other = f"sqlite:///{tmp_path / 'other-app.sqlite'}"
     gc = [sys.executable, "-m", "langchain_sandbox.cli", "gc", "--blobs", str(server["blobs"])]
-    done = subprocess.run(
+    done = forked_python.run(
         [*gc, f"--checkpointer={other}", "--allow-empty-checkpointer", "--grace", "0", "--yes"],
         capture_output=True,
         text=True,
