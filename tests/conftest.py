@@ -80,6 +80,15 @@ def user_venv(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     return make
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked ``slow`` first, each group in its collection order.
+
+    pytest-xdist hands tests out in this order; the slowest files (the notebooks, the user
+    install) were collected last, so one worker ran them alone while the others' cores idled.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_HOME, ignore_errors=True)
 
