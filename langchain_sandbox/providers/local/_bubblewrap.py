@@ -177,7 +177,7 @@ def describe_python(executable: str) -> PythonInstall:
 
 @functools.lru_cache(maxsize=16)
 def _remembered_python(executable: str, identity: tuple[int, int, int]) -> PythonInstall:
-    # An exception is not cached: only answers are remembered.
+    # ``identity`` is only the cache key. An exception is not cached: only answers are.
     return _ask_python(executable)
 
 
