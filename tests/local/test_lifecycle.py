@@ -145,6 +145,31 @@ async def test_leftovers_of_a_dead_process_are_listed_and_destroyed(tmp_path: Pa
         await provider.destroy({"provider": "local", "session_id": "../../etc", "sandbox_id": "x"})
 
 
+async def test_a_session_being_made_is_never_listed_as_an_orphan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gc`` (another process's provider on the same directory) looks while a session's
+    workspace is being mounted: the session already names its live owner, so it is not taken
+    for a dead process's leftover and destroyed under its maker."""
+    from langchain_sandbox.providers.local import provider as local_provider
+
+    base = tmp_path / "sandboxes"
+    seen: list[list[dict[str, object]]] = []
+    mount_ports = local_provider.mount_ports
+
+    def looking_mount(ports: Path) -> None:
+        listing = LocalProvider(base_dir=base)._read_records()
+        seen.append([dict(record["state"]) for record in listing])
+        mount_ports(ports)
+
+    monkeypatch.setattr(local_provider, "mount_ports", looking_mount)
+    provider = LocalProvider(base_dir=base)
+    async with await provider.create():
+        pass
+    assert seen, "the port directory was never mounted here (not root?)"
+    assert seen == [[{"owner_pid": os.getpid(), "live": False, "orphaned": False}]]
+
+
 async def test_a_second_close_returns_only_once_the_first_has_removed_everything(
     provider: LocalProvider,
 ) -> None:

@@ -97,6 +97,7 @@ logger = logging.getLogger(__name__)
 
 _SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 _RECORD_FILE = "session.json"
+_STAGING_PREFIX = ".new-"
 _PORTS_DIR_NAME = "ports"
 # Inodes of a workspace file system whose file count is not limited (Limits.workspace_files=None):
 # ext4's own default for a 16 GiB file system.
@@ -439,7 +440,21 @@ class LocalProvider(Provider):
         self, directory: Path, session_id: str, spec: SessionSpec, created_at: float
     ) -> None:
         directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        directory.mkdir(mode=0o700)
+        record: dict[str, Any] = {
+            "provider": LOCAL,
+            "session_id": session_id,
+            "sandbox_id": session_id,
+            "created_at": created_at,
+            "metadata": dict(spec.metadata),
+            "state": {"owner_pid": os.getpid()},
+        }
+        # The record goes in first, under a name `list_sessions` skips, and the directory takes
+        # its session's name only then: a session directory always says whose it is, so `gc`
+        # (or another process's `destroy`) never takes a session still being made for an orphan.
+        staging = directory.with_name(f"{_STAGING_PREFIX}{session_id}")
+        staging.mkdir(mode=0o700)
+        (staging / _RECORD_FILE).write_text(json.dumps(record), encoding="utf-8")
+        staging.rename(directory)
         workspace = directory / "workspace"
         workspace.mkdir(mode=0o700)
         limits = spec.limits
@@ -473,15 +488,6 @@ class LocalProvider(Provider):
         if self.isolation == "gvisor":
             make_owned(str(workspace))
             make_owned(str(ports))
-        record: dict[str, Any] = {
-            "provider": LOCAL,
-            "session_id": session_id,
-            "sandbox_id": session_id,
-            "created_at": created_at,
-            "metadata": dict(spec.metadata),
-            "state": {"owner_pid": os.getpid()},
-        }
-        (directory / _RECORD_FILE).write_text(json.dumps(record), encoding="utf-8")
 
     def _forget(self, session: LocalSession) -> None:
         self._sessions.pop(session.session_id, None)
