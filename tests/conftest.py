@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from isolation_levels import require_gvisor
 from langgraph.checkpoint.memory import InMemorySaver
+from leftover_sessions import reap_orphaned_sessions
 from network_probe import LoopbackListener
 from source_tree import REPO, built_once, source_tree
 
@@ -90,7 +91,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    reap_orphaned_sessions()
     shutil.rmtree(_HOME, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_mounts() -> Iterator[None]:
+    """Sessions of processes a test killed are reaped after it (`leftover_sessions`): their
+    mounts would make every later sandbox start slower."""
+    yield
+    reap_orphaned_sessions()
 
 
 @pytest.fixture
