@@ -91,16 +91,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    reap_orphaned_sessions()
+    reap_orphaned_sessions(Path(_HOME))
     shutil.rmtree(_HOME, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
-def _no_leftover_mounts() -> Iterator[None]:
+def _no_leftover_mounts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Sessions of processes a test killed are reaped after it (`leftover_sessions`): their
-    mounts would make every later sandbox start slower."""
+    mounts would make every later sandbox start slower. Only this worker's directories are
+    looked at."""
     yield
-    reap_orphaned_sessions()
+    reap_orphaned_sessions(Path(_HOME), tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture

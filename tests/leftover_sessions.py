@@ -5,9 +5,10 @@ A process that dies without closing its sessions leaves their workspace and port
 mounted on the host. Every bubblewrap sandbox starts from a copy of the host's mount table, so
 each leftover makes every later sandbox's start cost more: with the 240 mounts three whole runs
 had left, a bubblewrap session took 81 ms of CPU instead of 51 ms. The leftovers are found by
-their mounts, wherever their base directory is (a worker's ``LANGCHAIN_SANDBOX_HOME``, an
-emulator's machines), and destroyed by the local provider itself, only when its record names a
-process that is gone (``state.orphaned``).
+their mounts under the directories a pytest worker owns (its ``LANGCHAIN_SANDBOX_HOME``, its
+temporary directories), and destroyed by the local provider itself, only when its record names
+a process that is gone (``state.orphaned``). Never elsewhere: another worker's test may be
+looking at an orphan it made on purpose (the ``gc`` tests do).
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ def _owner_is_gone(session: Path) -> bool:
     return not os.path.exists(f"/proc/{owner}")
 
 
-def orphaned_sessions() -> dict[Path, set[str]]:
-    """``{base directory: session ids}`` of the mounted sessions whose process is gone."""
+def orphaned_sessions(*roots: Path) -> dict[Path, set[str]]:
+    """``{base directory: session ids}`` of the sessions mounted under ``roots`` whose process
+    is gone."""
     found: dict[Path, set[str]] = {}
     for point in _mount_points():
         session = point.parent
         in_a_session = point.name in _SESSION_MOUNTS and session.parent.name == "sessions"
-        if in_a_session and _owner_is_gone(session):
+        in_roots = any(point.is_relative_to(root) for root in roots)
+        if in_a_session and in_roots and _owner_is_gone(session):
             found.setdefault(session.parent.parent, set()).add(session.name)
     return found
 
@@ -58,7 +61,8 @@ async def _reap(base: Path, session_ids: set[str]) -> None:
             await provider.destroy(record)
 
 
-def reap_orphaned_sessions() -> None:
-    """Destroy every mounted local session whose process is gone (see the module docstring)."""
-    for base, session_ids in orphaned_sessions().items():
+def reap_orphaned_sessions(*roots: Path) -> None:
+    """Destroy the local sessions mounted under ``roots`` whose process is gone (see the
+    module docstring)."""
+    for base, session_ids in orphaned_sessions(*roots).items():
         asyncio.run(_reap(base, session_ids))

@@ -1,6 +1,6 @@
 """The suite's reaper of sessions left by killed processes (`leftover_sessions`): it finds a dead
-process's mounted session wherever its base directory is, destroys it through the provider, and
-leaves a live process's session alone."""
+process's mounted session under the directories it is given, destroys it through the provider,
+and leaves a live process's session alone."""
 
 from __future__ import annotations
 
@@ -48,9 +48,9 @@ async def test_a_dead_processs_session_is_reaped_and_a_live_ones_kept(tmp_path: 
     assert _mounted(dead / "ports"), "the dead process left no mount: nothing to test"
     live_provider = LocalProvider(base_dir=tmp_path / "live")
     async with await live_provider.create() as live:
-        assert orphaned_sessions().get(base) == {dead.name}
-        assert tmp_path / "live" not in orphaned_sessions()
-        await asyncio.to_thread(reap_orphaned_sessions)  # it runs a loop of its own
+        assert orphaned_sessions(tmp_path) == {base: {dead.name}}
+        assert orphaned_sessions(tmp_path / "live") == {}  # the dead one is not under this root
+        await asyncio.to_thread(reap_orphaned_sessions, tmp_path)  # it runs a loop of its own
         assert not dead.exists()
         assert (await live.run_code("6 * 7")).value == "42"
         assert _mounted(Path(live.directory) / "ports")
