@@ -14,8 +14,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,10 +123,15 @@ def test_sigkill_mid_run_then_resume_in_a_new_process(
     assert resumed["sandbox"]["exec_count"] == 4
 
 
-def _kill_while_blocked(story: Story, *args: str) -> None:
+def _kill_while_blocked(story: Story, *args: str, until: Callable[[], bool] = lambda: True) -> None:
+    """SIGKILL the story's process once its model blocks and ``until()`` holds (what else the
+    process started before blocking, a snapshot written behind, may still be on its way)."""
     doomed = story.start(*args)
     try:
         read_event(doomed, "blocked")
+        deadline = time.monotonic() + HANG_GUARD
+        while not until() and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         os.kill(doomed.pid, signal.SIGKILL)
         doomed.communicate(timeout=HANG_GUARD)
@@ -310,9 +316,13 @@ def _kill_while_the_snapshot_is_held(emulator: Any, story: Story) -> None:
 
     release = threading.Event()
     # the first step's snapshot completes
-    emulator.inject("jupyter execute", body=_CAPTURE_CELL, hold=release, after=1)
+    held = emulator.inject("jupyter execute", body=_CAPTURE_CELL, hold=release, after=1)
     try:
-        _kill_while_blocked(story, "--message", "go", "--block-at-turn", "2")
+        # The second snapshot is written behind: the model may block before it reaches the
+        # emulator, and the kill waits until it is there, held.
+        _kill_while_blocked(
+            story, "--message", "go", "--block-at-turn", "2", until=lambda: held.hits == 1
+        )
         listings = [r for r in emulator.requests if _is_capture(r)]
         assert [r.status for r in listings] == [200, 0]  # the second was still being captured
     finally:
