@@ -43,6 +43,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # A Python process the suite starts that dies of a signal (a rare abort seen once in CI)
     # then prints every thread's stack to the stderr its test reports.
     os.environ["PYTHONFAULTHANDLER"] = "1"
+    # Bytecode is cached even where the environment turns that off (some CI images set
+    # PYTHONDONTWRITEBYTECODE): the suite starts hundreds of Python processes that import this
+    # package, each of which compiled it again, and every pytest worker rewrote the asserts of
+    # every test module again (docs/testing.md). Sandboxes keep their own setting.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
 
 
 @pytest.fixture
