@@ -158,7 +158,8 @@ async def test_a_session_being_made_is_never_listed_as_an_orphan(
     mount_ports = local_provider.mount_ports
 
     def looking_mount(ports: Path) -> None:
-        listing = LocalProvider(base_dir=base)._read_records()
+        # Called in the thread that makes the directory: no event loop runs there.
+        listing = asyncio.run(LocalProvider(base_dir=base).list_sessions())
         seen.append([dict(record["state"]) for record in listing])
         mount_ports(ports)
 
