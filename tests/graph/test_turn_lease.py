@@ -182,8 +182,11 @@ def test_a_run_stopped_for_approval_leaves_the_thread_free_and_resumes(
     config: Any = {"configurable": {"thread_id": thread}}
     stopped = agent.invoke({"messages": [HumanMessage("asked")]}, config)
     assert stopped["__interrupt__"]
-    # Nobody runs the thread while it waits for a human: another holder takes it at once.
-    with runtime.hold_thread(thread, checkpointer=saver):
+    # Nobody runs the thread while it waits for a human: another holder takes it. The lease goes
+    # back on a timer about 0.2 s after the interrupt (docs/persistence.md), later on a loaded
+    # machine, so the holder waits for it (30 s: only a hang guard; a lease kept for the human
+    # would still fail here).
+    with runtime.hold_thread(thread, checkpointer=saver, wait=30):
         pass
     resumed = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
     assert _turns_file(runtime, thread, resumed) == "asked"
